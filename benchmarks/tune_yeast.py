@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from spmlkit.benchmark import BenchmarkSpec, run_benchmark, summarize
+from spmlkit.experiments.benchmark import BenchmarkSpec, run_benchmark, summarize
 
 GRID = {
     "em": [{"alpha": a} for a in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)],

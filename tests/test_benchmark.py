@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spmlkit.benchmark import summarize
+from spmlkit.experiments.benchmark import summarize
 from spmlkit.cli import main
 
 
@@ -89,7 +89,7 @@ def test_cli_train_prints_epochs(tmp_path, capsys):
 
 
 def test_dataset_presets_are_valid_and_used_by_default():
-    from spmlkit.benchmark import DATASET_HPARAMS, BenchmarkSpec
+    from spmlkit.experiments.benchmark import DATASET_HPARAMS, BenchmarkSpec
     from spmlkit.methods import resolve_hparams
 
     for dataset, table in DATASET_HPARAMS.items():

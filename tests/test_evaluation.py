@@ -3,7 +3,7 @@ import pytest
 from scipy.stats import wasserstein_distance
 
 from spmlkit import metrics
-from spmlkit.evaluation import evaluate_test, unobserved_analysis
+from spmlkit.training.evaluation import evaluate_test, unobserved_analysis
 
 
 def test_unobserved_analysis_histograms_by_hand():

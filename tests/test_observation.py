@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from spmlkit import protocol
-from spmlkit.observation import Observation
+from spmlkit.protocol import Observation
 
 Y = np.array([[1, 1, 0, 0], [0, 1, 1, 1], [1, 0, 0, 1]])
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from spmlkit import metrics as M
-from spmlkit.thresholds import DEFAULT_GRID, apply_thresholds, f1_metrics_at, select_thresholds
+from spmlkit.metrics.threshold_selection import DEFAULT_GRID, apply_thresholds, f1_metrics_at, select_thresholds
 
 GRID = [0.1, 0.3, 0.5, 0.7, 0.95]
 # class 0: F1 over GRID = 2/3, 4/5, 1, 2/3, 0       -> best 0.5 (unique)

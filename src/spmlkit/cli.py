@@ -85,7 +85,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
 
-    from .benchmark import BenchmarkSpec, run_benchmark, summarize, write_outputs
+    from .experiments.benchmark import BenchmarkSpec, run_benchmark, summarize, write_outputs
     from .methods import METHODS
 
     methods = tuple(args.methods) if args.methods else tuple(METHODS)

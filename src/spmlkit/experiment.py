@@ -18,38 +18,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from . import protocol
 from .data.tabular import TabularDataset
-from .evaluation import evaluate_test, unobserved_analysis
+from .training.evaluation import evaluate_test, unobserved_analysis
 from .methods import get_method
-from .observation import Observation
+from .protocol import Observation, ProtocolData, prepare_protocol
 from .training.features import FeatureTrainConfig, predict_proba, train_on_features
 
 __all__ = ["ProtocolData", "prepare_protocol", "run_feature_experiment", "RunResult"]
-
-
-@dataclass(frozen=True)
-class ProtocolData:
-    """Split indices and observed labels of a dataset under one observation setting."""
-
-    train_idx: np.ndarray
-    val_idx: np.ndarray
-    observed: np.ndarray  # [N_official_train, C] over the whole official train list
-    observation: Observation
-
-
-def prepare_protocol(
-    Y_train: np.ndarray, observation: Observation | str = "single_positive", *, val_frac: float = 0.2, split_seed: int = 1200
-) -> ProtocolData:
-    obs = Observation.parse(observation) if isinstance(observation, str) else observation
-    observed = obs.apply(Y_train)
-    train_idx, val_idx = protocol.split_train_val(len(Y_train), val_frac=val_frac, seed=split_seed)
-    if len(val_idx) == 0:
-        raise ValueError(
-            f"the validation split is empty ({len(Y_train)} training examples, val_frac={val_frac}); "
-            "model selection needs validation data: use a larger val_frac or more data"
-        )
-    return ProtocolData(train_idx, val_idx, observed, obs)
 
 
 @dataclass

@@ -59,7 +59,7 @@ class SweepSpec:
 
     def __post_init__(self) -> None:
         from ..methods import get_method, resolve_hparams
-        from ..observation import Observation
+        from ..protocol import Observation
 
         for m in self.methods:
             get_method(m)

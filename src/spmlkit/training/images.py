@@ -33,8 +33,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..evaluation import evaluate_test, unobserved_analysis
-from ..experiment import prepare_protocol
+from .evaluation import evaluate_test, unobserved_analysis
+from ..protocol import prepare_protocol
 from ..labels import LabelState
 from ..methods import get_method, resolve_hparams
 from .checkpoint import atomic_save, atomic_write_text, load_checkpoint

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from . import metrics, thresholds
+from .. import metrics
+from ..metrics import threshold_selection as thresholds
 
 __all__ = ["evaluate_test", "unobserved_analysis", "ANALYSIS_BINS"]
 

@@ -24,11 +24,11 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .data import registry
-from .experiment import RunResult, prepare_protocol, run_feature_experiment
-from .methods import METHODS, get_method
-from .observation import Observation
-from .training.checkpoint import atomic_write_text as _atomic
+from ..data import registry
+from ..experiment import RunResult, run_feature_experiment
+from ..protocol import Observation, prepare_protocol
+from ..methods import METHODS, get_method
+from ..training.checkpoint import atomic_write_text as _atomic
 
 __all__ = ["BenchmarkSpec", "run_benchmark", "summarize", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import protocol
+from .observe import observe_labels, observe_ratio, observed_summary
 
 __all__ = ["Observation"]
 
@@ -67,12 +67,12 @@ class Observation:
         """The observed {-1, 0, 1} matrix for full labels ``Y`` (0/1)."""
         if self.kind == "full":
             y = np.asarray(Y)
-            protocol.observed_summary(y)  # validates shape
+            observed_summary(y)  # validates shape
             return (2 * y.astype(np.int8) - 1).astype(np.int8)
         if self.kind == "ratio":
-            return protocol.observe_ratio(Y, self.ratio, seed=0 if self.seed is None else self.seed)
+            return observe_ratio(Y, self.ratio, seed=0 if self.seed is None else self.seed)
         pos, neg = (1, 0) if self.kind == "single_positive" else (self.num_pos, self.num_neg)
-        return protocol.observe_labels(
+        return observe_labels(
             Y, num_pos=pos, num_neg=neg, seed=1200 if self.seed is None else self.seed, on_empty="allow"
         )
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .metrics import _binary_targets, _metrics_from_counts, _probabilities, _same_shape, _to_numpy
+from ._inputs import _binary_targets, _probabilities, _same_shape, _to_numpy
+from .thresholded import _metrics_from_counts
 
 __all__ = ["apply_thresholds", "f1_metrics_at", "select_thresholds", "DEFAULT_GRID"]
 

@@ -1,0 +1,40 @@
+"""Evaluation metrics of the single-positive multi-label protocol (REFERENCE.md E, G-17).
+
+- **Average precision / mAP** as in Cole et al., "Multi-Label Learning from Single Positive
+  Labels" (CVPR 2021) and its forks (EM, LL, GR): per class, the step-wise average precision
+  of scikit-learn's ``average_precision_score`` with tied scores grouped; a class without
+  positives scores 0 and stays in the mean.
+- **Threshold metrics** CP, CR, CF1, OP, OR, OF1 as in the ML-GCN / PU-MLC evaluation code
+  (Yuan et al., "Positive Label Is All You Need for Multi-Label Classification", ICME 2024),
+  plus the top-k variant of the same counts and PU-MLC's "oracle threshold" sweep.
+- **Pseudo-label accuracy** and the **Wasserstein distance** between the predictions on
+  unobserved true positives and unobserved true negatives, as used by Zhou et al.,
+  "Acknowledging the Unknown for Multi-label Learning with Single Positive Labels" (ECCV 2022)
+  and Chen et al., "Boosting Single Positive Multi-label Classification with Generalized
+  Robust Loss" (IJCAI 2024).
+
+Every function accepts numpy arrays or torch tensors of shape ``[N, C]`` (examples x
+classes; 1-D inputs are read as one class) and returns numpy arrays or Python numbers. All
+results are fractions in [0, 1]; reports multiply by 100. Targets are ground truth in {0, 1}.
+
+Rank-based metrics (AP, mAP, top-k) accept probabilities or logits alike, since the sigmoid
+is monotone. Metrics that compare with a threshold need probabilities; pass
+``from_logits=True`` to apply the sigmoid first.
+"""
+
+from .accumulator import MetricAccumulator
+from .label_quality import pseudo_label_accuracy, unobserved_wasserstein
+from .ranking import average_precision, empty_classes, mean_average_precision
+from .thresholded import oracle_threshold_metrics, threshold_metrics, topk_metrics
+
+__all__ = [
+    "MetricAccumulator",
+    "average_precision",
+    "empty_classes",
+    "mean_average_precision",
+    "oracle_threshold_metrics",
+    "pseudo_label_accuracy",
+    "threshold_metrics",
+    "topk_metrics",
+    "unobserved_wasserstein",
+]
