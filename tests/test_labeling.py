@@ -1,4 +1,6 @@
-"""Between-epoch label-state algorithms: APL (C.18) and OPML's AP-based correction (C.24).
+"""Between-epoch label-state algorithms: APL and OPML's AP-based correction.
+
+See docs/methods.md, "em_apl" and "opml_sp".
 
 Expected selections are worked out by hand in the comments, or by a naive per-class
 reference loop written here (never by calling the code under test).

@@ -100,7 +100,7 @@ def test_high_rank_ignores_labels_keeps_dtype():
 
 
 def hand_pu(z, y, gamma, alpha, floor=1e-6, eps=1e-10):
-    """C.25 per element in plain Python, with the code's epsilons."""
+    """docs/methods.md, "pu_mlc", per element in plain Python, with the code's epsilons."""
     batch, classes = len(z), len(z[0])
     total = 0.0
     for c in range(classes):
@@ -116,7 +116,7 @@ def hand_pu(z, y, gamma, alpha, floor=1e-6, eps=1e-10):
 
 
 def direct_pu(z: torch.Tensor, y: torch.Tensor, gamma: float, alpha: float) -> torch.Tensor:
-    """C.25 with plain torch ops, no stability tricks."""
+    """docs/methods.md, "pu_mlc", with plain torch ops, no stability tricks."""
     tau = torch.clamp(alpha * z.detach().std(dim=0, unbiased=False), max=1.0).clamp(min=1e-6)
     q = torch.sigmoid(z / tau)
     prior = q.mean(dim=0).detach()
@@ -159,11 +159,13 @@ def test_pu_mlc_ignores_observed_negatives():
 
 def test_pu_temperature_floor_constant_column():
     z, y = _random_batch(6, batch=5, classes=3)
-    z[:, 1] = -3.0  # constant column: std 0
+    z[:, 1] = -3.0  # constant column: std 0 -> no tempering (the cap), not the floor
     y[:, 1] = 1.0
     tau = pu_temperature(z, alpha=1.0, floor=1e-6)
-    assert tau[1].item() == 1e-6
+    assert tau[1].item() == 1.0
     assert 0 < tau[0].item() <= 1.0
+    z[0, 2], z[1:, 2] = 1e-9, 0.0  # tiny but non-zero spread: the floor still applies
+    assert pu_temperature(z, alpha=1.0, floor=1e-6)[2].item() == 1e-6
     for dtype in (torch.float32, torch.float64):
         for numerics in ("stable", "reference"):
             zz = z.to(dtype).requires_grad_(True)

@@ -1,7 +1,8 @@
 """Element-wise SPML losses: hand-computed values, gradients, finiteness, schedules.
 
 Reference values are computed per element with plain ``math`` from the formulas of
-REFERENCE.md (C.1-C.19), never with the code under test.
+docs/methods.md ("Reference settings" and "Element-wise losses"), never with the code under
+test.
 """
 
 from __future__ import annotations
@@ -217,7 +218,8 @@ def test_em_apl_values_with_pseudo_labels_and_hard_observed_negatives():
             return b * (-s * math.log(sig(z)) - (1 - s) * math.log(1 - sig(z)))
         return -a * H(z)
 
-    # (0, 3) is an observed -1 with a pseudo entry: stays -log(1 - p) (G-5);
+    # (0, 3) is an observed -1 with a pseudo entry: stays -log(1 - p) (docs/protocol.md,
+    # "APL soft negatives stored inside the label matrix");
     # (0, 0) is an observed positive with a pseudo entry: stays -log p
     expected = ref_mean(lambda z, i, j: nlp(z), unobs, lambda z, i, j: nl1mp(z))
     check(run("em_apl", alpha=a, beta=b, pseudo=_pseudo()), expected)

@@ -23,7 +23,7 @@ def _t(rows, dtype=torch.float64):
 
 
 def hand_opml(z, y, a=1.0, b=1.0, eps=None):
-    """Per element, plain math: C.21 / C.23 (eps only on unobserved entries)."""
+    """Per element, plain math: docs/methods.md, "opml" / "opml_soft" (eps only on unobserved entries)."""
     total = 0.0
     for n, (zr, yr) in enumerate(zip(z, y)):
         neg, pos = a, b
@@ -106,7 +106,8 @@ def test_opml_lower_bound_log_ab():
 
 
 def test_opml_gradients_match_paper_claims():
-    # single example, one positive, the rest unobserved: C.21 gradient statements (a = b = 1)
+    # single example, one positive, the rest unobserved: the gradient statements of
+    # docs/methods.md, "opml" (a = b = 1)
     z = _t([[0.3, -0.8, 1.5, 0.1]]).requires_grad_(True)
     y = _t([[1.0, 0.0, 0.0, 0.0]])
     losses.create("opml")(z, y).backward()

@@ -1,7 +1,54 @@
 """Between-epoch label-state algorithms (APL, LL-Cp, OPML correction, SPLC)."""
 
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ..losses.base import init_defaults
 from .apl import APL
+from .base import LabelingAlgorithm
 from .opml_correction import OPMLCorrection
 
+__all__ = ["ALGORITHMS", "APL", "LabelingAlgorithm", "OPMLCorrection", "create", "hyperparameters"]
+
 #: between-epoch algorithms by the name method recipes use (spmlkit.methods)
-ALGORITHMS = {"apl": APL, "opml_correction": OPMLCorrection}
+ALGORITHMS: dict[str, type[LabelingAlgorithm]] = {"apl": APL, "opml_correction": OPMLCorrection}
+
+
+def hyperparameters(name: str) -> dict[str, Any]:
+    """What a user tunes on algorithm ``name``, with defaults (None where required).
+
+    Read from ``__init__`` minus the run arguments, which the trainer fills from the run.
+    """
+    cls = _lookup(name)
+    return {k: v for k, v in init_defaults(cls).items() if k not in cls.run_arguments}
+
+
+def create(name: str, **kwargs: Any) -> LabelingAlgorithm:
+    """Build algorithm ``name`` from hyperparameters and run arguments.
+
+    Unknown names and missing required arguments raise ``ValueError`` naming the valid
+    ones, so a typo in a recipe fails at build time, not as a ``TypeError`` deep inside.
+    """
+    cls = _lookup(name)
+    params = init_defaults(cls)
+    hparams = sorted(k for k in params if k not in cls.run_arguments)
+    run = ", ".join(cls.run_arguments) or "(none)"
+    unknown = sorted(set(kwargs) - set(params))
+    if unknown:
+        raise ValueError(
+            f"labeling algorithm {name!r} got unknown argument(s) {', '.join(unknown)}; valid "
+            f"hyperparameters are: {', '.join(hparams) or '(none)'}; run arguments: {run}"
+        )
+    signature = inspect.signature(cls.__init__).parameters
+    missing = [k for k in params if k not in kwargs and signature[k].default is inspect.Parameter.empty]
+    if missing:
+        raise ValueError(f"labeling algorithm {name!r} needs {', '.join(missing)} (no default)")
+    return cls(**kwargs)
+
+
+def _lookup(name: str) -> type[LabelingAlgorithm]:
+    if not isinstance(name, str) or name not in ALGORITHMS:
+        raise ValueError(f"unknown labeling algorithm {name!r}; valid names are: {', '.join(sorted(ALGORITHMS))}")
+    return ALGORITHMS[name]

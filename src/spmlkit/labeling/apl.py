@@ -1,7 +1,9 @@
 """Asymmetric pseudo-labelling (APL), the label-state half of "EM + APL".
 
 Zhou et al., "Acknowledging the Unknown for Multi-label Learning with Single Positive
-Labels", ECCV 2022 (REFERENCE.md C.18, G-5, G-6).
+Labels", ECCV 2022 (docs/methods.md, "em_apl"; how it differs from the EM code:
+docs/protocol.md, "APL soft negatives stored inside the label matrix" and "APL inference pass
+with augmentation, shuffling and unstable sorting").
 
 After the training phase of each epoch from the warm-up epoch on, every class turns a fixed
 quota of its lowest-scoring unobserved entries into *soft pseudo-negatives* whose target is
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 
 from ..labels import LabelState
+from .base import ClassAP, LabelingAlgorithm, Probabilities, check_epoch, round_record
 
 __all__ = ["APL", "as_probabilities", "select_smallest_per_class"]
 
@@ -93,8 +96,8 @@ def select_smallest_per_class(keys: torch.Tensor, quota: torch.Tensor) -> tuple[
     return rows, cols
 
 
-class APL:
-    """Asymmetric pseudo-labelling of the unobserved entries (EM + APL, C.18).
+class APL(LabelingAlgorithm):
+    """Asymmetric pseudo-labelling of the unobserved entries (EM + APL; docs/methods.md, "em_apl").
 
     Quota. Once, ``U_c0 = #{n : Y_nc = 0}`` on the observed training labels, and
     ``K_c = floor(theta * U_c0 / (T - T_w))``. Over the ``T - T_w`` useful rounds (after
@@ -119,10 +122,14 @@ class APL:
         theta: fraction of each class's unobserved entries pseudo-labelled over the whole
             run, in ``(0, 1]`` (paper: 0.9).
         warmup_epochs: ``T_w``, the first epoch after which a round runs (>= 1).
-        num_epochs: ``T``, the number of training epochs (> ``warmup_epochs``).
+        num_epochs: ``T``, the number of training epochs (> ``warmup_epochs``). A *run
+            argument*: the trainer fills it with the run's length, so it is not a
+            hyperparameter (the default only serves direct construction).
     """
 
-    def __init__(self, theta: float = 0.9, warmup_epochs: int = 5, num_epochs: int = 10):
+    run_arguments = ("num_epochs",)
+
+    def __init__(self, theta: float = 0.9, warmup_epochs: int = 5, num_epochs: int = 10) -> None:
         if not (isinstance(theta, (int, float)) and 0.0 < float(theta) <= 1.0):
             raise ValueError(f"APL theta must be a fraction in (0, 1], got {theta!r}")
         for name, value in (("warmup_epochs", warmup_epochs), ("num_epochs", num_epochs)):
@@ -173,38 +180,31 @@ class APL:
         return self.warmup_epochs <= epoch < self.num_epochs
 
     # ------------------------------------------------------------------ the round
-    def step(self, probs: torch.Tensor | np.ndarray, state: LabelState, epoch: int) -> dict[str, Any]:
+    def step(self, probs: Probabilities, state: LabelState, epoch: int, *, class_ap: ClassAP = None) -> dict[str, Any]:
         """Run the round after the training phase of ``epoch`` (1-indexed).
 
         ``probs`` are the predictions ``sigmoid(z)`` over the whole training split, row n =
-        example n of ``state``. Returns ``{"epoch", "active", "selected",
-        "selected_per_class"}`` (int, bool, int, long tensor ``[C]``).
+        example n of ``state``. ``class_ap`` is accepted for the common signature and unused.
+        Returns ``{"epoch", "active", "selected", "selected_per_class"}`` (int, bool, int,
+        long tensor ``[C]``).
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 1:
-            raise ValueError(f"APL.step: epoch must be a 1-indexed integer, got {epoch!r}")
+        epoch = check_epoch("APL.step", epoch)
         if epoch > self.num_epochs:
             raise ValueError(
                 f"APL.step: epoch {epoch} is past num_epochs={self.num_epochs}; the quotas assume "
                 f"{self.rounds} rounds, so set num_epochs to the real training length"
             )
         self.initialize(state)
-        counts = torch.zeros(state.num_classes, dtype=torch.long)
         if not self.is_active(epoch):
-            return {"epoch": int(epoch), "active": False, "selected": 0, "selected_per_class": counts}
+            return round_record(epoch, "selected", None, state.num_classes)
         p = as_probabilities(probs, state, where="APL.step")
         candidates = state.unobserved()
         take = torch.minimum(self.quota, torch.count_nonzero(candidates, dim=0))
         keys = torch.where(candidates, p, torch.full((), math.inf, dtype=p.dtype))
         rows, cols = select_smallest_per_class(keys, take)
         if rows.numel():
-            state.add_pseudo_negatives(rows, cols, p[rows, cols].to(torch.float32), int(epoch))
-        counts = torch.bincount(cols, minlength=state.num_classes)
-        return {
-            "epoch": int(epoch),
-            "active": True,
-            "selected": int(rows.numel()),
-            "selected_per_class": counts,
-        }
+            state.add_pseudo_negatives(rows, cols, p[rows, cols].to(torch.float32), epoch)
+        return round_record(epoch, "selected", cols, state.num_classes)
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:

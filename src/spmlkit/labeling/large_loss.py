@@ -1,8 +1,8 @@
 """Large-loss selection of LL-R / LL-Ct / LL-Cp.
 
 "Large Loss Matters in Weakly Supervised Multi-Label Classification", Kim et al., CVPR 2022
-(REFERENCE.md C.16, G-10). Early in training a network fits clean labels first, so among
-the assumed negatives, those with the *largest* loss are the likeliest missing positives.
+(docs/methods.md, "ll_r"; docs/protocol.md, "LL-Cp that silently runs as LL-Ct"). Early in
+training a network fits clean labels first, so among the assumed negatives, those with the *largest* loss are the likeliest missing positives.
 Per mini-batch the ``k = ceil(B*C*rate)`` largest losses of unobserved entries are selected
 (``B*C`` counts every entry of the batch, observed ones included) and then rejected (LL-R),
 corrected for the step (LL-Ct) or corrected permanently (LL-Cp).

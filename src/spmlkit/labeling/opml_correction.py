@@ -1,7 +1,7 @@
 """AP-based label correction of OPML (OPML-SP's permanent positive corrections).
 
 Li, Wang, Chen, "Pushing One Pair of Labels Apart Each Time in Multi-Label Learning: From
-Single Positive to Full Labels" (REFERENCE.md C.23, C.24). The paper's formulas are lost
+Single Positive to Full Labels" (docs/methods.md, "opml_sp"). The paper's formulas are lost
 from our copy; this is the library's definition [ours] rebuilt from its prose: the number
 of labels corrected per class falls with the class's training AP against the observed
 labels, scales with the number of training examples and a correction ratio, and is capped
@@ -18,11 +18,12 @@ import torch
 
 from ..labels import LabelState
 from .apl import as_probabilities, select_smallest_per_class
+from .base import ClassAP, LabelingAlgorithm, Probabilities, check_epoch, round_record
 
 __all__ = ["OPMLCorrection"]
 
 
-class OPMLCorrection:
+class OPMLCorrection(LabelingAlgorithm):
     """Turn the highest-scoring unobserved entries of each class into permanent positives.
 
     At the end of epoch ``start_epoch`` (1-indexed; every epoch from then on if
@@ -44,12 +45,22 @@ class OPMLCorrection:
 
     Args:
         rho: correction ratio (>= 0), a fraction of N.
-        start_epoch: ``T_c``, epoch after which the correction runs (>= 1).
+        start_epoch: ``T_c``, epoch after which the correction runs (>= 1). Default 5 [ours]:
+            the paper's value is lost, and five epochs give the classifier time to rank its
+            classes before its guesses become labels; a fixed default means a recipe never
+            needs the trainer to invent one from the run length.
         kappa: cap as a multiple of the observed positives of the class (>= 0, default 1).
         every_epoch: also run after every later epoch, not only after ``start_epoch``.
+
+    ``needs_class_ap``: the trainer passes the AP it computes for the epoch anyway to
+    :meth:`step`, which then skips computing it again.
     """
 
-    def __init__(self, rho: float, *, start_epoch: int, kappa: float = 1.0, every_epoch: bool = False):
+    needs_class_ap = True
+
+    def __init__(
+        self, rho: float, *, start_epoch: int = 5, kappa: float = 1.0, every_epoch: bool = False
+    ) -> None:
         for name, value in (("rho", rho), ("kappa", kappa)):
             if (
                 isinstance(value, bool)
@@ -95,32 +106,18 @@ class OPMLCorrection:
             dtype=torch.long,
         )
 
-    def step(
-        self,
-        probs: torch.Tensor | np.ndarray,
-        state: LabelState,
-        epoch: int,
-        class_ap: np.ndarray | torch.Tensor | None = None,
-    ) -> dict[str, Any]:
+    def step(self, probs: Probabilities, state: LabelState, epoch: int, *, class_ap: ClassAP = None) -> dict[str, Any]:
         """Run the correction after ``epoch`` if it is due.
 
         ``probs``: ``sigmoid(z)`` over the whole training split, row n = example n of
         ``state``. ``class_ap``: per-class AP if already computed (e.g. by the trainer's
-        training-set evaluation); computed with :func:`spmlkit.metrics.average_precision`
-        otherwise. Returns ``{"epoch", "active", "corrected", "corrected_per_class",
-        "class_ap"}``.
+        training-set evaluation; classes without observed positives must carry 0, not NaN);
+        computed with :func:`spmlkit.metrics.average_precision` otherwise. Returns
+        ``{"epoch", "active", "corrected", "corrected_per_class", "class_ap"}``.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 1:
-            raise ValueError(f"OPMLCorrection.step: epoch must be a 1-indexed integer, got {epoch!r}")
-        counts = torch.zeros(state.num_classes, dtype=torch.long)
+        epoch = check_epoch("OPMLCorrection.step", epoch)
         if not self.is_active(epoch):
-            return {
-                "epoch": int(epoch),
-                "active": False,
-                "corrected": 0,
-                "corrected_per_class": counts,
-                "class_ap": None,
-            }
+            return {**round_record(epoch, "corrected", None, state.num_classes), "class_ap": None}
         p = as_probabilities(probs, state, where="OPMLCorrection.step")
         ap = self.class_ap(p, state) if class_ap is None else self._check_ap(class_ap, state)
         quota = self.num_corrections(ap, state)
@@ -129,15 +126,8 @@ class OPMLCorrection:
         keys = torch.where(candidates, -p, torch.full((), math.inf, dtype=p.dtype))
         rows, cols = select_smallest_per_class(keys, quota)
         if rows.numel():
-            state.add_corrections(rows, cols, int(epoch))
-        counts = torch.bincount(cols, minlength=state.num_classes)
-        return {
-            "epoch": int(epoch),
-            "active": True,
-            "corrected": int(rows.numel()),
-            "corrected_per_class": counts,
-            "class_ap": ap,
-        }
+            state.add_corrections(rows, cols, epoch)
+        return {**round_record(epoch, "corrected", cols, state.num_classes), "class_ap": ap}
 
     @staticmethod
     def _check_ap(class_ap: np.ndarray | torch.Tensor, state: LabelState) -> np.ndarray:

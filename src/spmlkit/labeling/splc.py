@@ -1,8 +1,8 @@
 """SPLC's self-paced correction of missing labels.
 
 "Simple and Robust Loss Design for Multi-Label Learning with Missing Labels", Zhang et al.
-(REFERENCE.md C.15, G-11). Once training has warmed up, an unobserved entry the model
-already scores above ``tau`` is treated as positive for that step only: confident
+(docs/methods.md, "splc"; docs/protocol.md, "SPLC negative term and epoch indexing"). Once
+training has warmed up, an unobserved entry the model already scores above ``tau`` is treated as positive for that step only: confident
 predictions on missing labels are mostly right, and correcting them stops the assumed
 negative term from fighting the model. The correction is transient; nothing is written to
 the label state.

@@ -5,22 +5,34 @@
     >>> value = fn(logits, labels)          # labels: 1 observed positive, 0 unobserved, -1 negative
     >>> losses.available()                  # {name: one-line description}
 
-Families (one module each): ``elementwise`` (the L1/L2/L3, k(p), v(p) spine of DESIGN.md:
-AN, LS, EM, GR, Hill, SPLC, LL, ...), ``setwise`` (ZLPR, OPML over a row's labels),
+Families (one module each): ``elementwise`` (the L1/L2/L3, k(p), v(p) spine of docs/methods.md,
+"The element-wise view": AN, LS, EM, GR, Hill, SPLC, LL, ...), ``setwise`` (ZLPR, OPML over a row's labels),
 ``batchwise`` (EPR, high-rank, PU-MLC over a batch) and ``role`` (ROLE's label estimator).
 """
 
-from .base import PseudoLabels, SPMLLoss, available, bc_mean, create, hyperparameters, register
+from .base import (
+    LossContext,
+    PseudoLabels,
+    SPMLLoss,
+    available,
+    bc_mean,
+    create,
+    data_arguments,
+    hyperparameters,
+    register,
+)
 from . import elementwise, setwise, batchwise, role  # noqa: F401  (modules register their losses)
 from .batchwise import high_rank_regularizer, pu_mixup_consistency
 from .role import RoleEstimator
 
 __all__ = [
+    "LossContext",
     "PseudoLabels",
     "SPMLLoss",
     "available",
     "bc_mean",
     "create",
+    "data_arguments",
     "hyperparameters",
     "register",
     "high_rank_regularizer",

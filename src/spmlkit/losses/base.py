@@ -9,81 +9,236 @@ Every loss is an ``nn.Module`` called as ``fn(logits, labels, **context)``:
 * optional keyword context that only some methods read, so the training loop can pass the
   same context to every loss without knowing which one runs:
   ``pseudo`` (:class:`PseudoLabels`, the soft pseudo-negatives of APL), ``index`` (long
-  ``[B]`` dataset indices, for ROLE's per-example estimator).
+  ``[B]`` dataset indices, for ROLE's per-example estimator). Subclasses receive them as
+  one :class:`LossContext`.
+
+What a loss needs from the loop beyond that (``index``, label corrections, the class AP,
+extra optimiser groups, checkpoint state) is declared by :class:`SPMLLoss` class attributes
+and hook methods with do-nothing defaults; docs/losses-api.md describes the contract.
 
 The registry is the single source of truth for names, one-line descriptions and
 hyperparameters: a loss declares its hyperparameters as keyword arguments of ``__init__``
 with their defaults, and :func:`create` validates user input against that signature, so
-there is no second list to keep in sync.
+there is no second list to keep in sync. Constructor arguments that describe the data
+(``data_arguments``) and the shared options ``reduction``/``validate_args`` are accepted by
+:func:`create` but never listed as hyperparameters.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, TypedDict
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..labels import PseudoLabels
 
 __all__ = [
     "PseudoLabels",
+    "LossContext",
+    "LossOptions",
     "SPMLLoss",
+    "REDUCTIONS",
     "register",
     "create",
     "available",
     "hyperparameters",
+    "data_arguments",
+    "init_defaults",
     "bc_mean",
+    "check_number",
+    "check_reduction",
 ]
+
+#: every value of ``reduction``, in PyTorch's spelling
+REDUCTIONS: tuple[str, ...] = ("mean", "sum", "none")
+#: constructor options shared by every loss; never hyperparameters, never data arguments
+OPTIONS: tuple[str, ...] = ("reduction", "validate_args")
+
+
+class LossOptions(TypedDict, total=False):
+    """The keyword options of :class:`SPMLLoss` that subclasses pass through ``**options``.
+
+    Declared once here so that a subclass lists only its own hyperparameters and the
+    registry can tell the two apart without a second list.
+    """
+
+    reduction: str
+    validate_args: bool
+
+
+@dataclass(frozen=True)
+class LossContext:
+    """Batch context beside ``(logits, labels)`` that only some losses read.
+
+    One object instead of one keyword per context item keeps every loss's :meth:`SPMLLoss.loss`
+    signature the same, however many context items exist.
+    """
+
+    #: soft pseudo-negatives of APL (read by ``em_apl``)
+    pseudo: PseudoLabels | None = None
+    #: long ``[B]`` dataset indices of the batch rows (read by losses with ``needs_index``)
+    index: Tensor | None = None
 
 
 class SPMLLoss(nn.Module):
     """Base class: a loss over ``(logits, labels)`` plus optional batch context.
 
-    Subclasses implement :meth:`loss`. The base ``forward`` validates shapes once at the
-    boundary, so formulas stay free of checks. Stateful methods override
-    :meth:`set_epoch`; the default is a no-op so the loop can call it on every loss.
+    Subclasses implement :meth:`loss` and reduce their unreduced terms with :meth:`reduce`.
+    The base ``forward`` validates inputs at the boundary, so formulas stay free of checks.
+
+    What a loss needs from the training loop is *declared* by the class attributes below, and
+    every hook has a default that does nothing, so a loop calls the same methods on every
+    loss and reads the declarations instead of probing with ``getattr``.
     """
 
     #: registry name, filled in by :func:`register`
-    name: str = ""
-    #: True for losses that write permanent label corrections after each forward
-    #: (read ``correction_mask`` and apply it to the label state).
-    corrects_labels: bool = False
+    name: ClassVar[str] = ""
+    #: True for losses whose forward reads ``index=`` (ROLE's per-example estimator)
+    needs_index: ClassVar[bool] = False
+    #: True for losses that make permanent label corrections (LL-Cp): after each forward,
+    #: :meth:`last_corrections` returns the bool ``[B, C]`` mask of entries to turn positive
+    corrects_labels: ClassVar[bool] = False
+    #: True for losses that need the per-class training AP once per epoch (soft OPML)
+    needs_class_ap: ClassVar[bool] = False
+    #: constructor arguments that describe the data rather than the method; the trainer fills
+    #: them, and they are never listed as hyperparameters
+    data_arguments: ClassVar[tuple[str, ...]] = ()
+    #: the values of ``reduction`` this loss supports (batch-wise losses without per-entry
+    #: terms leave out "none")
+    reductions: ClassVar[tuple[str, ...]] = REDUCTIONS
 
+    def __init__(self, *, reduction: str = "mean", validate_args: bool = True) -> None:
+        super().__init__()
+        label = type(self).name or type(self).__name__
+        self.reduction = check_reduction(f"loss {label!r}", reduction, self.reductions)
+        if not isinstance(validate_args, bool):
+            raise TypeError(f"loss {label!r}: validate_args must be True or False, got {validate_args!r}")
+        self.validate_args = validate_args
+
+    # ------------------------------------------------------------------ hooks (defaults)
     def set_epoch(self, epoch: int, num_epochs: int) -> None:  # noqa: D401 - hook
         """Tell the loss the current 1-indexed epoch (for schedules). No-op by default."""
 
+    def param_groups(self, lr: float) -> list[dict[str, Any]]:
+        """Extra optimiser parameter groups the loss owns (none by default)."""
+        return []
+
+    def last_corrections(self) -> Tensor | None:
+        """Bool ``[B, C]`` permanent corrections of the last forward (``corrects_labels`` only)."""
+        return None
+
+    def set_class_ap(self, ap: Tensor) -> None:
+        """Receive the per-class training AP ``[C]`` (``needs_class_ap`` only). No-op by default."""
+
+    def extra_state(self) -> dict[str, Any]:
+        """Non-parameter state that must survive a checkpoint (none by default).
+
+        State held in parameters and buffers already travels in ``state_dict``; this is for
+        anything else.
+        """
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` returned.
+
+        The default accepts only an empty dict: state this loss cannot hold means the
+        checkpoint was made with a different loss, which should not pass silently.
+        """
+        if state:
+            label = self.name or type(self).__name__
+            raise ValueError(
+                f"loss {label!r} keeps no extra state, but the checkpoint holds {sorted(state)}; "
+                "was it made with a different loss?"
+            )
+
+    def transfer_from(self, other: SPMLLoss) -> None:
+        """Carry state over from the loss of an earlier phase (LinearInit). No-op by default."""
+
+    # ------------------------------------------------------------------ evaluation
     def forward(
         self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
+        logits: Tensor,
+        labels: Tensor,
         *,
         pseudo: PseudoLabels | None = None,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        _check_inputs(self.name or type(self).__name__, logits, labels)
+        index: Tensor | None = None,
+    ) -> Tensor:
+        _check_inputs(self.name or type(self).__name__, logits, labels, values=self.validate_args)
         labels = labels.to(dtype=logits.dtype)
-        return self.loss(logits, labels, pseudo=pseudo, index=index)
+        return self.loss(logits, labels, LossContext(pseudo, index))
 
-    def loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        pseudo: PseudoLabels | None = None,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
+        """The formula, on inputs :meth:`forward` has already checked."""
         raise NotImplementedError
+
+    def reduce(self, terms: Tensor, mean: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """Apply ``self.reduction`` to a loss's unreduced terms.
+
+        ``"none"`` returns ``terms``, ``"sum"`` their sum and ``"mean"`` the paper's
+        normalisation, ``mean(terms)``: :func:`bc_mean` (the default) for an element matrix,
+        ``torch.mean`` for a per-row vector. Taking the mean as a function keeps each
+        family's exact expression, so "mean" values stay bit-for-bit what they were.
+        """
+        if self.reduction == "none":
+            return terms
+        if self.reduction == "sum":
+            return terms.sum()
+        return (mean or bc_mean)(terms)
 
     def extra_repr(self) -> str:
         params = hyperparameters(self.name) if self.name in _REGISTRY else {}
         return ", ".join(f"{k}={getattr(self, k, v)!r}" for k, v in params.items())
 
 
-def _check_inputs(name: str, logits: torch.Tensor, labels: torch.Tensor) -> None:
+def check_reduction(where: str, reduction: Any, allowed: tuple[str, ...] = REDUCTIONS) -> str:
+    """Return ``reduction`` if it is one of ``allowed``; raise a ``ValueError`` naming them otherwise."""
+    if not isinstance(reduction, str) or reduction not in allowed:
+        missing = "" if reduction not in REDUCTIONS else (
+            f" ({reduction!r} is not defined here: the value is a statistic of the whole batch "
+            "with no per-entry terms)"
+        )
+        raise ValueError(
+            f"{where}: reduction must be one of {', '.join(map(repr, allowed))}, got {reduction!r}{missing}"
+        )
+    return reduction
+
+
+def check_number(
+    loss: str,
+    key: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+) -> float:
+    """Return ``value`` as a float after checking it is finite and inside the bounds.
+
+    ``low_open`` makes the lower bound strict. Shared by every loss so that a bad
+    hyperparameter is reported the same way whichever loss receives it.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"loss {loss!r}: {key} must be a finite number, got {value!r}")
+    if low is not None and (value < low or (low_open and value == low)):
+        bound = f"> {low}" if low_open else f">= {low}"
+        raise ValueError(f"loss {loss!r}: {key} must be {bound}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"loss {loss!r}: {key} must be <= {high}, got {value!r}")
+    return float(value)
+
+
+def _check_inputs(name: str, logits: Tensor, labels: Tensor, *, values: bool = True) -> None:
+    """The one input check every loss shares.
+
+    Types, shapes, dtype and emptiness are read from tensor metadata and always checked. The
+    label values need the data on the host (a device-to-host sync), so that check runs only
+    when ``values`` is True: a trainer that validated its label matrix once builds its losses
+    with ``validate_args=False`` and skips it on every step.
+    """
     if not isinstance(logits, torch.Tensor) or not isinstance(labels, torch.Tensor):
         raise TypeError(
             f"loss {name!r}: logits and labels must be torch tensors, got "
@@ -100,12 +255,25 @@ def _check_inputs(name: str, logits: torch.Tensor, labels: torch.Tensor) -> None
         )
     if not logits.is_floating_point():
         raise TypeError(f"loss {name!r}: logits must be floating point, got {logits.dtype}")
+    if logits.numel() == 0:
+        raise ValueError(
+            f"loss {name!r}: got an empty batch (logits shape {tuple(logits.shape)}); every loss "
+            "averages over the batch, so it needs at least one row and one class"
+        )
+    if values:
+        valid = (labels == 1) | (labels == 0) | (labels == -1)
+        if not bool(valid.all()):
+            bad = labels[~valid]
+            raise ValueError(
+                f"loss {name!r}: labels may only contain 1 (observed positive), 0 (unobserved) and "
+                f"-1 (observed negative); found {bad.flatten()[0].item()!r} ({bad.numel()} bad entries)"
+            )
 
 
 def bc_mean(elementwise: torch.Tensor) -> torch.Tensor:
-    """The "BC-mean" reduction of REFERENCE.md A: sum of the ``[B, C]`` loss matrix / (B*C).
+    """The "BC-mean" reduction: sum of the ``[B, C]`` loss matrix / (B*C).
 
-    Entries a method ignores are zero but still count in the denominator, as in the base,
+    See docs/methods.md, "The element-wise view". Entries a method ignores are zero but still count in the denominator, as in the base,
     EM, LL and GR code bases.
     """
     return elementwise.sum() / elementwise.numel()
@@ -126,6 +294,10 @@ def register(name: str, description: str) -> Callable[[type], type]:
     def decorate(cls: type) -> type:
         if name in _REGISTRY:
             raise RuntimeError(f"loss name {name!r} registered twice")
+        # a data argument the constructor does not take could never be filled: fail at import
+        missing = sorted(set(cls.data_arguments) - set(init_defaults(cls)))
+        if missing:
+            raise RuntimeError(f"loss {name!r} declares data arguments {missing} that __init__ does not take")
         cls.name = name
         _REGISTRY[name] = _Entry(cls, description)
         return cls
@@ -134,8 +306,20 @@ def register(name: str, description: str) -> Callable[[type], type]:
 
 
 def hyperparameters(name: str) -> dict[str, Any]:
-    """Hyperparameters of loss ``name`` and their defaults (from its ``__init__``)."""
-    return init_defaults(_lookup(name).cls)
+    """What a user tunes on loss ``name``, with defaults (None where required).
+
+    Read from ``__init__``, minus the data arguments (the trainer fills those from the data)
+    and minus the shared options ``reduction`` and ``validate_args``, so recipes, sweeps and
+    the CLI list only the method's own knobs.
+    """
+    cls = _lookup(name).cls
+    skip = set(cls.data_arguments) | set(OPTIONS)
+    return {k: v for k, v in init_defaults(cls).items() if k not in skip}
+
+
+def data_arguments(name: str) -> tuple[str, ...]:
+    """Constructor arguments of loss ``name`` that describe the data (filled by the trainer)."""
+    return tuple(_lookup(name).cls.data_arguments)
 
 
 def init_defaults(cls: type) -> dict[str, Any]:
@@ -153,22 +337,23 @@ def available() -> dict[str, str]:
     return {name: _REGISTRY[name].description for name in sorted(_REGISTRY)}
 
 
-def create(name: str, **hparams: Any) -> SPMLLoss:
-    """Build loss ``name`` with the given hyperparameters.
+def create(name: str, **kwargs: Any) -> SPMLLoss:
+    """Build loss ``name`` from hyperparameters, data arguments and the shared options.
 
     Raises ``ValueError`` naming the valid choices for an unknown loss name or an unknown
-    hyperparameter, so typos fail loudly instead of silently using a default.
+    argument, so typos fail loudly instead of silently using a default.
     """
     entry = _lookup(name)
-    valid = hyperparameters(name)
-    unknown = sorted(set(hparams) - set(valid))
+    hparams = sorted(hyperparameters(name))
+    data = data_arguments(name)
+    unknown = sorted(set(kwargs) - set(hparams) - set(data) - set(OPTIONS))
     if unknown:
-        allowed = ", ".join(sorted(valid)) or "(none)"
+        data_part = f"; data arguments: {', '.join(data)}" if data else ""
         raise ValueError(
             f"loss {name!r} got unknown hyperparameter(s) {', '.join(unknown)}; "
-            f"valid ones are: {allowed}"
+            f"valid ones are: {', '.join(hparams) or '(none)'}{data_part}; options: {', '.join(OPTIONS)}"
         )
-    return entry.cls(**hparams)
+    return entry.cls(**kwargs)
 
 
 def _lookup(name: str) -> _Entry:

@@ -1,12 +1,12 @@
 """Batch-wise losses: terms that look at a whole batch (or a class column) at once.
 
 * EPR, the expected positive regulariser: Cole et al., "Multi-Label Learning from Single
-  Positive Labels", CVPR 2021 (REFERENCE.md C.9).
+  Positive Labels", CVPR 2021 (docs/methods.md, "epr").
 * High-rank regulariser: Li, Wang, Chen, "Pushing One Pair of Labels Apart Each Time in
-  Multi-Label Learning: From Single Positive to Full Labels" (REFERENCE.md C.22; the
-  exact form is our definition).
+  Multi-Label Learning: From Single Positive to Full Labels" (docs/methods.md, "highrank";
+  the exact form is our definition).
 * Variational PU loss and its mixup regulariser: Yuan, Zhang, Huang, "Positive Label Is
-  All You Need for Multi-Label Classification", ICME 2024 (PU-MLC, REFERENCE.md C.25).
+  All You Need for Multi-Label Classification", ICME 2024 (docs/methods.md, "pu_mlc").
 
 None of these decomposes into independent per-entry terms: EPR constrains the batch's
 average number of predicted positives, the high-rank term the spread of the batch
@@ -21,15 +21,25 @@ pure functions honest for ``torch.autograd.gradcheck``.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Unpack
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
-from .base import PseudoLabels, SPMLLoss, bc_mean, register
+from .base import (
+    LossContext,
+    LossOptions,
+    SPMLLoss,
+    bc_mean,
+    check_number,
+    check_reduction,
+    register,
+)
 
 __all__ = [
+    "elements_plus_batch_term",
     "expected_positive_regularizer",
     "high_rank_regularizer",
     "pu_temperature",
@@ -42,21 +52,8 @@ __all__ = [
 
 _NORMS = ("l2", "l1")
 _NUMERICS = ("stable", "reference")
-#: epsilon inside the logs of the PU-MLC code (REFERENCE.md A)
+#: epsilon inside the logs of the PU-MLC code (docs/methods.md, "The element-wise view")
 PU_EPS = 1e-10
-
-
-def _check_number(
-    loss: str, key: str, value: object, *, low: float, strict: bool, why: str
-) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if strict else value >= low)  # type: ignore[operator]
-    if not ok:
-        bound = f"> {low}" if strict else f">= {low}"
-        raise ValueError(
-            f"loss {loss!r}: {key} must be a finite number {bound} ({why}), got {value!r}"
-        )
-    return float(value)  # type: ignore[arg-type]
 
 
 def expected_positive_regularizer(
@@ -85,45 +82,50 @@ def expected_positive_regularizer(
     "epr", "EPR: -log p on observed positives + squared gap to the expected number of positives"
 )
 class EPRLoss(SPMLLoss):
-    """Expected positive regulariser (REFERENCE.md C.9).
+    """Expected positive regulariser (docs/methods.md, "epr").
 
     ``L = BC-mean(-log p on Y=+1) + R(p)``, ``R`` from :func:`expected_positive_regularizer`.
     Unobserved and observed-negative entries contribute 0 to the first term but count in
     its ``B·C`` denominator. ``expected_num_pos`` defaults to the VOC value 1.5 (COCO 2.9,
     NUS 1.9, CUB 31.4; presets carry them).
+
+    ``reduction``: ``"mean"`` is the form above; ``"sum"`` is ``B·C`` times it (the element
+    sum plus ``B·C·R``), so sums over micro-batches divided by the total entry count give the
+    mean again. ``"none"`` is rejected: ``R`` is one number for the whole batch, with no
+    honest share per entry.
     """
 
-    def __init__(self, expected_num_pos: float = 1.5, norm: str = "l2") -> None:
-        super().__init__()
-        self.expected_num_pos = _check_number(
-            "epr",
-            "expected_num_pos",
-            expected_num_pos,
-            low=0.0,
-            strict=False,
-            why="positives per example",
-        )
+    reductions = ("mean", "sum")
+
+    def __init__(self, expected_num_pos: float = 1.5, norm: str = "l2", **options: Unpack[LossOptions]) -> None:
+        super().__init__(**options)
+        self.expected_num_pos = check_number("epr", "expected_num_pos", expected_num_pos, low=0.0)
         if norm not in _NORMS:
             raise ValueError(f"loss 'epr': norm must be one of {', '.join(_NORMS)}, got {norm!r}")
         self.norm = norm
 
-    def loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        pseudo: PseudoLabels | None = None,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         positive_term = torch.where(labels > 0, -F.logsigmoid(logits), 0.0)
         reg = expected_positive_regularizer(torch.sigmoid(logits), self.expected_num_pos, self.norm)
-        return bc_mean(positive_term) + reg
+        return elements_plus_batch_term(positive_term, reg, self.reduction)
+
+
+def elements_plus_batch_term(elements: Tensor, batch_term: Tensor, reduction: str = "mean") -> Tensor:
+    """``BC-mean(elements) + batch_term`` (``"mean"``) or ``B·C`` times it (``"sum"``).
+
+    The shape of EPR and ROLE: an element matrix plus a regulariser of the whole batch. The
+    "sum" keeps their ratio, so switching reduction rescales the loss without reweighting it.
+    """
+    check_reduction("elements_plus_batch_term", reduction, ("mean", "sum"))
+    if reduction == "sum":
+        return elements.sum() + elements.numel() * batch_term
+    return bc_mean(elements) + batch_term
 
 
 def high_rank_regularizer(
-    logits: torch.Tensor, lam: float = 0.01, delta: float = 1e-4
-) -> torch.Tensor:
-    """``R_HR = -(λ/C)·log det(PᵀP/B + δ·I_C)`` with ``P = σ(Z)`` (REFERENCE.md C.22, [ours]).
+    logits: Tensor, lam: float = 0.01, delta: float = 1e-4, reduction: str = "mean"
+) -> Tensor:
+    """``R_HR = -(λ/C)·log det(PᵀP/B + δ·I_C)`` with ``P = σ(Z)`` (docs/methods.md, "highrank"; [ours]).
 
     Equivalently ``-(λ/C)·Σ_k log(s_k²/B + δ)`` over the singular values of P: rewarding a
     large log-determinant spreads the batch predictions over many directions, the smooth
@@ -131,50 +133,49 @@ def high_rank_regularizer(
     ``C - B`` missing directions contribute the constant ``log δ`` and no gradient.
     The Gram matrix is formed and factorised in float64 (it is SPD with eigenvalues ≥ δ, so
     Cholesky always succeeds); the result is returned in the logits' dtype.
+
+    The value is a mean over the C eigen-directions of ``PᵀP/B + δ·I``, which gives the
+    reductions: ``"none"`` returns the ``[C]`` terms ``-λ·log(μ_k)`` over its eigenvalues
+    ``μ_k`` (ascending; ``eigvalsh`` has stable gradients even for the repeated δ's),
+    ``"sum"`` their sum ``-λ·log det`` and ``"mean"`` the value above.
     """
+    check_reduction("high_rank_regularizer", reduction)
     batch, num_classes = logits.shape
     probs = torch.sigmoid(logits.to(torch.float64))
     gram = probs.T @ probs / batch
     gram = gram + delta * torch.eye(num_classes, dtype=torch.float64, device=logits.device)
-    chol = torch.linalg.cholesky(gram)
+    if reduction == "none":
+        return (-lam * torch.log(torch.linalg.eigvalsh(gram))).to(logits.dtype)
+    # SPD by construction, so the factorisation needs no error check; cholesky() would make one,
+    # and on a GPU that check waits for the device on every step
+    chol = torch.linalg.cholesky_ex(gram).L
     logdet = 2.0 * torch.log(torch.diagonal(chol)).sum()
-    return (-(lam / num_classes) * logdet).to(logits.dtype)
+    scale = lam / num_classes if reduction == "mean" else lam
+    return (-scale * logdet).to(logits.dtype)
 
 
 @register("highrank", "high-rank regulariser -(λ/C)·logdet(PᵀP/B + δI); add it to another loss")
 class HighRankRegularizer(SPMLLoss):
-    """The high-rank regulariser of OPML-SP as a registered term (REFERENCE.md C.22).
+    """The high-rank regulariser of OPML-SP as a registered term (docs/methods.md, "highrank").
 
     It ignores the labels and is meant to be **added** to a main loss (OPML-SP = soft OPML
     + high-rank + correction), e.g. ``opml_soft(z, y) + highrank(z, y)``. The paper's λ is
     lost; the default ``lam = 0.01`` [ours] keeps the term at most ``λ·|log δ| ≈ 0.09``,
     small next to an OPML loss of order ``log C`` (the paper reports mAP is stable for small
     λ and drops above some value).
+
+    ``reduction``: ``"none"`` gives one term per eigen-direction (``[C]``), ``"sum"`` their
+    sum and ``"mean"`` (the form above) their mean; see :func:`high_rank_regularizer`.
     """
 
-    def __init__(self, lam: float = 0.01, delta: float = 1e-4) -> None:
-        super().__init__()
-        self.lam = _check_number(
-            "highrank", "lam", lam, low=0.0, strict=False, why="trade-off weight"
-        )
-        self.delta = _check_number(
-            "highrank",
-            "delta",
-            delta,
-            low=0.0,
-            strict=True,
-            why="ridge keeping the log-determinant finite",
-        )
+    def __init__(self, lam: float = 0.01, delta: float = 1e-4, **options: Unpack[LossOptions]) -> None:
+        super().__init__(**options)
+        self.lam = check_number("highrank", "lam", lam, low=0.0)
+        # δ > 0 is the ridge that keeps the log-determinant finite
+        self.delta = check_number("highrank", "delta", delta, low=0.0, low_open=True)
 
-    def loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        pseudo: PseudoLabels | None = None,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return high_rank_regularizer(logits, self.lam, self.delta)
+    def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
+        return high_rank_regularizer(logits, self.lam, self.delta, self.reduction)
 
 
 def pu_temperature(logits: torch.Tensor, alpha: float = 1.0, floor: float = 1e-6) -> torch.Tensor:
@@ -182,21 +183,30 @@ def pu_temperature(logits: torch.Tensor, alpha: float = 1.0, floor: float = 1e-6
 
     Population std over the batch (``unbiased=False``), as in the code. Dividing by it
     rescales each class column to unit spread, so the sigmoid neither saturates nor stays
-    flat whatever the logit scale. The code has no lower bound; ``floor`` keeps a constant
-    column (std 0) finite (REFERENCE.md G-15). Depends on the per-device batch.
+    flat whatever the logit scale. Depends on the per-device batch.
+
+    A column with no spread (std exactly 0: a constant column, or any column of a one-row
+    batch) has no scale to normalise, so it gets the cap ``τ = 1`` (no tempering). Flooring it
+    instead, as this function once did, divided the logits by ``floor`` and blew the loss up
+    (a one-row last batch took a training loss from about -3 to several thousand). ``floor``
+    (docs/protocol.md, "PU-MLC temperature without a lower bound") still bounds columns whose spread is tiny but not zero. The std is
+    taken in at least float32, because float16 squares of logits overflow or underflow.
     """
-    spread = logits.detach().std(dim=0, correction=0)
-    return (alpha * spread).clamp(max=1.0).clamp(min=floor)
+    work = logits.detach()
+    spread = work.to(torch.promote_types(work.dtype, torch.float32)).std(dim=0, correction=0)
+    tempered = (alpha * spread).clamp(max=1.0).clamp(min=floor)
+    return torch.where(spread > 0, tempered, torch.ones_like(tempered))
 
 
 def pu_variational_loss(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    tau: torch.Tensor,
-    prior: torch.Tensor,
+    logits: Tensor,
+    labels: Tensor,
+    tau: Tensor,
+    prior: Tensor,
     gamma: float = 0.55,
     numerics: str = "stable",
-) -> torch.Tensor:
+    reduction: str = "mean",
+) -> Tensor:
     """Variational PU loss of PU-MLC with explicit temperature and re-balance factor.
 
     ``L = Σ_c [ p̄_c^γ · log(mean_n q_nc) - 1(|P_c|>0) · mean_{n∈P_c} log q_nc ]``,
@@ -207,7 +217,11 @@ def pu_variational_loss(
     their detached batch values. ``numerics="stable"`` evaluates the logs from logits
     (``log mean q = logsumexp_n logσ(s/τ) - log B``); ``"reference"`` adds the code's 1e-10
     inside the logs of probabilities. The two agree to ~1e-10 unless q underflows.
+
+    ``reduction``: ``"none"`` returns the per-class terms ``[C]``; ``"mean"`` (the paper's
+    form) and ``"sum"`` both return their sum, because the paper sums over classes.
     """
+    check_reduction("pu_variational_loss", reduction)
     if numerics not in _NUMERICS:
         raise ValueError(
             f"pu_variational_loss: numerics must be one of {_NUMERICS}, got {numerics!r}"
@@ -224,7 +238,8 @@ def pu_variational_loss(
         log_mean_q = torch.log(q.mean(dim=0) + PU_EPS)
     positive_mean = torch.where(positive, log_q, 0.0).sum(dim=0) / count.clamp(min=1)
     weight = prior.to(logits.dtype).pow(gamma)
-    return (weight * log_mean_q - torch.where(count > 0, positive_mean, 0.0)).sum()
+    per_class = weight * log_mean_q - torch.where(count > 0, positive_mean, 0.0)
+    return per_class if reduction == "none" else per_class.sum()
 
 
 @register(
@@ -232,7 +247,7 @@ def pu_variational_loss(
     "PU-MLC variational PU loss with tempered logits and prior re-balancing (summed over classes)",
 )
 class PUMLCLoss(SPMLLoss):
-    """PU-MLC's variational PU loss (REFERENCE.md C.25), summed over classes.
+    """PU-MLC's variational PU loss (docs/methods.md, "pu_mlc"), summed over classes.
 
     ``L = Σ_c [ p̄_c^γ · log(mean_n q_nc) - 1(|P_c|>0) · mean_{n∈P_c} log q_nc ]``
 
@@ -246,6 +261,13 @@ class PUMLCLoss(SPMLLoss):
     1e-10; ``"reference"`` reproduces it (bounded loss when q underflows). The paper's
     mixup regulariser needs the model and is the separate :func:`pu_mixup_consistency`,
     which the training loop adds with weight 1.
+
+    A class column with no spread in the batch (constant logits, or a one-row batch) is not
+    tempered (``τ_c = 1``), so such a batch gives a finite loss of ordinary size; see
+    :func:`pu_temperature`.
+
+    ``reduction``: ``"none"`` gives the per-class terms ``[C]``; ``"mean"`` (the paper's form)
+    and ``"sum"`` both give their sum.
     """
 
     def __init__(
@@ -254,34 +276,23 @@ class PUMLCLoss(SPMLLoss):
         alpha: float = 1.0,
         tau_floor: float = 1e-6,
         numerics: str = "stable",
+        **options: Unpack[LossOptions],
     ) -> None:
-        super().__init__()
-        self.gamma = _check_number(
-            "pu_mlc", "gamma", gamma, low=0.0, strict=False, why="power of the re-balance factor"
-        )
-        self.alpha = _check_number(
-            "pu_mlc", "alpha", alpha, low=0.0, strict=True, why="temperature scale"
-        )
-        self.tau_floor = _check_number(
-            "pu_mlc", "tau_floor", tau_floor, low=0.0, strict=True, why="smallest temperature"
-        )
+        super().__init__(**options)
+        # gamma: power of the re-balance factor; alpha: temperature scale
+        self.gamma = check_number("pu_mlc", "gamma", gamma, low=0.0)
+        self.alpha = check_number("pu_mlc", "alpha", alpha, low=0.0, low_open=True)
+        self.tau_floor = check_number("pu_mlc", "tau_floor", tau_floor, low=0.0, low_open=True)
         if numerics not in _NUMERICS:
             raise ValueError(
                 f"loss 'pu_mlc': numerics must be one of {', '.join(_NUMERICS)}, got {numerics!r}"
             )
         self.numerics = numerics
 
-    def loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        pseudo: PseudoLabels | None = None,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         tau = pu_temperature(logits, self.alpha, self.tau_floor)
         prior = torch.sigmoid(logits.detach() / tau).mean(dim=0)
-        return pu_variational_loss(logits, labels, tau, prior, self.gamma, self.numerics)
+        return pu_variational_loss(logits, labels, tau, prior, self.gamma, self.numerics, self.reduction)
 
 
 def _draw_beta(beta: float, generator: torch.Generator | None) -> float:
@@ -306,8 +317,9 @@ def pu_mixup_consistency(
     beta: float = 0.3,
     detach_targets: bool = False,
     lam: float | None = None,
+    reduction: str = "mean",
 ) -> torch.Tensor:
-    """PU-MLC's mixup regulariser (from vPU; REFERENCE.md C.25), weight 1 in the paper.
+    """PU-MLC's mixup regulariser (from vPU; docs/methods.md, "pu_mlc"), weight 1 in the paper.
 
     The batch is split into A (rows ``0 … ⌊B/2⌋-1``) and A' (rows ``⌈B/2⌉ … B-1``; an odd
     middle row is dropped). Targets are ``t = 1`` on observed positives and ``σ(z)``
@@ -324,7 +336,12 @@ def pu_mixup_consistency(
     ``generator`` (global torch RNG when None; see :func:`_draw_beta`); passing ``lam``
     fixes λ and draws no λ. Returns 0 for ``B < 2``. ``model`` maps inputs ``[h, ...]`` to
     logits ``[h, C]`` (one extra forward pass).
+
+    ``reduction``: ``"none"`` returns the squared differences ``[h, C]`` (``h = ⌊B/2⌋``;
+    ``[0, C]`` for ``B < 2``), ``"sum"`` their sum and ``"mean"`` the form above
+    (``sum / h``: a mean over mixed rows, summed over classes).
     """
+    check_reduction("pu_mixup_consistency", reduction)
     if inputs.shape[0] != logits.shape[0] or labels.shape != logits.shape:
         raise ValueError(
             f"pu_mixup_consistency: inputs {tuple(inputs.shape)}, logits {tuple(logits.shape)} and "
@@ -336,7 +353,7 @@ def pu_mixup_consistency(
         raise ValueError(f"pu_mixup_consistency: lam must lie in [0, 1], got {lam!r}")
     batch = logits.shape[0]
     if batch < 2:
-        return logits.new_zeros(())
+        return logits.new_zeros((0, logits.shape[1]) if reduction == "none" else ())
     half = batch // 2
     gen_device = generator.device if generator is not None else torch.device("cpu")
     perm = torch.randperm(half, generator=generator, device=gen_device).to(inputs.device)
@@ -358,4 +375,7 @@ def pu_mixup_consistency(
     log_eps = math.log(PU_EPS)
     log_pred = torch.logaddexp(F.logsigmoid(out), torch.full_like(out, log_eps))
     log_target = torch.log(mixed_targets.to(out.dtype) + PU_EPS)
-    return (log_target - log_pred).square().mean(dim=0).sum()
+    squared = (log_target - log_pred).square()
+    if reduction == "mean":
+        return squared.mean(dim=0).sum()
+    return squared if reduction == "none" else squared.sum()

@@ -1,4 +1,4 @@
-"""ROLE: regularised online label estimation (REFERENCE.md C.10).
+"""ROLE: regularised online label estimation (docs/methods.md, "role").
 
 Cole et al., "Multi-Label Learning from Single Positive Labels", CVPR 2021.
 
@@ -12,15 +12,15 @@ unobserved labels are neither all assumed negative nor free to become positive.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
-from .base import PseudoLabels, SPMLLoss, bc_mean, register
-from .batchwise import expected_positive_regularizer
+from .base import LossContext, LossOptions, SPMLLoss, check_number, register
+from .batchwise import elements_plus_batch_term, expected_positive_regularizer
 
 __all__ = ["clamped_logit", "role_objective", "RoleEstimator", "RoleLoss"]
 
@@ -58,11 +58,12 @@ def _as_matrix(value: Any, what: str) -> torch.Tensor:
 class RoleEstimator(nn.Module):
     """Per-example label estimator ``ĝ = σ(Φ)`` with ``Φ`` a parameter ``[num_train, C]``.
 
-    Initialisation (REFERENCE.md C.10): observed positives ``logit(0.995) ≈ 5.2933``,
+    Initialisation (docs/methods.md, "role"): observed positives ``logit(0.995) ≈ 5.2933``,
     observed negatives ``logit(0.005)``, unobserved entries ``U(-q, q)`` with
     ``q = logit(0.6) ≈ 0.4055`` (probabilities in (0.4, 0.6)). The uniform part comes from
     a ``torch.Generator`` seeded with ``seed`` (recorded as ``self.seed``), not from the
-    global RNG as in the base code (G-13), so the initial estimate is reproducible.
+    global RNG as in the base code (docs/protocol.md, "Unseeded ROLE estimator
+    initialisation"), so the initial estimate is reproducible.
 
     Give ``observed`` (``[N, C]`` in {-1, 0, 1}) or ``num_train`` and ``num_classes`` (all
     entries unobserved). ``estimator(index)`` returns the probabilities ``[B, C]`` of the
@@ -140,7 +141,7 @@ class RoleEstimator(nn.Module):
             raise ValueError("RoleEstimator: probs must be finite probabilities in [0, 1]")
         self.phi.copy_(clamped_logit(mat).to(self.phi))
 
-    def _check_index(self, index: torch.Tensor) -> None:
+    def _check_index(self, index: torch.Tensor, *, values: bool = True) -> None:
         if (
             not isinstance(index, torch.Tensor)
             or index.dim() != 1
@@ -149,15 +150,19 @@ class RoleEstimator(nn.Module):
             raise ValueError(
                 "RoleEstimator: index must be a 1-D integer tensor of training-example ids [batch]"
             )
-        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.num_train):
+        if values and index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.num_train):
             raise ValueError(
                 f"RoleEstimator: index values must lie in [0, {self.num_train}); got range "
                 f"[{int(index.min())}, {int(index.max())}]"
             )
 
-    def logits(self, index: torch.Tensor) -> torch.Tensor:
-        """Rows ``index`` of Φ, ``[B, C]``."""
-        self._check_index(index)
+    def logits(self, index: torch.Tensor, *, check_values: bool = True) -> torch.Tensor:
+        """Rows ``index`` of Φ, ``[B, C]``.
+
+        ``check_values=False`` skips the range check of the ids, which reads them on the host
+        (a device sync per step); the loss turns it off under ``validate_args=False``.
+        """
+        self._check_index(index, values=check_values)
         return self.phi[index.to(self.phi.device)]
 
     def forward(self, index: torch.Tensor) -> torch.Tensor:
@@ -175,6 +180,7 @@ def role_objective(
     classifier_target: torch.Tensor,
     estimator_target: torch.Tensor,
     expected_num_pos: float = 1.5,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """ROLE's objective with its stop-gradient targets as explicit inputs.
 
@@ -185,6 +191,10 @@ def role_objective(
     ``classifier_target`` ``t_f`` that of the estimator (``sg(f)``); ``R`` is EPR's squared
     regulariser with ``k = expected_num_pos``. The cross terms cover every entry, observed
     positives included. All logs are log-sigmoids of logits.
+
+    ``reduction="sum"`` returns ``B·C`` times the value (see
+    :func:`~spmlkit.losses.batchwise.elements_plus_batch_term`); there is no ``"none"``,
+    because the regularisers belong to the whole batch.
     """
     positive = labels > 0
     positive_term = torch.where(
@@ -197,7 +207,7 @@ def role_objective(
     reg = expected_positive_regularizer(
         torch.sigmoid(logits), expected_num_pos
     ) + expected_positive_regularizer(torch.sigmoid(estimator_logits), expected_num_pos)
-    return bc_mean(0.5 * positive_term + 0.5 * cross) + 0.5 * reg
+    return elements_plus_batch_term(0.5 * positive_term + 0.5 * cross, 0.5 * reg, reduction)
 
 
 @register(
@@ -205,7 +215,7 @@ def role_objective(
     "ROLE: classifier and per-example label estimator trained to agree, both held to k positives",
 )
 class RoleLoss(SPMLLoss):
-    """ROLE (REFERENCE.md C.10); owns the :class:`RoleEstimator` as a submodule.
+    """ROLE (docs/methods.md, "role"); owns the :class:`RoleEstimator` as a submodule.
 
     Needs ``index`` (the batch's training-example ids) at every call. Construct with
     ``observed`` (the ``[N, C]`` observed label matrix, used for the initialisation) or
@@ -213,7 +223,17 @@ class RoleLoss(SPMLLoss):
     estimator is trained by the same optimiser at ``lr_mult`` × the classifier lr: add
     :meth:`param_groups` to it. Φ lives in this module's ``state_dict``, so checkpoints
     carry it.
+
+    Contract: ``needs_index``; the training-set shape, the observed labels and the seed of
+    the initial estimate are *data arguments* (filled by the trainer, not tuned), leaving
+    ``expected_num_pos`` and ``lr_mult`` as hyperparameters. :meth:`transfer_from` copies
+    the estimate of an earlier ROLE loss (LinearInit's phase 1). ``reduction``: ``"mean"``
+    (the paper's form) or ``"sum"`` (``B·C`` times it); ``"none"`` is not defined.
     """
+
+    needs_index = True
+    data_arguments = ("num_train", "num_classes", "observed", "seed")
+    reductions = ("mean", "sum")
 
     def __init__(
         self,
@@ -223,24 +243,17 @@ class RoleLoss(SPMLLoss):
         observed: torch.Tensor | np.ndarray | None = None,
         seed: int = 0,
         lr_mult: float = 10.0,
+        **options: Unpack[LossOptions],
     ) -> None:
-        super().__init__()
-        for key, value in (("expected_num_pos", expected_num_pos), ("lr_mult", lr_mult)):
-            if not (
-                isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and math.isfinite(value)
-                and value > 0
-            ):
-                raise ValueError(f"loss 'role': {key} must be a finite number > 0, got {value!r}")
+        super().__init__(**options)
+        self.expected_num_pos = check_number("role", "expected_num_pos", expected_num_pos, low=0.0, low_open=True)
+        self.lr_mult = check_number("role", "lr_mult", lr_mult, low=0.0, low_open=True)
         if observed is None and (num_train is None or num_classes is None):
             raise ValueError(
                 "loss 'role' needs the training set's shape for its label estimator: pass "
                 "observed=<[num_train, classes] observed label matrix> (recommended: observed "
                 "positives/negatives then get their own initial values) or num_train and num_classes"
             )
-        self.expected_num_pos = float(expected_num_pos)
-        self.lr_mult = float(lr_mult)
         self.estimator = RoleEstimator(num_train, num_classes, observed=observed, seed=seed)
         self.num_train, self.num_classes, self.seed = (
             self.estimator.num_train,
@@ -252,14 +265,18 @@ class RoleLoss(SPMLLoss):
         """Optimiser parameter groups of the estimator: ``[{"params": [Φ], "lr": lr · lr_mult}]``."""
         return [{"params": list(self.estimator.parameters()), "lr": lr * self.lr_mult}]
 
-    def loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        pseudo: PseudoLabels | None = None,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def transfer_from(self, other: SPMLLoss) -> None:
+        """Start from ``other``'s label estimate (LinearInit: phase 1's ROLE hands over ĝ).
+
+        Only the probabilities move (clamped as in :meth:`RoleEstimator.load_probabilities`);
+        optimiser state does not. Any other loss type is a mistake in the run, so it raises.
+        """
+        if not isinstance(other, RoleLoss):
+            raise TypeError(f"loss 'role' can only take its estimate from another 'role' loss, got {other.name!r}")
+        self.estimator.load_probabilities(torch.sigmoid(other.estimator.phi.detach()))
+
+    def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
+        index = ctx.index
         if index is None:
             raise ValueError(
                 "loss 'role' needs index=<long tensor [batch] of training-example ids> to look up "
@@ -273,7 +290,8 @@ class RoleLoss(SPMLLoss):
             raise ValueError(
                 f"loss 'role': logits have {logits.shape[1]} classes but the estimator was built for {self.num_classes}"
             )
-        phi = self.estimator.logits(index).to(dtype=logits.dtype, device=logits.device)
+        phi = self.estimator.logits(index, check_values=self.validate_args)
+        phi = phi.to(dtype=logits.dtype, device=logits.device)
         return role_objective(
             logits,
             phi,
@@ -281,6 +299,7 @@ class RoleLoss(SPMLLoss):
             classifier_target=torch.sigmoid(logits.detach()),
             estimator_target=torch.sigmoid(phi.detach()),
             expected_num_pos=self.expected_num_pos,
+            reduction=self.reduction,
         )
 
     def extra_repr(self) -> str:

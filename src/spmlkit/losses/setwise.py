@@ -1,9 +1,9 @@
 """Set-wise losses over a row's labels: ZLPR, OPML and soft (AP-adaptive) OPML.
 
 * ZLPR: Su et al., "ZLPR: A novel loss for multi-label classification", 2022
-  (REFERENCE.md C.20).
+  (docs/methods.md, "zlpr").
 * OPML: Li, Wang, Chen, "Pushing One Pair of Labels Apart Each Time in Multi-Label
-  Learning: From Single Positive to Full Labels" (REFERENCE.md C.21, C.23). The paper's
+  Learning: From Single Positive to Full Labels" (docs/methods.md, "opml" and "opml_soft"). The paper's
   equations are lost from our copy; the forms here are the library's reconstruction [ours].
 
 Unlike the element-wise family these losses couple all classes of a row: the negatives
@@ -11,19 +11,20 @@ enter through one log-sum-exp and the positives through another, so the loss pus
 highest-scoring negative below the lowest-scoring positive ("one pair at a time") instead
 of pushing every label to its own target.
 
-Label encoding (REFERENCE.md A): ``1`` observed positive (Pos), ``0`` unobserved and ``-1``
+Label encoding (docs/protocol.md, "Label encoding"): ``1`` observed positive (Pos), ``0`` unobserved and ``-1``
 observed negative. Under the AN assumption both ``0`` and ``-1`` form Neg.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import torch
+from torch import Tensor
 
-from .base import PseudoLabels, SPMLLoss, register
+from .base import LossContext, LossOptions, SPMLLoss, check_number, register
 
 __all__ = ["opml_loss", "soft_opml_loss", "ZLPRLoss", "OPMLLoss", "SoftOPMLLoss"]
 
@@ -49,7 +50,7 @@ def _log_const_plus_sum_exp(
 def opml_loss(
     logits: torch.Tensor, labels: torch.Tensor, *, a: float = 1.0, b: float = 1.0
 ) -> torch.Tensor:
-    """Per-example OPML loss ``[B]`` (REFERENCE.md C.21; ZLPR for ``a = b = 1``).
+    """Per-example OPML loss ``[B]`` (docs/methods.md, "opml"; ZLPR for ``a = b = 1``).
 
     ``ℓ_n = log(a + Σ_{j∈Neg} e^{z_j}) + log(b + Σ_{i∈Pos} e^{-z_i})``
 
@@ -73,7 +74,7 @@ def soft_opml_loss(
     a: float = 1.0,
     b: float = 1.0,
 ) -> torch.Tensor:
-    """Per-example soft OPML loss ``[B]`` with explicit smoothing weights (REFERENCE.md C.23).
+    """Per-example soft OPML loss ``[B]`` with explicit smoothing weights (docs/methods.md, "opml_soft").
 
     ``ℓ_n = log(a + Σ_{c∈Neg} (1-ε_nc) e^{z_nc}) + log(b + Σ_{i∈Pos} e^{-z_ni} + Σ_{c∈U} ε_nc e^{-z_nc})``
 
@@ -130,31 +131,27 @@ def _check_margins(
 
 @register("zlpr", "ZLPR: log(1+Σ_Neg e^z) + log(1+Σ_Pos e^-z) per example (AN assumption)")
 class ZLPRLoss(SPMLLoss):
-    """ZLPR (REFERENCE.md C.20), mean over examples.
+    """ZLPR (docs/methods.md, "zlpr"), mean over examples.
 
     ``ℓ_n = log(1 + Σ_{j∈Neg} e^{z_j}) + log(1 + Σ_{i∈Pos} e^{-z_i})``
 
     Neg = unobserved and observed negatives (AN assumption), Pos = observed positives.
     Compared with BCE the negatives share one normaliser, so a single-positive row is not
     drowned by C-1 independent negative terms. Equal to ``opml`` with ``a = b = 1``.
+
+    ``reduction``: ``"none"`` gives the per-example ``ℓ_n`` ``[B]``, ``"sum"`` their sum and
+    ``"mean"`` (the paper's) their mean.
     """
 
-    def loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        pseudo: PseudoLabels | None = None,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return opml_loss(logits, labels, a=1.0, b=1.0).mean()
+    def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
+        return self.reduce(opml_loss(logits, labels, a=1.0, b=1.0), torch.mean)
 
 
 @register(
     "opml", "OPML: log(a+Σ_Neg e^z) + log(b+Σ_Pos e^-z) per example, bounded below by log(ab)"
 )
 class OPMLLoss(SPMLLoss):
-    """OPML (REFERENCE.md C.21, our reconstruction), mean over examples (no 1/C).
+    """OPML (docs/methods.md, "opml": our reconstruction), mean over examples (no 1/C).
 
     ``ℓ_n = log(a + Σ_{j∈Neg} e^{z_j}) + log(b + Σ_{i∈Pos} e^{-z_i}) ≥ log(ab)``
 
@@ -163,6 +160,9 @@ class OPMLLoss(SPMLLoss):
     as logit margins. ``u``/``v`` give the same constants in log form (``a = e^u``,
     ``b = e^v``; ``u = v = 0`` is ZLPR). ``subtract_min`` subtracts ``log(ab)`` so the
     minimum is 0 (gradients unchanged).
+
+    ``reduction``: ``"none"`` gives the per-example ``ℓ_n`` ``[B]`` (each minus ``log(ab)``
+    under ``subtract_min``), ``"sum"`` their sum and ``"mean"`` (the paper's) their mean.
     """
 
     def __init__(
@@ -172,8 +172,9 @@ class OPMLLoss(SPMLLoss):
         subtract_min: bool = False,
         u: float | None = None,
         v: float | None = None,
+        **options: Unpack[LossOptions],
     ) -> None:
-        super().__init__()
+        super().__init__(**options)
         self.a, self.b = _check_margins(self.name or "opml", a, b, u, v)
         self.u, self.v = u, v
         self.subtract_min = bool(subtract_min)
@@ -186,20 +187,19 @@ class OPMLLoss(SPMLLoss):
     def _offset(self) -> float:
         return math.log(self.a * self.b) if self.subtract_min else 0.0
 
-    def loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        pseudo: PseudoLabels | None = None,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return opml_loss(logits, labels, a=self.a, b=self.b).mean() - self._offset()
+    def _reduce_rows(self, rows: Tensor) -> Tensor:
+        # "mean" subtracts the offset after averaging, as it always has, so its value is unchanged
+        if self.reduction == "mean":
+            return rows.mean() - self._offset()
+        return self.reduce(rows - self._offset())
+
+    def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
+        return self._reduce_rows(opml_loss(logits, labels, a=self.a, b=self.b))
 
 
 @register("opml_soft", "soft OPML: unobserved labels smoothed towards positive by AP_c^r * sg(p)")
 class SoftOPMLLoss(OPMLLoss):
-    """Soft OPML with AP-adaptive label smoothing (REFERENCE.md C.23, our definition).
+    """Soft OPML with AP-adaptive label smoothing (docs/methods.md, "opml_soft": our definition).
 
     For an unobserved entry, ``ε_nc = AP_c^r · sg(p_nc)`` moves a share of its ``e^{z}``
     term from the negative log-sum-exp to the positive one (with ``e^{-z}``):
@@ -209,9 +209,12 @@ class SoftOPMLLoss(OPMLLoss):
     ``AP_c`` is class c's training AP against the observed labels, set by the training loop
     after each epoch with :meth:`set_class_ap`: a class whose predictions already rank the
     observed positives well is trusted more, and ``r`` sharpens or flattens that trust.
-    Until the first AP is set ``ε = 0`` and the loss equals OPML.
+    Until the first AP is set ``ε = 0`` and the loss equals OPML. ``needs_class_ap`` tells
+    the trainer to make that call; the AP lives in a buffer, so checkpoints carry it.
+    ``reduction`` as for ``opml``.
     """
 
+    needs_class_ap = True
     class_ap: torch.Tensor | None
 
     def __init__(
@@ -222,19 +225,17 @@ class SoftOPMLLoss(OPMLLoss):
         subtract_min: bool = False,
         u: float | None = None,
         v: float | None = None,
+        **options: Unpack[LossOptions],
     ) -> None:
-        super().__init__(a=a, b=b, subtract_min=subtract_min, u=u, v=v)
-        if not (isinstance(r, (int, float)) and math.isfinite(r) and r >= 0):
-            raise ValueError(
-                f"loss 'opml_soft': r (power on the class AP) must be a finite number >= 0, got {r!r}"
-            )
-        self.r = float(r)
+        super().__init__(a=a, b=b, subtract_min=subtract_min, u=u, v=v, **options)
+        self.r = check_number("opml_soft", "r (power on the class AP)", r, low=0.0)
         self.register_buffer("class_ap", None)
 
     def set_class_ap(self, ap: torch.Tensor | np.ndarray | Any) -> None:
         """Store the per-class training AP ``[C]`` (values in [0, 1]) used from now on.
 
-        Classes without observed positives have no AP; pass 0 for them (REFERENCE.md G-17).
+        Classes without observed positives have no AP; pass 0 for them (docs/protocol.md, "AP with ties
+        and classes without positives").
         """
         if isinstance(ap, torch.Tensor):
             value = ap.detach().to(device="cpu", dtype=torch.float64)
@@ -265,16 +266,9 @@ class SoftOPMLLoss(OPMLLoss):
         eps = trust * torch.sigmoid(logits.detach())
         return torch.where(labels == 0, eps, 0.0)
 
-    def loss(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        pseudo: PseudoLabels | None = None,
-        index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         eps = self.smoothing(logits, labels)
-        return soft_opml_loss(logits, labels, eps, a=self.a, b=self.b).mean() - self._offset()
+        return self._reduce_rows(soft_opml_loss(logits, labels, eps, a=self.a, b=self.b))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[no-untyped-def]
         # a checkpoint taken after set_class_ap holds the buffer; make room for it so a

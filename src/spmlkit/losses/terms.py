@@ -1,8 +1,8 @@
 """Element pieces of the element-wise SPML losses: terms, estimators, weights and the spine.
 
-Most single-positive losses differ only in what they plug into one sentence (REFERENCE.md
-C.0, the unified table of the GR paper, "Boosting Single Positive Multi-label Classification
-with Generalized Robust Loss", Chen et al., IJCAI 2024). For an entry with logit ``z`` and
+Most single-positive losses differ only in what they plug into one sentence (docs/methods.md,
+"The element-wise view", after the unified table of the GR paper, "Boosting Single Positive
+Multi-label Classification with Generalized Robust Loss", Chen et al., IJCAI 2024). For an entry with logit ``z`` and
 ``p = sigmoid(z)``:
 
 * observed positive: ``L1(z)``;
@@ -40,10 +40,8 @@ __all__ = [
     "focal_neg",
     "asl_neg",
     "hill_neg",
-    "Constant",
     "Logistic",
     "Gaussian",
-    "Step",
     "label_masks",
     "spine",
 ]
@@ -166,16 +164,6 @@ def hill_neg(z: torch.Tensor, lamb: float) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- estimators / weights
 @dataclass(frozen=True)
-class Constant:
-    """``k(p) = value`` (AN: 0, EM: 1, N-LS: eps; as weight: DW's w, EM's alpha)."""
-
-    value: float
-
-    def __call__(self, p: torch.Tensor) -> torch.Tensor:
-        return torch.full_like(p, self.value)
-
-
-@dataclass(frozen=True)
 class Logistic:
     """``k(p) = sigmoid(w * p + b)``: GR's soft pseudo-label, rising past ``p = -b/w``."""
 
@@ -197,31 +185,15 @@ class Gaussian:
         return torch.exp(-((p - self.mu) ** 2) / (2.0 * self.sigma**2))
 
 
-@dataclass(frozen=True)
-class Step:
-    """``k(p) = 1[p > tau]`` (strict): SPLC's hard, per-step correction of confident entries."""
-
-    tau: float
-
-    def __call__(self, p: torch.Tensor) -> torch.Tensor:
-        return (p > self.tau).to(p.dtype)
-
-
 # --------------------------------------------------------------------------- the spine
 def label_masks(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Bool masks ``(observed positive, observed negative, unobserved)`` of a label matrix.
 
-    Raises ``ValueError`` if an entry is not exactly -1, 0 or 1, rather than silently reading
-    it as unobserved.
+    The values are not checked here: :class:`~spmlkit.losses.base.SPMLLoss` checks them once
+    at its boundary (or the trainer once per run), so the spine adds no host sync per step.
+    An entry outside {-1, 0, 1} falls in none of the masks and gets loss 0.
     """
-    pos, neg, unobs = labels == 1, labels == -1, labels == 0
-    if not bool((pos | neg | unobs).all()):
-        bad = labels[~(pos | neg | unobs)]
-        raise ValueError(
-            "labels may only contain 1 (observed positive), 0 (unobserved) and -1 (observed "
-            f"negative); found {bad.flatten()[0].item()!r} ({bad.numel()} bad entries)"
-        )
-    return pos, neg, unobs
+    return labels == 1, labels == -1, labels == 0
 
 
 def _term(term: Term, z: torch.Tensor) -> torch.Tensor:
