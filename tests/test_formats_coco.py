@@ -9,7 +9,17 @@ import numpy as np
 import pytest
 from fixtures.image_formats import build_coco2014, write_text
 
-from spmlkit.data.formats import AnnotationError, DatasetNotFoundError, load_prepared, prepare
+from spmlkit.cli import main
+from spmlkit.data.formats import (
+    AnnotationError,
+    DatasetNotFoundError,
+    PreparedMismatchError,
+    dataset_options,
+    dataset_variants,
+    default_prepared_dir,
+    load_prepared,
+    prepare,
+)
 from spmlkit.data.formats import coco as coco_module
 
 # JSON category order is deliberately not ascending by id: the column order must follow it.
@@ -129,3 +139,80 @@ def test_coco_missing_val_images(tmp_path):
     (root / _path("val", 20)).unlink()
     with pytest.raises(FileNotFoundError, match="val2014/COCO_val2014_000000000020.jpg"):
         prepare("coco2014", root, tmp_path / "out")
+
+
+# ------------------------------------------------------------- one prepared folder per variant
+def test_default_prepared_dir_separates_coco_variants(tmp_path):
+    root = tmp_path / "coco"
+    assert default_prepared_dir("coco2014", root) == root / "spmlkit-prepared" / "coco2014"
+    assert default_prepared_dir("coco2014", root, "spml") == root / "spmlkit-prepared" / "coco2014"
+    assert default_prepared_dir("coco2014", root, "pu_mlc") == root / "spmlkit-prepared" / "coco2014-pu_mlc"
+    assert default_prepared_dir("voc2012", str(root)) == root / "spmlkit-prepared" / "voc2012"
+    assert dataset_variants("coco2014") == ("spml", "pu_mlc") and dataset_variants("cub") == ()
+    assert dataset_variants("coco2014")[0] == dataset_options("coco2014")["variant"]  # the default comes first
+    with pytest.raises(ValueError, match=r"unknown variant 'all' of coco2014; choose one of \['spml', 'pu_mlc'\]"):
+        default_prepared_dir("coco2014", root, "all")
+    with pytest.raises(ValueError, match="voc2012 has no variants, got variant 'pu_mlc'; drop --variant"):
+        default_prepared_dir("voc2012", root, "pu_mlc")
+    with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
+        default_prepared_dir("imagenet", root)
+
+
+def test_cli_prepares_each_variant_into_its_own_folder(tmp_path, capsys):
+    root = build_coco2014(tmp_path / "coco", TRAIN, VAL, CATEGORIES)
+    assert main(["prepare", "coco2014", "--root", str(root)]) == 0
+    assert main(["prepare", "coco2014", "--variant", "pu_mlc", "--root", str(root)]) == 0
+    spml = load_prepared(root / "spmlkit-prepared" / "coco2014", expect_dataset="coco2014", expect_variant="spml")
+    pu_mlc = load_prepared(
+        root / "spmlkit-prepared" / "coco2014-pu_mlc", expect_dataset="coco2014", expect_variant="pu_mlc"
+    )
+    # Neither run overwrote the other: each folder keeps its own list.
+    assert len(spml.train_images) == 4 and len(pu_mlc.train_images) == 5
+    assert (spml.meta["variant"], pu_mlc.meta["variant"]) == ("spml", "pu_mlc")
+    assert "coco2014-pu_mlc" in capsys.readouterr().out.replace("\n", "")
+
+
+def test_load_prepared_refuses_the_other_variant(tmp_path):
+    root = build_coco2014(tmp_path / "coco", TRAIN, VAL, CATEGORIES)
+    out = tmp_path / "out"
+    prepare("coco2014", root, out, variant="pu_mlc")
+    with pytest.raises(PreparedMismatchError) as err:
+        load_prepared(out, expect_dataset="coco2014", expect_variant="spml")
+    msg = str(err.value)
+    assert isinstance(err.value, ValueError)
+    assert f"{out} holds the prepared coco2014 (variant 'pu_mlc')" in msg
+    assert "but coco2014 (variant 'spml') was expected" in msg
+    assert f"`spmlkit prepare coco2014 --variant spml --root {root.resolve()}`" in msg
+    assert f"--out {out}" in msg
+    # Without expectations, or with matching ones, it loads as before.
+    assert len(load_prepared(out).train_images) == 5
+    assert len(load_prepared(out, expect_dataset="coco2014", expect_variant="pu_mlc").train_images) == 5
+    assert len(load_prepared(out, expect_variant="pu_mlc").train_images) == 5
+    # A dataset named without a variant means its default variant: a run that names no
+    # variant must not train on the PU-MLC list left in its folder by an earlier version.
+    with pytest.raises(PreparedMismatchError, match=r"but coco2014 \(variant 'spml'\) was expected"):
+        load_prepared(out, expect_dataset="coco2014")
+
+
+def test_load_prepared_refuses_another_dataset(tmp_path):
+    root = build_coco2014(tmp_path / "coco", TRAIN, VAL, CATEGORIES)
+    prepare("coco2014", root, tmp_path / "out")
+    with pytest.raises(PreparedMismatchError) as err:
+        load_prepared(tmp_path / "out", expect_dataset="voc2012")
+    msg = str(err.value)
+    assert "holds the prepared coco2014 (variant 'spml'), but voc2012 was expected" in msg
+    # The coco root would be wrong for VOC, so the command leaves the root to the user.
+    assert "`spmlkit prepare voc2012 --root DIR` (DIR: the folder voc2012 was downloaded" in msg
+
+
+def test_folders_written_before_the_variant_key_use_the_recorded_option(tmp_path):
+    root = build_coco2014(tmp_path / "coco", TRAIN, VAL, CATEGORIES)
+    out = tmp_path / "out"
+    prepare("coco2014", root, out, variant="pu_mlc")
+    meta_path = out / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["variant"]  # as written by earlier spmlkit versions; options still hold it
+    meta_path.write_text(json.dumps(meta))
+    assert load_prepared(out, expect_variant="pu_mlc").meta["options"]["variant"] == "pu_mlc"
+    with pytest.raises(PreparedMismatchError, match=r"variant 'pu_mlc'\), but coco2014 \(variant 'spml'\)"):
+        load_prepared(out, expect_variant="spml")

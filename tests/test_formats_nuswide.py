@@ -51,6 +51,7 @@ def test_raw_missing_error_mode_and_concepts_list_folder(tmp_path):
     # beach/0002_22 has no positive label, so its absence does not matter.
     assert "1 positive-labelled images of TrainImagelist.txt are missing" in str(err.value)
     assert "Flickr/sky/0003_33.jpg" in str(err.value)
+    assert "what spmlkit prepare does" in str(err.value)  # the command line always drops them
     ds = prepare("nuswide", tmp_path / "nus", tmp_path / "out", mode="raw")
     assert ds.class_names == CONCEPTS and len(ds.train_images) == 2
 
@@ -110,7 +111,20 @@ def test_formatted_count_check(tmp_path):
     with pytest.raises(AnnotationError) as err:
         prepare("nuswide", tmp_path / "nus", tmp_path / "out")
     msg = str(err.value)
-    assert "2 train / 1 test" in msg and "150000 / 60260" in msg and "expect_counts=False" in msg
+    assert "2 train / 1 test" in msg and "150000 / 60260" in msg and "add --no-expect-counts" in msg
+    assert "expect_counts=False" not in msg  # the CLI option, not the Python argument
+
+
+def test_pickled_formatted_list_is_refused_with_a_fix(tmp_path):
+    root = build_nuswide_formatted(tmp_path / "nus", FMT_TRAIN, FMT_TEST)
+    names = np.empty(len(FMT_TRAIN[0]), dtype=object)
+    names[:] = list(FMT_TRAIN[0])
+    np.save(root / "formatted_train_images.npy", names, allow_pickle=True)
+    with pytest.raises(AnnotationError) as err:
+        prepare("nuswide", root, tmp_path / "out", expect_counts=False)
+    msg = str(err.value)
+    assert "formatted_train_images.npy stores Python objects (pickled)" in msg
+    assert "re-save it as a plain array" in msg and "pass allow_pickle=True" not in msg
 
 
 def test_formatted_missing_files_are_named(tmp_path):

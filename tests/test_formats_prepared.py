@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
+import warnings
 
 import numpy as np
 import pytest
 from fixtures.image_formats import build_voc2012
 
 import spmlkit
+from spmlkit.cli import main
 from spmlkit.data.formats import (
     DATASETS,
     FORMAT_VERSION,
     DatasetNotFoundError,
     PreparedFormatError,
+    PreparedMismatchError,
     dataset_options,
     load_prepared,
     prepare,
@@ -119,13 +123,17 @@ def test_failed_prepare_leaves_previous_output_intact(tmp_path):
     )
 
 
-def test_check_reports_corrupt_image_without_aborting(tmp_path):
+def test_check_reports_corrupt_image_without_aborting(tmp_path, caplog):
     voc = build_voc2012(tmp_path / "data", TRAIN, VAL)
     (voc / "JPEGImages" / "2008_000001.jpg").write_bytes(b"this is not a JPEG")
     calls = []
     out = tmp_path / "out"
-    with pytest.warns(UserWarning, match="1 of 3 images could not be read"):
+    # Reported as a value and a log record, never as a Python warning (which the CLI would
+    # print with its source line).
+    with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="spmlkit.data.formats"):
+        warnings.simplefilter("error")
         ds = prepare("voc2012", tmp_path / "data", out, check=True, progress=lambda d, t: calls.append((d, t)))
+    assert "1 of 3 images could not be read (VOCdevkit/VOC2012/JPEGImages/2008_000001.jpg)" in caplog.text
     assert calls == [(1, 3), (2, 3), (3, 3)]  # every image scanned despite the first being bad
     assert [b.path for b in ds.bad_images] == ["VOCdevkit/VOC2012/JPEGImages/2008_000001.jpg"]
     assert "UnidentifiedImageError" in ds.bad_images[0].reason
@@ -158,3 +166,24 @@ def test_dataset_names_and_options():
     assert dataset_options("nuswide")["expect_counts"] is True
     with pytest.raises(ValueError, match=r"unknown dataset 'imagenet'; choose one of \['voc2012'"):
         prepare("imagenet", ".", ".")
+
+
+def test_cli_check_reports_unreadable_images_without_a_python_warning(tmp_path, capsys):
+    voc = build_voc2012(tmp_path / "data", TRAIN, VAL)
+    (voc / "JPEGImages" / "2008_000001.jpg").write_bytes(b"this is not a JPEG")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warnings.warn anywhere in prepare would fail here
+        code = main(["prepare", "voc2012", "--root", str(tmp_path / "data"), "--check"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "1 unreadable images" in captured.out
+    assert "Warning" not in captured.err and "warnings.warn" not in captured.err
+
+
+def test_variant_recorded_as_null_for_datasets_without_variants(tmp_path):
+    _write_small(tmp_path / "a")
+    assert json.loads((tmp_path / "a" / "meta.json").read_text())["variant"] is None
+    ds = _write_small(tmp_path / "b", variant="v1")
+    assert ds.meta["variant"] == "v1" and load_prepared(tmp_path / "b", expect_variant="v1").dataset == "toy"
+    with pytest.raises(PreparedMismatchError, match="holds the prepared toy, but toy \\(variant 'v1'\\) was expected"):
+        load_prepared(tmp_path / "a", expect_variant="v1")

@@ -61,6 +61,7 @@ def test_voc2012_lists_labels_and_order(tmp_path):
     assert ds.meta["reference_counts"] == {"train": 5717, "test": 5823}
     assert ds.meta["matches_reference_counts"] is False
     assert ds.meta["positives_per_image"]["train"] == pytest.approx(4 / 3)
+    assert ds.meta["variant"] is None  # VOC has no variants; recorded as null
 
     loaded = load_prepared(out)
     assert loaded.train_images == ds.train_images and loaded.test_images == ds.test_images
@@ -121,6 +122,34 @@ def test_voc2012_bad_flag_names_file_and_line(tmp_path):
         prepare("voc2012", tmp_path / "data", tmp_path / "out")
 
 
+def test_voc2012_class_list_lacking_an_image_id_is_refused(tmp_path):
+    voc = build_voc2012(tmp_path / "data", TRAIN, VAL)
+    # A truncated download: cow_train.txt lost the lines of two images every other class lists.
+    cow = voc / "ImageSets" / "Main" / "cow_train.txt"
+    kept = [line for line in cow.read_text().splitlines(keepends=True) if not line.startswith(("2008_000010", "2007"))]
+    write_text(cow, "".join(kept))
+    with pytest.raises(AnnotationError) as err:
+        prepare("voc2012", tmp_path / "data", tmp_path / "out")
+    msg = str(err.value)
+    assert isinstance(err.value, ValueError)
+    assert f"{cow} lacks 2 image id(s) that other class lists of image set 'train' name" in msg
+    assert "name: 2007_000005, 2008_000010 " in msg
+    assert "(e.g. listed in aeroplane_train.txt)" in msg
+    assert "Re-extract VOCtrainval_11-May-2012.tar" in msg
+    assert not (tmp_path / "out").exists()
+
+
+def test_voc2012_missing_id_error_names_at_most_ten_ids(tmp_path):
+    many = {f"2010_{i:06d}": {"dog": 1} for i in range(12)}
+    voc = build_voc2012(tmp_path / "data", many, VAL)
+    write_text(voc / "ImageSets" / "Main" / "bird_train.txt", "")
+    with pytest.raises(AnnotationError) as err:
+        prepare("voc2012", tmp_path / "data", tmp_path / "out")
+    msg = str(err.value)
+    assert "bird_train.txt lacks 12 image id(s)" in msg
+    assert "2010_000009 (and 2 more)" in msg and "2010_000010" not in msg
+
+
 def test_voc2012_missing_images_listed_with_count(tmp_path):
     voc = build_voc2012(tmp_path / "data", TRAIN, VAL)
     (voc / "JPEGImages" / "2008_000003.jpg").unlink()
@@ -129,7 +158,8 @@ def test_voc2012_missing_images_listed_with_count(tmp_path):
     msg = str(err.value)
     assert "1 of 5 listed images are missing" in msg
     assert "VOCdevkit/VOC2012/JPEGImages/2008_000003.jpg" in msg
-    assert "check_exists=False" in msg
+    # The message names what a command-line user can do, not a Python argument.
+    assert "point --root at the folder that holds them" in msg and "check_exists" not in msg
     # Labels only: the same lists without touching the images.
     ds = prepare("voc2012", tmp_path / "data", tmp_path / "out", check_exists=False)
     np.testing.assert_array_equal(ds.train_labels, EXPECTED_TRAIN)

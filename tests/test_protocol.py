@@ -1,4 +1,6 @@
-"""Tests for spmlkit.protocol: reference split and observation simulators (REFERENCE.md B.6-B.8).
+"""Tests for spmlkit.protocol: reference split and observation simulators.
+
+See docs/protocol.md, "Train/val split", "Observed labels" and "Known-label ratio".
 
 Every value is checked against a plain re-implementation written here from the reference
 pseudo-code (numpy legacy RandomState, explicit loops), or against literals produced once by
@@ -18,7 +20,7 @@ from spmlkit.protocol import observe_labels, observe_ratio, observed_summary, sp
 
 
 def reference_split(n, val_frac=0.2, seed=1200, ss_seed=999, fracs=(1.0, 1.0)):
-    """B.6 written out literally (with the n_val = 0 guard)."""
+    """docs/protocol.md, "Train/val split", written out literally (with the n_val = 0 guard)."""
     rng = np.random.RandomState(seed)
     perm = rng.permutation(n)
     n_val = int(np.round(val_frac * n))
@@ -33,7 +35,8 @@ def reference_split(n, val_frac=0.2, seed=1200, ss_seed=999, fracs=(1.0, 1.0)):
 
 
 def reference_observe(Y, n_pos=1, n_neg=0, seed=1200, skip_negative_shuffle=False):
-    """B.7 written out literally; -1 means all (mapped to a large slice bound)."""
+    """docs/protocol.md, "Observed labels", written out literally; -1 means all (mapped to a
+    large slice bound)."""
     rng = np.random.RandomState(seed)
     truth = 2 * np.asarray(Y, dtype=np.float64) - 1
     out = np.zeros(truth.shape, dtype=np.int64)
@@ -94,7 +97,7 @@ def test_split_pinned_values():
     [(5717, 4574, 1143), (82081, 65665, 16416), (5994, 4795, 1199), (150000, 120000, 30000)],
 )
 def test_split_dataset_sizes(n, n_train, n_val):
-    # VOC, COCO, CUB, NUS-WIDE (REFERENCE.md B.6 / B.9).
+    # VOC, COCO, CUB, NUS-WIDE (docs/protocol.md, "Train/val split" and "Datasets").
     train, val = split_train_val(n)
     assert (train.size, val.size) == (n_train, n_val)
 

@@ -113,6 +113,8 @@ def _load_source_digits() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as a Python int if it is an integer >= ``minimum`` (bools refused), else a
+    ValueError naming ``name``; the seed uses it with ``minimum=0``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     return int(value)
@@ -144,8 +146,7 @@ def make_digits_mosaic(
     grid = _check_positive_int("grid", grid)
     max_digits = _check_positive_int("max_digits", max_digits)
     image_size = _check_positive_int("image_size", image_size)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    seed = _check_positive_int("seed", seed, minimum=0)
     cells = grid * grid
     if max_digits > cells:
         raise ValueError(
@@ -163,7 +164,7 @@ def make_digits_mosaic(
 
     sources, targets = _load_source_digits()
     n_src = len(sources)
-    rng = np.random.RandomState(int(seed))
+    rng = np.random.RandomState(seed)
     perm = rng.permutation(n_src)
     n_pool = int(np.round(float(train_fraction) * n_src))
     if not 0 < n_pool < n_src:
@@ -200,7 +201,7 @@ def make_digits_mosaic(
         train_pool=train_pool,
         test_pool=test_pool,
         class_names=tuple(str(d) for d in range(10)),
-        seed=int(seed),
+        seed=seed,
         image_size=image_size,
         grid=grid,
         max_digits=max_digits,

@@ -65,11 +65,8 @@ def _as_binary_matrix(Y: object, name: str = "Y") -> np.ndarray:
     is_pos = arr == 1
     bad = ~(is_pos | (arr == 0))  # NaN compares unequal to both, so it is caught here
     if bad.any():
-        rows, cols = np.nonzero(bad)
-        r, c = int(rows[0]), int(cols[0])
         raise ValueError(
-            f"{name} must contain only 0 and 1 (ground truth, 1 = positive); found "
-            f"{arr[r, c].item()!r} at row {r}, column {c} ({rows.size} bad entries in total). "
+            f"{name} must contain only 0 and 1 (ground truth, 1 = positive); {_first_bad(arr, bad)}. "
             "If your labels are in {-1, +1}, pass (Y + 1) // 2; if they are scores, "
             "threshold them first."
         )
@@ -89,12 +86,18 @@ def _as_observed_matrix(O: object, name: str = "O") -> np.ndarray:
         raise ValueError(f"{name} must be numeric with values in {{-1, 0, 1}}, got {arr.dtype}.")
     bad = ~((arr == 1) | (arr == 0) | (arr == -1))
     if bad.any():
-        rows, cols = np.nonzero(bad)
-        r, c = int(rows[0]), int(cols[0])
-        raise ValueError(
-            f"{name} must contain only -1, 0 and 1; found {arr[r, c].item()!r} at row {r}, "
-            f"column {c} ({rows.size} bad entries in total)."
-        )
+        raise ValueError(f"{name} must contain only -1, 0 and 1; {_first_bad(arr, bad)}.")
     return arr.astype(np.int8)
+
+
+def _first_bad(arr: np.ndarray, bad: np.ndarray) -> str:
+    """``found <value> at row r, column c (n bad entries in total)`` for a matrix check.
+
+    The first offending entry in row-major order, so the user can look it up directly, and
+    the total, so one typo is told apart from a matrix in the wrong encoding.
+    """
+    rows, cols = np.nonzero(bad)
+    r, c = int(rows[0]), int(cols[0])
+    return f"found {arr[r, c].item()!r} at row {r}, column {c} ({rows.size} bad entries in total)"
 
 

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from ._checks import _SHOW_ROWS, _as_binary_matrix, _as_observed_matrix, _check_fraction, _check_int, _check_seed  # noqa: F401
+from ._checks import _SHOW_ROWS, _as_binary_matrix, _as_observed_matrix, _check_fraction, _check_int, _check_seed
 
 
 def _check_count(name: str, value: object) -> int:
@@ -25,6 +26,98 @@ def _first_k_in_segments(rows: np.ndarray, starts: np.ndarray, k: int) -> np.nda
     return rank < k
 
 
+@dataclass(frozen=True)
+class _RowSegments:
+    """The True entries of a boolean N x C matrix, row-major, as flat arrays cut per row.
+
+    Row ``i`` owns ``cols[start[i]:start[i + 1]]``, ascending as ``flatnonzero`` gives them,
+    so shuffling that slice in place is the reference's ``rng.shuffle`` of the row's index
+    array, without building N small arrays. ``cols`` is int64 because the reference
+    shuffles int64 index arrays; ``rows[j]`` is the row of entry ``j``.
+    """
+
+    rows: np.ndarray
+    cols: np.ndarray
+    start: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def of(cls, mask: np.ndarray) -> _RowSegments:
+        """The segments of ``mask``'s True entries (the positives of ``truth``, or of ``~truth``)."""
+        rows, cols = np.nonzero(mask)  # row-major: grouped by row, columns ascending
+        counts = mask.sum(axis=1)
+        start = np.zeros(mask.shape[0] + 1, dtype=np.int64)
+        np.cumsum(counts, out=start[1:])
+        return cls(rows, cols.astype(np.int64), start, counts)
+
+
+def _check_observe_args(
+    Y: np.ndarray, num_pos: object, num_neg: object, seed: object, on_empty: object
+) -> tuple[np.ndarray, int, int, int]:
+    """Validated ``(truth as bool, num_pos, num_neg, seed)``; every error names its argument."""
+    truth = _as_binary_matrix(Y)
+    num_pos = _check_count("num_pos", num_pos)
+    num_neg = _check_count("num_neg", num_neg)
+    seed = _check_seed("seed", seed)
+    if on_empty not in ("raise", "allow"):
+        raise ValueError(f"on_empty must be 'raise' or 'allow', got {on_empty!r}.")
+    return truth, num_pos, num_neg, seed
+
+
+def _refuse_rows_without_positive(pos_count: np.ndarray) -> None:
+    """Raise for rows with no true positive: no positive can be observed there."""
+    empty = np.flatnonzero(pos_count == 0)
+    if empty.size:
+        shown = ", ".join(str(int(r)) for r in empty[:_SHOW_ROWS])
+        more = " ..." if empty.size > _SHOW_ROWS else ""
+        raise ValueError(
+            f"{empty.size} of {pos_count.size} rows of Y have no positive label, so no positive "
+            f"can be observed there (rows {shown}{more}). Drop those rows, or pass "
+            "on_empty='allow' to leave them without an observed positive (what the "
+            "reference code does, e.g. on CUB)."
+        )
+
+
+def _draws_matter(k: int, counts: np.ndarray) -> bool:
+    """Whether keeping ``k`` per row makes some row choose a strict subset of its entries.
+
+    If not, the output is the same for every random stream and the shuffles can be skipped.
+    """
+    return k > 0 and bool((counts > k).any())
+
+
+def _shuffle_rows(positives: _RowSegments, negatives: _RowSegments, seed: int) -> None:
+    """Shuffle every row's positives, then its negatives, in place, row by row (the order of
+    docs/protocol.md, "Observed labels").
+
+    Lengths 0 and 1 are skipped because Fisher-Yates makes no draw for them; the order of
+    the remaining calls is the reference's, so the stream is consumed identically.
+    """
+    shuffle = np.random.RandomState(seed).shuffle
+    bounds = zip(
+        positives.start[:-1].tolist(),
+        positives.start[1:].tolist(),
+        negatives.start[:-1].tolist(),
+        negatives.start[1:].tolist(),
+    )
+    for p0, p1, n0, n1 in bounds:
+        if p1 - p0 > 1:
+            shuffle(positives.cols[p0:p1])  # in place on the view
+        if n1 - n0 > 1:
+            shuffle(negatives.cols[n0:n1])
+
+
+def _observed_matrix(
+    positives: _RowSegments, negatives: _RowSegments, num_pos: int, num_neg: int, shape: tuple[int, int]
+) -> np.ndarray:
+    """+1 at the first ``num_pos`` (shuffled) positives of each row, -1 at its first ``num_neg`` negatives."""
+    observed = np.zeros(shape, dtype=np.int8)
+    for segments, k, value in ((positives, num_pos, 1), (negatives, num_neg, -1)):
+        keep = _first_k_in_segments(segments.rows, segments.start, k)
+        observed[segments.rows[keep], segments.cols[keep]] = value
+    return observed
+
+
 def observe_labels(
     Y: np.ndarray,
     num_pos: int = 1,
@@ -35,7 +128,7 @@ def observe_labels(
 ) -> np.ndarray:
     """Simulate observed labels by keeping ``num_pos`` positives and ``num_neg`` negatives per row.
 
-    Bit-identical to the reference generator (REFERENCE.md B.7): with a fresh
+    Bit-identical to the reference generator (docs/protocol.md, "Observed labels"): with a fresh
     ``rng = RandomState(seed)`` and ``T = 2Y - 1``, for every row ``i`` in order::
 
         pos = flatnonzero(T[i] == +1); rng.shuffle(pos); O[i, pos[:num_pos]] = +1
@@ -43,8 +136,8 @@ def observe_labels(
 
     The negative shuffle runs even when ``num_neg == 0``: it consumes random numbers
     (``len - 1`` bounded draws), so skipping it would change the positive chosen in every
-    later row (G-4). The defaults (1, 0, 1200) give the SPML regime of the published papers;
-    call it once per phase on the whole official train list *before* the split.
+    later row (docs/protocol.md, "Observation draws that are made and thrown away"). The
+    defaults (1, 0, 1200) give the SPML regime of the published papers; call it once per phase on the whole official train list *before* the split.
 
     Counts: ``-1`` means "all" (handled explicitly; the reference's slice ``[:-1]`` would drop
     the last index); ``0`` means none (for ``num_pos`` this gives a negatives-only regime,
@@ -73,70 +166,20 @@ def observe_labels(
     Returns:
         int8 matrix N x C with entries in {-1, 0, +1}.
     """
-    truth = _as_binary_matrix(Y)
-    num_pos = _check_count("num_pos", num_pos)
-    num_neg = _check_count("num_neg", num_neg)
-    seed = _check_seed("seed", seed)
-    if on_empty not in ("raise", "allow"):
-        raise ValueError(f"on_empty must be 'raise' or 'allow', got {on_empty!r}.")
-
-    n_rows, n_classes = truth.shape
-    pos_count = truth.sum(axis=1)
-    neg_count = n_classes - pos_count
-
+    truth, num_pos, num_neg, seed = _check_observe_args(Y, num_pos, num_neg, seed, on_empty)
+    positives = _RowSegments.of(truth)
     if num_pos != 0 and on_empty == "raise":
-        empty = np.flatnonzero(pos_count == 0)
-        if empty.size:
-            shown = ", ".join(str(int(r)) for r in empty[:_SHOW_ROWS])
-            more = " ..." if empty.size > _SHOW_ROWS else ""
-            raise ValueError(
-                f"{empty.size} of {n_rows} rows of Y have no positive label, so no positive "
-                f"can be observed there (rows {shown}{more}). Drop those rows, or pass "
-                "on_empty='allow' to leave them without an observed positive (what the "
-                "reference code does, e.g. on CUB)."
-            )
-
-    # Row-major nonzero: entries grouped by row, columns ascending within a row.
-    pos_rows, pos_cols = np.nonzero(truth)
-    neg_rows, neg_cols = np.nonzero(~truth)
-    pos_cols = pos_cols.astype(np.int64)  # the reference shuffles int64 index arrays
-    neg_cols = neg_cols.astype(np.int64)
-    pos_start = np.zeros(n_rows + 1, dtype=np.int64)
-    neg_start = np.zeros(n_rows + 1, dtype=np.int64)
-    np.cumsum(pos_count, out=pos_start[1:])
-    np.cumsum(neg_count, out=neg_start[1:])
-
-    # The draws only matter if some row has to choose a strict subset; otherwise the output
-    # is the same for every stream and the loop can be skipped.
-    def _chooses(k: int, counts: np.ndarray) -> bool:
-        return k > 0 and bool((counts > k).any())
-
-    if _chooses(num_pos, pos_count) or _chooses(num_neg, neg_count):
-        shuffle = np.random.RandomState(seed).shuffle
-        bounds = zip(
-            pos_start[:-1].tolist(),
-            pos_start[1:].tolist(),
-            neg_start[:-1].tolist(),
-            neg_start[1:].tolist(),
-        )
-        for p0, p1, n0, n1 in bounds:
-            if p1 - p0 > 1:  # length 0 or 1: Fisher-Yates makes no draw
-                shuffle(pos_cols[p0:p1])  # in place on the view
-            if n1 - n0 > 1:
-                shuffle(neg_cols[n0:n1])
-
-    observed = np.zeros((n_rows, n_classes), dtype=np.int8)
-    keep = _first_k_in_segments(pos_rows, pos_start, num_pos)
-    observed[pos_rows[keep], pos_cols[keep]] = 1
-    keep = _first_k_in_segments(neg_rows, neg_start, num_neg)
-    observed[neg_rows[keep], neg_cols[keep]] = -1
-    return observed
+        _refuse_rows_without_positive(positives.counts)
+    negatives = _RowSegments.of(~truth)
+    if _draws_matter(num_pos, positives.counts) or _draws_matter(num_neg, negatives.counts):
+        _shuffle_rows(positives, negatives, seed)
+    return _observed_matrix(positives, negatives, num_pos, num_neg, truth.shape)
 
 
 def observe_ratio(Y: np.ndarray, known_ratio: float, seed: int = 0) -> np.ndarray:
     """Keep each entry of ``2Y - 1`` independently with probability ``known_ratio``.
 
-    The known-label-ratio protocol of PU-MLC and the SST/SARB line (REFERENCE.md B.8)::
+    The known-label-ratio protocol of PU-MLC and the SST/SARB line (docs/protocol.md, "Known-label ratio")::
 
         mask  = RandomState(seed).random_sample(Y.shape) < known_ratio
         Y_obs = mask * (2Y - 1)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
-from ._checks import _SHOW_ROWS, _as_binary_matrix, _as_observed_matrix, _check_fraction, _check_int, _check_seed  # noqa: F401
+from ._checks import _check_fraction, _check_int, _check_seed
 
 
 def split_train_val(
@@ -19,7 +18,7 @@ def split_train_val(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Split the official training list into train and val indices, as the reference does.
 
-    Bit-identical to REFERENCE.md B.6::
+    Bit-identical to the reference split (docs/protocol.md, "Train/val split")::
 
         perm  = RandomState(seed).permutation(N)
         n_val = int(np.round(val_frac * N))          # half-to-even: 0.25 * 10 = 2.5 -> 2
@@ -28,11 +27,12 @@ def split_train_val(
     followed by the subsampling step: one ``RandomState(ss_seed)`` draws
     ``permutation(len(train))`` and then ``permutation(len(val))``, keeping
     ``int(np.round(frac * m))`` of each (sorted). At fraction 1.0 this is the identity but the
-    permutations are still drawn, as in the reference (G-3), so that the val subsample at
+    permutations are still drawn, as in the reference (docs/protocol.md, "Split edge case and
+    discarded subsample draws"), so that the val subsample at
     ``val_sub_frac < 1`` does not depend on whether the train fraction was 1.
 
     ``n_val = 0`` (e.g. ``N = 2``, ``val_frac = 0.2``) gives an empty val set; the reference's
-    ``perm[-n_val:]`` would select *everything* there (G-3).
+    ``perm[-n_val:]`` would select *everything* there (same section of docs/protocol.md).
 
     Args:
         num_examples: N, the length of the official training list (file order).

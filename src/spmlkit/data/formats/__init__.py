@@ -1,10 +1,10 @@
 """Image datasets from their official on-disk layouts to spmlkit's prepared form.
 
 :func:`prepare` reads a dataset exactly as a user downloads and unpacks it (PASCAL VOC
-2012 / 2007, MS-COCO 2014, NUS-WIDE, CUB-200-2011; REFERENCE.md B.1-B.5), applies the
-reference selection and ordering so that the bit-exact split and observation generator
-(B.6, B.7) give the published splits, checks the images, and writes the small prepared
-form documented in :mod:`.prepared`; :func:`load_prepared` reads it back, validated.
+2012 / 2007, MS-COCO 2014, NUS-WIDE, CUB-200-2011; docs/protocol.md, "Datasets"), applies
+the reference selection and ordering so that the bit-exact split and observation generator
+(docs/protocol.md, "Train/val split" and "Observed labels") give the published splits,
+checks the images, and writes the small prepared form documented in :mod:`.prepared`; :func:`load_prepared` reads it back, validated.
 
 Example::
 
@@ -17,13 +17,13 @@ Example::
 from __future__ import annotations
 
 import inspect
-import warnings
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .check import BadImage, ProgressCallback, require_images, verify_images
-from .coco import parse_coco2014
+from .coco import COCO_VARIANTS, parse_coco2014
 from .common import (
     AnnotationError,
     DatasetNotFoundError,
@@ -33,7 +33,15 @@ from .common import (
 )
 from .cub import parse_cub
 from .nuswide import parse_nuswide
-from .prepared import FORMAT_VERSION, PreparedDataset, PreparedFormatError, load_prepared, write_prepared
+from .prepared import (
+    FORMAT_VERSION,
+    PreparedDataset,
+    PreparedFormatError,
+    PreparedMismatchError,
+    load_prepared,
+    recorded_variant,
+    write_prepared,
+)
 from .voc import VOC_CLASSES, parse_voc2007, parse_voc2012
 
 __all__ = [
@@ -47,11 +55,17 @@ __all__ = [
     "PrepareError",
     "PreparedDataset",
     "PreparedFormatError",
+    "PreparedMismatchError",
     "dataset_options",
+    "dataset_variants",
+    "default_prepared_dir",
     "load_prepared",
     "parse",
     "prepare",
+    "recorded_variant",
 ]
+
+_log = logging.getLogger(__name__)
 
 _READERS: dict[str, Callable[..., ParsedDataset]] = {
     "voc2012": parse_voc2012,
@@ -62,6 +76,11 @@ _READERS: dict[str, Callable[..., ParsedDataset]] = {
 }
 DATASETS: tuple[str, ...] = tuple(_READERS)
 """Names accepted by :func:`prepare`."""
+
+_VARIANTS: dict[str, tuple[str, ...]] = {"coco2014": COCO_VARIANTS}
+"""Datasets whose reader takes a ``variant`` option, with its values (the default first)."""
+
+_PREPARED_FOLDER = "spmlkit-prepared"  # under the dataset root: one prepared folder per dataset variant
 
 
 def _reader(dataset: str) -> Callable[..., ParsedDataset]:
@@ -74,6 +93,43 @@ def dataset_options(dataset: str) -> dict[str, Any]:
     """The reader options of ``dataset`` with their defaults (e.g. coco2014: ``{"variant": "spml"}``)."""
     parameters = inspect.signature(_reader(dataset)).parameters
     return {name: p.default for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def dataset_variants(dataset: str) -> tuple[str, ...]:
+    """The values of ``dataset``'s ``variant`` option, the default first; empty if it has none.
+
+    A variant selects another image list of the same official files (coco2014: "spml", the
+    annotated images of the SPML papers, or "pu_mlc", every image as PU-MLC uses them).
+    """
+    _reader(dataset)  # an unknown name fails here with the list of known ones
+    return _VARIANTS.get(dataset, ())
+
+
+def default_prepared_dir(dataset: str, root: str | Path, variant: str | None = None) -> Path:
+    """Where ``spmlkit prepare`` writes ``dataset`` when no ``--out`` is given.
+
+    ``<root>/spmlkit-prepared/<dataset>`` for the default variant (``variant`` None or equal
+    to the default, e.g. "spml" for coco2014) and for datasets without variants;
+    ``<root>/spmlkit-prepared/<dataset>-<variant>`` otherwise (coco2014 "pu_mlc" ->
+    ``coco2014-pu_mlc``). Each variant gets its own folder because the variants hold
+    different image lists: sharing one folder let a run prepared for one paper silently
+    train on the other paper's list.
+
+    Raises:
+        ValueError: ``dataset`` is unknown, or ``variant`` is not one of its variants.
+    """
+    variants = dataset_variants(dataset)
+    folder = Path(root) / _PREPARED_FOLDER
+    if variant is None or (variants and variant == variants[0]):
+        return folder / dataset
+    if variant not in variants:
+        if not variants:
+            raise ValueError(
+                f"{dataset} has no variants, got variant {variant!r}; drop --variant "
+                f"(datasets with variants: {', '.join(f'{d} {list(v)}' for d, v in _VARIANTS.items())})"
+            )
+        raise ValueError(f"unknown variant {variant!r} of {dataset}; choose one of {list(variants)} (--variant)")
+    return folder / f"{dataset}-{variant}"
 
 
 def parse(dataset: str, root: str | Path, **options: Any) -> ParsedDataset:
@@ -106,6 +162,9 @@ def prepare(
     total)`` is called per image). Missing files, a wrong root and annotation files that do
     not parse raise :class:`DatasetNotFoundError`, :class:`AnnotationError` or
     :class:`MissingImagesError`, each naming the path and what was expected.
+
+    The ``variant`` option is also recorded as ``meta["variant"]`` (None for datasets
+    without variants); :func:`default_prepared_dir` gives each variant its own ``out``.
     """
     parsed = parse(dataset, root, **options)
     all_images = parsed.train.images + parsed.test.images
@@ -113,12 +172,14 @@ def prepare(
         require_images(parsed.base, all_images, parsed.image_hint)
     bad = verify_images(parsed.base, all_images, progress) if check else None
     if bad:
-        shown = ", ".join(b.path for b in bad[:3])
-        warnings.warn(
-            f"{len(bad)} of {len(all_images)} images could not be read ({shown}, ...); "
-            f"they are listed in {Path(out) / 'bad_images.txt'}",
-            stacklevel=2,
-        )
+        # Reported as a value (result.bad_images, meta.json, bad_images.txt) that the caller
+        # prints; a log record rather than warnings.warn keeps the CLI free of a Python
+        # warning with its source line.
+        shown = ", ".join(b.path for b in bad[:3]) + (", ..." if len(bad) > 3 else "")
+        _log.info(
+            "%d of %d images could not be read (%s); they are listed in %s",
+            len(bad), len(all_images), shown, Path(out) / "bad_images.txt",
+        )  # fmt: skip
     recorded = {**dataset_options(dataset), **parsed.details, **options}
     return write_prepared(
         out,
@@ -134,6 +195,7 @@ def prepare(
         reference_counts=parsed.reference_counts,
         images_exist_checked=check_exists or parsed.images_checked,
         bad_images=bad,
+        variant=recorded.get("variant"),
     )
 
 

@@ -48,7 +48,7 @@ def require_images(base: Path, paths: Sequence[str], hint: str = "") -> None:
     parts = [
         f"{len(missing)} of {len(paths)} listed images are missing under {base}: {shown}{more}.",
         hint,
-        "Pass check_exists=False to prepare the labels without the images.",
+        "Unpack the missing images there, or point --root at the folder that holds them.",
     ]
     raise MissingImagesError(" ".join(p for p in parts if p))
 

@@ -1,5 +1,5 @@
 """MS-COCO 2014 reader (Lin et al., "Microsoft COCO: Common Objects in Context", ECCV 2014),
-following REFERENCE.md B.3.
+following docs/protocol.md, "MS-COCO 2014".
 
 Layout (``annotations_trainval2014.zip``, ``train2014.zip``, ``val2014.zip`` unpacked into
 ``root``): ``annotations/instances_{train,val}2014.json``, ``train2014/``, ``val2014/``.
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import AnnotationError, DatasetNotFoundError, ParsedDataset, SplitLists, require_file
+from .common import AnnotationError, ParsedDataset, SplitLists, existing_root, require_file
 
 __all__ = ["COCO_VARIANTS", "parse_coco2014"]
 
@@ -135,7 +135,8 @@ def _split(instances: _Instances, path: Path, split: str, variant: str) -> Split
     """Rows of one COCO split: selection and order per ``variant``, labels from annotations."""
     column = {cat_id: c for c, (cat_id, _) in enumerate(instances.categories)}
     if variant == "spml":
-        # Annotated images only, ids sorted as strings (B.3), as the reference formatter does.
+        # Annotated images only, ids sorted as strings (docs/protocol.md, "MS-COCO 2014"), as
+        # the reference formatter does.
         image_ids = sorted(instances.labels_of, key=str)
     else:
         image_ids = list(instances.image_ids)  # all images, JSON order
@@ -150,12 +151,13 @@ def _split(instances: _Instances, path: Path, split: str, variant: str) -> Split
 
 
 def parse_coco2014(root: str | Path, *, variant: str = "spml") -> ParsedDataset:
-    """Read COCO 2014 (B.3). ``variant``: "spml" (annotated images, string-sorted ids) or "pu_mlc"."""
+    """Read COCO 2014 (docs/protocol.md, "MS-COCO 2014").
+
+    ``variant``: "spml" (annotated images, string-sorted ids) or "pu_mlc".
+    """
     if variant not in COCO_VARIANTS:
         raise ValueError(f"variant must be one of {list(COCO_VARIANTS)}, got {variant!r}")
-    root = Path(root).expanduser().resolve()
-    if not root.is_dir():
-        raise DatasetNotFoundError(f"dataset root {root} is not an existing folder. {_ARCHIVE_HINT}")
+    root = existing_root(root, _ARCHIVE_HINT)
     if root.name == "annotations" and not (root / "annotations").is_dir():
         root = root.parent  # pointed at annotations/ itself: its parent is the dataset root
     files = {

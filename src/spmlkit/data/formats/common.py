@@ -26,6 +26,7 @@ __all__ = [
     "ParsedDataset",
     "PrepareError",
     "SplitLists",
+    "existing_root",
     "posix_relative",
     "read_lines",
     "require_file",
@@ -100,6 +101,18 @@ class ParsedDataset:
                 raise AnnotationError(
                     f"{name} labels have {split.labels.shape[1]} columns but there are {n_classes} class names"
                 )
+
+
+def existing_root(root: str | Path, hint: str) -> Path:
+    """``root`` expanded (``~``) and made absolute, or a :class:`DatasetNotFoundError`.
+
+    Every reader starts here, so that a mistyped ``--root`` is reported as such, with the
+    reader's ``hint`` on what the folder should contain, before any file inside it is sought.
+    """
+    resolved = Path(root).expanduser().resolve()
+    if not resolved.is_dir():
+        raise DatasetNotFoundError(f"dataset root {resolved} is not an existing folder. {hint}")
+    return resolved
 
 
 def require_file(path: Path, what: str, hint: str) -> Path:

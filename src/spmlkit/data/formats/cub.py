@@ -1,12 +1,13 @@
 """CUB-200-2011 attribute reader (Wah et al., "The Caltech-UCSD Birds-200-2011 Dataset",
-CNS-TR-2011-001), following REFERENCE.md B.5: 312 binary attributes as classes.
+CNS-TR-2011-001), following docs/protocol.md, "CUB-200-2011": 312 binary attributes as classes.
 
 ``CUB_200_2011.tgz`` unpacks to ``attributes.txt`` (attribute names) next to the dataset
 folder ``CUB_200_2011/``, which holds ``images.txt`` (id, relative path),
 ``train_test_split.txt`` (id, is_train), ``attributes/image_attribute_labels.txt``
 (image_id, attribute_id, is_present, certainty_id, time) and ``images/``.
 
-The code bases disagree on the depth (G-18): the base code expects
+The code bases disagree on the depth (docs/protocol.md, "Inconsistent numbers and paths
+across papers and code bases"): the base code expects
 ``<root>/CUB_200_2011/attributes.txt`` and ``<root>/CUB_200_2011/CUB_200_2011/images.txt``,
 the EM, LL and GR forks ``<root>/attributes.txt`` and ``<root>/CUB_200_2011/images.txt``.
 Both are searched, and ``root`` may also be the dataset folder itself. ``attributes.txt`` is
@@ -33,6 +34,7 @@ from .common import (
     DatasetNotFoundError,
     ParsedDataset,
     SplitLists,
+    existing_root,
     posix_relative,
     read_lines,
     require_file,
@@ -47,10 +49,9 @@ _HINT = (
 )
 
 
-def _locate(root: Path) -> tuple[Path, Path]:
+def _locate(root: str | Path) -> tuple[Path, Path]:
     """Return (dataset folder holding images.txt, attributes.txt path)."""
-    if not root.is_dir():
-        raise DatasetNotFoundError(f"dataset root {root} is not an existing folder. {_HINT}")
+    root = existing_root(root, _HINT)
     candidates = [root, root / _FOLDER, root / _FOLDER / _FOLDER]
     data_dir = next((d for d in candidates if (d / "images.txt").is_file()), None)
     if data_dir is None:
@@ -131,8 +132,11 @@ def _label_matrix(path: Path, image_ids: np.ndarray, n_attributes: int) -> np.nd
 
 
 def parse_cub(root: str | Path) -> ParsedDataset:
-    """Read CUB-200-2011 attributes (B.5) from either directory depth used by the code bases."""
-    data_dir, attributes_path = _locate(Path(root).expanduser().resolve())
+    """Read CUB-200-2011 attributes from either directory depth used by the code bases.
+
+    See docs/protocol.md, "CUB-200-2011".
+    """
+    data_dir, attributes_path = _locate(root)
     image_ids, relative = _id_value_pairs(data_dir / "images.txt", "relative image path")
     split_path = require_file(
         data_dir / "train_test_split.txt", "train_test_split.txt", f"It comes with CUB_200_2011.tgz. {_HINT}"

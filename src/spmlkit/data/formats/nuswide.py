@@ -1,5 +1,5 @@
 """NUS-WIDE reader (Chua et al., "NUS-WIDE: A Real-World Web Image Database from National
-University of Singapore", CIVR 2009), following REFERENCE.md B.4.
+University of Singapore", CIVR 2009), following docs/protocol.md, "NUS-WIDE".
 
 There is no official formatting script for the SPML protocol, so two modes exist.
 
@@ -11,7 +11,8 @@ lists the train label file twice and omits ``formatted_val_labels.npy``, so what
 there is accepted and a missing file is named in the error. Rows and columns are used
 exactly as given. Image names are relative to ``Flickr/`` (backslashes turned into ``/``; a
 leading ``Flickr/`` is not doubled). The counts are checked against 150,000 / 60,260
-(``expect_counts=False`` accepts other versions, e.g. Cole et al.'s re-crawled subset).
+(``expect_counts=False``, ``--no-expect-counts`` on the command line, accepts other
+versions, e.g. Cole et al.'s re-crawled subset).
 The ``.npy`` files hold no class names: they come from ``class_names=`` (a list or a file
 with one name per line), else from ``Concepts81.txt`` if present (assumed to be the column
 order, as for the raw distribution; recorded in ``meta.json``), else ``concept_00`` ....
@@ -38,6 +39,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +49,7 @@ from .common import (
     MissingImagesError,
     ParsedDataset,
     SplitLists,
+    existing_root,
     posix_relative,
     read_lines,
     require_file,
@@ -56,9 +59,11 @@ __all__ = ["EXPECTED_FORMATTED_COUNTS", "NUSWIDE_MODES", "parse_nuswide"]
 
 NUSWIDE_MODES = ("formatted", "raw")
 EXPECTED_FORMATTED_COUNTS = (150000, 60260)
-"""Official-version list sizes distributed by the EM authors (EM Table 5, B.9)."""
+"""Official-version list sizes distributed by the EM authors (EM Table 5; docs/protocol.md,
+"Datasets")."""
 
 _CONCEPT_FILES = ("Concepts81.txt", "ConceptsList/Concepts81.txt")
+_IMAGE_HINT = "The images come from the official Flickr.zip, unpacked as Flickr/ under the root."
 _SEPARATORS = re.compile(r"[\\/]+")
 
 
@@ -90,7 +95,10 @@ def _load_npy(path: Path, allow_pickle: bool) -> np.ndarray:
     except ValueError as err:
         if "allow_pickle" in str(err):
             raise AnnotationError(
-                f"{path} stores Python objects (pickled). If you trust its source, pass allow_pickle=True"
+                f"{path} stores Python objects (pickled), which spmlkit prepare does not load because "
+                "unpickling can run code. If you trust its source, re-save it as a plain array "
+                "(numpy: np.save(path, np.load(path, allow_pickle=True).astype(str)) for image names, "
+                ".astype(float) for labels) and prepare again"
             ) from err
         raise AnnotationError(f"{path} is not a readable .npy file ({err})") from err
     except OSError as err:
@@ -153,7 +161,7 @@ def _parse_formatted(
             f"NUS-WIDE formatted lists under {root} have {counts[0]} train / {counts[1]} test images, "
             f"but the EM authors' official version has {EXPECTED_FORMATTED_COUNTS[0]} / "
             f"{EXPECTED_FORMATTED_COUNTS[1]}. For another version (e.g. Cole et al.'s re-crawled subset) "
-            "pass expect_counts=False; its results are not comparable with the EM/GR tables."
+            "add --no-expect-counts to spmlkit prepare; its results are not comparable with the EM/GR tables."
         )
     n_classes = train.labels.shape[1]
     notes = [
@@ -172,16 +180,8 @@ def _parse_formatted(
     if len(names) != n_classes:
         raise AnnotationError(f"{len(names)} class names from {source}, but the label files have {n_classes} columns")
     notes.append(f"class names from {source}")
-    return ParsedDataset(
-        class_names=[str(n) for n in names],
-        train=train,
-        test=test,
-        base=root,
-        notes=notes,
-        details={"mode": "formatted", "expect_counts": expect_counts},
-        reference_counts=EXPECTED_FORMATTED_COUNTS,
-        image_hint="The images come from the official Flickr.zip, unpacked as Flickr/ under the root.",
-    )
+    details = {"mode": "formatted", "expect_counts": expect_counts}
+    return _nuswide_dataset(root, [str(n) for n in names], train, test, notes, details, EXPECTED_FORMATTED_COUNTS)
 
 
 def _raw_split(root: Path, concepts: list[str], which: str, missing: str) -> tuple[SplitLists, list[str]]:
@@ -217,7 +217,8 @@ def _raw_split(root: Path, concepts: list[str], which: str, missing: str) -> tup
     if absent and missing == "error":
         raise MissingImagesError(
             f"{len(absent)} positive-labelled images of {list_path.name} are missing under {root / 'Flickr'}, "
-            f"e.g. {absent[:5]}. Unpack the official Flickr.zip there, or use missing='drop'."
+            f"e.g. {absent[:5]}. Unpack the official Flickr.zip there, or prepare without missing='error' "
+            "to drop them (the default, and what spmlkit prepare does)."
         )
     keep = positive & exists
     kept = [p for p, k in zip(images, keep) if k]
@@ -249,17 +250,26 @@ def _parse_raw(root: Path, missing: str) -> ParsedDataset:
         *train_notes,
         *test_notes,
     ]
+    details = {"mode": "raw", "missing": missing}
+    return _nuswide_dataset(root, concepts, train, test, notes, details, None, images_checked=True)
+
+
+def _nuswide_dataset(
+    root: Path,
+    class_names: list[str],
+    train: SplitLists,
+    test: SplitLists,
+    notes: list[str],
+    details: dict[str, Any],
+    reference_counts: tuple[int, int] | None,
+    *,
+    images_checked: bool = False,
+) -> ParsedDataset:
+    """The parsed form of either mode: both keep the images under ``Flickr/`` of the root."""
     return ParsedDataset(
-        class_names=concepts,
-        train=train,
-        test=test,
-        base=root,
-        notes=notes,
-        details={"mode": "raw", "missing": missing},
-        reference_counts=None,
-        images_checked=True,
-        image_hint="The images come from the official Flickr.zip, unpacked as Flickr/ under the root.",
-    )
+        class_names, train, test, root, notes, details,
+        reference_counts=reference_counts, images_checked=images_checked, image_hint=_IMAGE_HINT,
+    )  # fmt: skip
 
 
 def parse_nuswide(
@@ -271,21 +281,20 @@ def parse_nuswide(
     missing: str = "drop",
     allow_pickle: bool = False,
 ) -> ParsedDataset:
-    """Read NUS-WIDE (B.4) from the EM authors' formatted lists or the official raw files.
+    """Read NUS-WIDE from the EM authors' formatted lists or the official raw files.
 
-    ``expect_counts``, ``class_names`` and ``allow_pickle`` apply to the formatted mode,
+    See docs/protocol.md, "NUS-WIDE". ``expect_counts``, ``class_names`` and ``allow_pickle`` apply to the formatted mode,
     ``missing`` ("drop" or "error") to the raw mode; see the module docstring.
     """
     if mode not in (None, *NUSWIDE_MODES):
         raise ValueError(f"mode must be None (auto) or one of {list(NUSWIDE_MODES)}, got {mode!r}")
     if missing not in ("drop", "error"):
         raise ValueError(f"missing must be 'drop' or 'error', got {missing!r}")
-    root = Path(root).expanduser().resolve()
-    if not root.is_dir():
-        raise DatasetNotFoundError(
-            f"dataset root {root} is not an existing folder. Point root at the folder with the NUS-WIDE "
-            "formatted lists (formatted_*.npy) or the official ImageList/, Groundtruth/ and Flickr/."
-        )
+    root = existing_root(
+        root,
+        "Point root at the folder with the NUS-WIDE formatted lists (formatted_*.npy) or the official "
+        "ImageList/, Groundtruth/ and Flickr/.",
+    )
     if mode is None:
         mode = "formatted" if any(root.glob("formatted_*.npy")) else "raw"
     if mode == "formatted":

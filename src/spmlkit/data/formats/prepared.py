@@ -1,7 +1,7 @@
 """The prepared form of an image dataset: small, versioned, documented, checked on load.
 
-``spmlkit prepare`` reads a dataset in its official on-disk layout once (REFERENCE.md
-B.1-B.5) and writes this form; everything downstream (split, observation, training)
+``spmlkit prepare`` reads a dataset in its official on-disk layout once (docs/protocol.md,
+"Datasets") and writes this form; everything downstream (split, observation, training)
 reads only this form, so the slow and fragile parsing happens once and its result can
 be inspected with a text editor.
 
@@ -15,20 +15,29 @@ Layout of ``out/`` (format version 1)::
     test_labels.npy    uint8 0/1 matrix [N_test, C]
     bad_images.txt     only after a check=True run: "path<TAB>reason" per unreadable image
 
-"train" is the official train list, which the reference protocol (B.6) later divides
-into train and val; "test" is the official test list (VOC 2012 ``val``, COCO ``val2014``).
-Row order is the reference order of each dataset, which the bit-exact split and
-observation generator (B.6, B.7) depend on.
+"train" is the official train list, which the reference protocol (docs/protocol.md,
+"Train/val split") later divides into train and val; "test" is the official test list (VOC
+2012 ``val``, COCO ``val2014``). Row order is the reference order of each dataset, which the
+bit-exact split and observation generator (docs/protocol.md, "Train/val split" and
+"Observed labels") depend on.
 
-``meta.json`` keys: ``format_version`` (int), ``dataset``, ``class_names`` (column order),
-``num_classes``, ``counts`` ({"train", "test"}), ``positives_per_image`` (mean true
-positives per row, comparable with B.9), ``reference_counts`` and
-``matches_reference_counts`` (published sizes, or null), ``root`` (absolute dataset
-folder the image paths are relative to), ``created_by`` ("spmlkit <version>"),
-``created_at`` (UTC, ISO 8601), ``selection`` (sentences describing the selection rule and
-what it kept), ``options`` (reader options), ``check`` ({"images_exist": bool,
-"verified": bool, "bad_images": int, "bad_examples": [...]}) and ``files`` (SHA-256 of each
-data file, verified on load so that a half-overwritten folder is detected).
+``meta.json`` keys: ``format_version`` (int), ``dataset``, ``variant`` (the reader's
+``variant`` option, e.g. "spml" or "pu_mlc" for coco2014; null for a dataset that has no
+variants), ``class_names`` (column order), ``num_classes``, ``counts`` ({"train", "test"}),
+``positives_per_image`` (mean true positives per row, comparable with the table in
+docs/protocol.md, "Datasets"), ``reference_counts`` and ``matches_reference_counts``
+(published sizes, or null), ``root`` (absolute dataset folder the image paths are relative to), ``created_by`` ("spmlkit
+<version>"), ``created_at`` (UTC, ISO 8601), ``selection`` (sentences describing the
+selection rule and what it kept), ``options`` (reader options), ``check``
+({"images_exist": bool, "verified": bool, "bad_images": int, "bad_examples": [...]}) and
+``files`` (SHA-256 of each data file, verified on load so that a half-overwritten folder is
+detected). Folders written before ``variant`` was recorded are read with the variant found
+in ``options`` (null when there is none), so they need no re-preparation.
+
+The variant is recorded because two variants of one dataset have different rows (COCO 2014:
+82,081 annotated images for the SPML papers, all 82,783 for PU-MLC), and a run that silently
+trains on the other list would report numbers that cannot be compared with its paper;
+``load_prepared(..., expect_dataset=..., expect_variant=...)`` refuses such a folder.
 
 Files are written to a temporary name in ``out/`` and renamed into place; an old
 ``meta.json`` is removed first and the new one is written last, so an interrupted run
@@ -40,8 +49,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import tempfile
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,8 +60,17 @@ import numpy as np
 
 from .check import BadImage
 from .common import AnnotationError, DatasetNotFoundError, PrepareError
+from ...io import atomic_write_bytes
 
-__all__ = ["FORMAT_VERSION", "PreparedDataset", "PreparedFormatError", "load_prepared", "write_prepared"]
+__all__ = [
+    "FORMAT_VERSION",
+    "PreparedDataset",
+    "PreparedFormatError",
+    "PreparedMismatchError",
+    "load_prepared",
+    "recorded_variant",
+    "write_prepared",
+]
 
 FORMAT_VERSION = 1
 """Version of the prepared layout written by this module; bump on any incompatible change."""
@@ -66,6 +83,15 @@ _BAD_EXAMPLES = 20
 
 class PreparedFormatError(PrepareError, ValueError):
     """A prepared folder is incomplete, from another format version, or inconsistent."""
+
+
+class PreparedMismatchError(PrepareError, ValueError):
+    """A valid prepared folder holds another dataset or variant than the caller expected.
+
+    Separate from :class:`PreparedFormatError` because nothing is broken: the folder is fine,
+    it is just not the list the run asked for (e.g. COCO's PU-MLC list in the SPML folder),
+    and the fix is to prepare the other one, not to repair this one.
+    """
 
 
 @dataclass(eq=False)
@@ -112,20 +138,6 @@ class PreparedDataset:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _npy_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
@@ -164,11 +176,14 @@ def write_prepared(
     reference_counts: tuple[int, int] | None = None,
     images_exist_checked: bool = True,
     bad_images: Sequence[BadImage] | None = None,
+    variant: str | None = None,
 ) -> PreparedDataset:
     """Write the prepared form to ``out`` (created if needed) and return it in memory.
 
     ``bad_images=None`` means no ``check=True`` scan ran (a stale ``bad_images.txt`` is
-    removed); a list, even empty, writes ``bad_images.txt``.
+    removed); a list, even empty, writes ``bad_images.txt``. ``variant`` is recorded as
+    ``meta["variant"]`` (None for datasets without variants) so that a later load can tell
+    the variants of one dataset apart.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -187,18 +202,19 @@ def write_prepared(
         payloads[f"{name}_images.txt"] = _list_bytes(images)
         payloads[f"{name}_labels.npy"] = _npy_bytes(labels)
     for filename, data in payloads.items():
-        _atomic_write(out / filename, data)
+        atomic_write_bytes(out / filename, data)
 
     bad = None if bad_images is None else list(bad_images)
     if bad is None:
         (out / BAD_IMAGES).unlink(missing_ok=True)
     else:
-        _atomic_write(out / BAD_IMAGES, "".join(f"{b.path}\t{b.reason}\n" for b in bad).encode("utf-8"))
+        atomic_write_bytes(out / BAD_IMAGES, "".join(f"{b.path}\t{b.reason}\n" for b in bad).encode("utf-8"))
 
     counts = {name: len(images) for name, (images, _) in splits.items()}
     meta: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "dataset": dataset,
+        "variant": variant,
         "class_names": class_names,
         "num_classes": len(class_names),
         "counts": counts,
@@ -225,7 +241,7 @@ def write_prepared(
         },
         "files": {filename: _sha256(data) for filename, data in payloads.items()},
     }
-    _atomic_write(out / META, (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    atomic_write_bytes(out / META, (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
     return PreparedDataset(
         dataset=dataset,
         class_names=class_names,
@@ -288,15 +304,89 @@ def _read_checked(out: Path, filename: str, expected_hash: str | None) -> bytes:
     return data
 
 
-def load_prepared(out: str | Path, *, root: str | Path | None = None) -> PreparedDataset:
+def recorded_variant(meta: dict[str, Any]) -> str | None:
+    """The variant a prepared folder holds, read from its parsed ``meta.json``.
+
+    ``meta["variant"]`` where present. Folders written before that key existed recorded the
+    variant only among the reader options, so ``meta["options"]["variant"]`` is the fallback;
+    a dataset without variants gives None.
+    """
+    if "variant" in meta:
+        value = meta["variant"]
+    else:
+        options = meta.get("options")
+        value = options.get("variant") if isinstance(options, dict) else None
+    return None if value is None else str(value)
+
+
+def _default_variant(dataset: str) -> str | None:
+    """The default variant of a dataset of :func:`spmlkit.data.formats.prepare`, else None."""
+    from . import DATASETS, dataset_variants  # the reader registry; importing it here avoids a cycle
+
+    variants = dataset_variants(dataset) if dataset in DATASETS else ()
+    return variants[0] if variants else None
+
+
+def _describe(dataset: str, variant: str | None) -> str:
+    """``coco2014 (variant 'pu_mlc')``, or the bare name for a dataset without variants."""
+    return dataset if variant is None else f"{dataset} (variant {variant!r})"
+
+
+def _check_expected(
+    out: Path, meta: dict[str, Any], expect_dataset: str | None, expect_variant: str | None
+) -> None:
+    """Refuse a folder that holds another dataset or variant than the caller asked for.
+
+    Checked before the data files are read, so a wrong folder fails at once, with the
+    command that prepares the expected one. A named dataset without a named variant means
+    its default variant: a run that names no variant trains on the default list, and a
+    folder holding another list must not pass for it.
+    """
+    if expect_dataset is not None and expect_variant is None:
+        expect_variant = _default_variant(expect_dataset)
+    found_dataset, found_variant = str(meta["dataset"]), recorded_variant(meta)
+    if (expect_dataset is None or expect_dataset == found_dataset) and (
+        expect_variant is None or expect_variant == found_variant
+    ):
+        return
+    wanted_dataset = found_dataset if expect_dataset is None else expect_dataset
+    same_dataset = wanted_dataset == found_dataset
+    root = shlex.quote(str(meta["root"])) if same_dataset else "DIR"
+    variant_flag = "" if expect_variant is None else f" --variant {shlex.quote(expect_variant)}"
+    command = f"spmlkit prepare {wanted_dataset}{variant_flag} --root {root}"
+    root_note = "" if same_dataset else f" (DIR: the folder {wanted_dataset} was downloaded and unpacked into)"
+    raise PreparedMismatchError(
+        f"{out} holds the prepared {_describe(found_dataset, found_variant)}, but "
+        f"{_describe(wanted_dataset, expect_variant)} was expected. Prepare it with `{command}`{root_note} "
+        f"and use the folder it reports, or add `--out {shlex.quote(str(out))}` to that command to replace "
+        "this folder."
+    )
+
+
+def load_prepared(
+    out: str | Path,
+    *,
+    root: str | Path | None = None,
+    expect_dataset: str | None = None,
+    expect_variant: str | None = None,
+) -> PreparedDataset:
     """Load and validate a prepared folder written by :func:`write_prepared`.
 
     Checks the format version, the checksums, that each label matrix is uint8 0/1 with one
     row per listed image and one column per class name. ``root`` overrides the recorded
     dataset folder (for data moved since preparation).
+
+    ``expect_dataset`` / ``expect_variant``, when given, must equal the recorded dataset and
+    variant (:func:`recorded_variant`; None for datasets without variants), else a
+    :class:`PreparedMismatchError` (a ValueError) names what is there, what was expected and
+    the ``spmlkit prepare`` command that makes it. With ``expect_dataset`` given,
+    ``expect_variant=None`` means that dataset's default variant (coco2014: "spml"), as in
+    :func:`~spmlkit.data.formats.default_prepared_dir`, so that a run naming no variant is
+    not fed another variant's list. With both None nothing is checked, as before.
     """
     out = Path(out)
     meta = _read_meta(out)
+    _check_expected(out, meta, expect_dataset, expect_variant)
     class_names = meta["class_names"]
     if not isinstance(class_names, list) or not all(isinstance(c, str) for c in class_names):
         raise PreparedFormatError(f"{out / META}: class_names must be a list of strings")

@@ -1,5 +1,5 @@
 """PASCAL VOC 2012 and VOC 2007 readers (Everingham et al., "The PASCAL Visual Object
-Classes (VOC) Challenge", IJCV 2010), following REFERENCE.md B.1 and B.2.
+Classes (VOC) Challenge", IJCV 2010), following docs/protocol.md, "VOC 2012" and "VOC 2007".
 
 VOC 2012 (the base SPML protocol of Cole et al., CVPR 2021), from
 ``VOCtrainval_11-May-2012.tar``:
@@ -37,6 +37,7 @@ from .common import (
     DatasetNotFoundError,
     ParsedDataset,
     SplitLists,
+    existing_root,
     posix_relative,
     read_lines,
     require_file,
@@ -49,13 +50,14 @@ VOC_CLASSES: tuple[str, ...] = (
     "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
     "train", "tvmonitor",
 )  # fmt: skip
-"""The 20 VOC classes in the fixed column order of B.1 (shared by VOC 2007)."""
+"""The 20 VOC classes in the fixed column order of docs/protocol.md, "VOC 2012" (shared by VOC 2007)."""
 
 _ARCHIVES = {
     "VOC2012": "VOCtrainval_11-May-2012.tar",
     "VOC2007": "VOCtrainval_06-Nov-2007.tar (and VOCtest_06-Nov-2007.tar for the test list)",
 }
 _YEAR_FOLDER = re.compile(r"^VOC\d{4}$")
+_SHOW_IDS = 10  # how many image ids an error about incomplete class lists names
 
 
 def _locate(root: Path, year: str, probe: str) -> tuple[Path, Path, str]:
@@ -65,10 +67,8 @@ def _locate(root: Path, year: str, probe: str) -> tuple[Path, Path, str]:
     The root itself is accepted only if it is not visibly another year's folder, so that a
     VOC 2007 folder is never read as VOC 2012.
     """
-    root = Path(root).expanduser().resolve()
     hint = f"Point root at the folder that contains VOCdevkit/ (unpacked from {_ARCHIVES[year]})."
-    if not root.is_dir():
-        raise DatasetNotFoundError(f"dataset root {root} is not an existing folder. {hint}")
+    root = existing_root(root, hint)
     candidates = [root / "VOCdevkit" / year, root / year]
     if root.name == year or not _YEAR_FOLDER.match(root.name):
         candidates.append(root)
@@ -99,22 +99,50 @@ def _read_flags(path: Path) -> dict[str, int]:
     return flags
 
 
+def _require_complete_lists(flags_by_file: dict[Path, dict[str, int]], image_set: str) -> set[str]:
+    """The ids of one image set, after checking that every class list names all of them.
+
+    Each ``<class>_<set>.txt`` of the official archive lists every image of the set with a
+    flag (1, 0 or -1); the reference formatter only reads those flags, so an id absent from
+    one file would silently become a negative of that class. An absent id therefore means a
+    damaged or partly extracted download, and is refused here instead.
+    """
+    listed: set[str] = set().union(*flags_by_file.values())
+    lacking = {path: sorted(listed.difference(flags)) for path, flags in flags_by_file.items()}
+    lacking = {path: ids for path, ids in lacking.items() if ids}
+    if not lacking:
+        return listed
+    path, ids = next(iter(lacking.items()))
+    shown = ", ".join(ids[:_SHOW_IDS]) + (f" (and {len(ids) - _SHOW_IDS} more)" if len(ids) > _SHOW_IDS else "")
+    lister = next(p for p, flags in flags_by_file.items() if ids[0] in flags)
+    others = f" {len(lacking) - 1} other class lists of this set lack ids too." if len(lacking) > 1 else ""
+    raise AnnotationError(
+        f"{path} lacks {len(ids)} image id(s) that other class lists of image set {image_set!r} name: "
+        f"{shown} (e.g. listed in {lister.name}).{others} Every <class>_{image_set}.txt names every image "
+        "of its set with a flag 1, 0 or -1, so this file is incomplete (a damaged or partly extracted "
+        "download) and those images would silently count as negatives of its class. "
+        f"Re-extract {_ARCHIVES['VOC2012']}."
+    )
+
+
 def _voc2012_split(voc_dir: Path, prefix: str, image_set: str) -> tuple[SplitLists, int]:
     """Labels of one VOC 2012 image set ("train" or "val"); returns the split and #listed ids."""
     main = voc_dir / "ImageSets" / "Main"
-    positives: dict[str, set[int]] = {}
-    listed: set[str] = set()
-    for c, name in enumerate(VOC_CLASSES):
+    flags_by_file: dict[Path, dict[str, int]] = {}
+    for name in VOC_CLASSES:
         path = require_file(
             main / f"{name}_{image_set}.txt",
             f"the VOC 2012 class list {name}_{image_set}.txt",
             f"{_ARCHIVES['VOC2012']} contains one such file per class and image set.",
         )
-        for image_id, flag in _read_flags(path).items():
-            listed.add(image_id)
+        flags_by_file[path] = _read_flags(path)
+    listed = _require_complete_lists(flags_by_file, image_set)
+    positives: dict[str, set[int]] = {}
+    for c, flags in enumerate(flags_by_file.values()):  # files in VOC_CLASSES order
+        for image_id, flag in flags.items():
             if flag == 1:
                 positives.setdefault(image_id, set()).add(c)
-    # Sort by file name, as the reference formatter does (B.1).
+    # Sort by file name, as the reference formatter does (docs/protocol.md, "VOC 2012").
     file_names = sorted(f"{image_id}.jpg" for image_id in positives)
     labels = np.zeros((len(file_names), len(VOC_CLASSES)), dtype=np.uint8)
     for row, file_name in enumerate(file_names):
@@ -124,7 +152,10 @@ def _voc2012_split(voc_dir: Path, prefix: str, image_set: str) -> tuple[SplitLis
 
 
 def parse_voc2012(root: str | Path) -> ParsedDataset:
-    """Read VOC 2012 (B.1): train from ``<class>_train.txt``, test from ``<class>_val.txt``."""
+    """Read VOC 2012: train from ``<class>_train.txt``, test from ``<class>_val.txt``.
+
+    See docs/protocol.md, "VOC 2012".
+    """
     voc_dir, base, prefix = _locate(Path(root), "VOC2012", f"ImageSets/Main/{VOC_CLASSES[0]}_train.txt")
     train, n_train = _voc2012_split(voc_dir, prefix, "train")
     test, n_test = _voc2012_split(voc_dir, prefix, "val")
@@ -137,15 +168,7 @@ def parse_voc2012(root: str | Path) -> ParsedDataset:
         ),
         "rows sorted lexicographically by file name <id>.jpg",
     ]
-    return ParsedDataset(
-        class_names=list(VOC_CLASSES),
-        train=train,
-        test=test,
-        base=base,
-        notes=notes,
-        reference_counts=(5717, 5823),
-        image_hint=f"JPEGImages/ comes with {_ARCHIVES['VOC2012']}.",
-    )
+    return _voc_dataset(train, test, base, notes, (5717, 5823), f"JPEGImages/ comes with {_ARCHIVES['VOC2012']}.")
 
 
 def _voc2007_objects(xml_path: Path) -> list[tuple[str, bool]]:
@@ -190,7 +213,10 @@ def _voc2007_split(voc_dir: Path, prefix: str, list_name: str, archive: str) -> 
 
 
 def parse_voc2007(root: str | Path) -> ParsedDataset:
-    """Read VOC 2007 (B.2): ``trainval.txt`` / ``test.txt``, labels from non-difficult objects."""
+    """Read VOC 2007: ``trainval.txt`` / ``test.txt``, labels from non-difficult objects.
+
+    See docs/protocol.md, "VOC 2007".
+    """
     voc_dir, base, prefix = _locate(Path(root), "VOC2007", "ImageSets/Main/trainval.txt")
     train = _voc2007_split(voc_dir, prefix, "trainval.txt", "VOCtrainval_06-Nov-2007.tar")
     test = _voc2007_split(voc_dir, prefix, "test.txt", "VOCtest_06-Nov-2007.tar (unpack it into the same VOCdevkit)")
@@ -198,12 +224,19 @@ def parse_voc2007(root: str | Path) -> ParsedDataset:
         "train = ImageSets/Main/trainval.txt, test = ImageSets/Main/test.txt, list-file order, no filtering",
         "class positive iff >= 1 object of that class is not flagged difficult (difficult-only = negative)",
     ]
+    hint = "JPEGImages/ comes with VOCtrainval_06-Nov-2007.tar and VOCtest_06-Nov-2007.tar."
+    return _voc_dataset(train, test, base, notes, (5011, 4952), hint)
+
+
+def _voc_dataset(
+    train: SplitLists,
+    test: SplitLists,
+    base: Path,
+    notes: list[str],
+    reference_counts: tuple[int, int],
+    image_hint: str,
+) -> ParsedDataset:
+    """The parsed form shared by both VOC editions: the 20 classes in VOC 2012 column order."""
     return ParsedDataset(
-        class_names=list(VOC_CLASSES),
-        train=train,
-        test=test,
-        base=base,
-        notes=notes,
-        reference_counts=(5011, 4952),
-        image_hint="JPEGImages/ comes with VOCtrainval_06-Nov-2007.tar and VOCtest_06-Nov-2007.tar.",
+        list(VOC_CLASSES), train, test, base, notes, reference_counts=reference_counts, image_hint=image_hint
     )
