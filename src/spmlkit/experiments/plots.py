@@ -24,9 +24,9 @@ import hashlib
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -152,6 +152,37 @@ def _require(records: Sequence[Record], what: str, hint: str) -> None:
         raise ValueError(f"no run record has {what}; {hint}")
 
 
+def _method_and_an_runs(
+    records_method: Sequence[Record],
+    records_an: Sequence[Record],
+    has: Callable[[Record], Any],
+    what: str,
+    hint: str,
+) -> tuple[list[Record], list[Record], str]:
+    """The method runs and the AN runs for which ``has`` is true, and the figure's context.
+
+    Either side may be empty for its own reason, so the error names the side: ``hint``
+    says how to get usable records ("pass finished records") and is said of AN records
+    ("pass finished AN records") for the AN side.
+    """
+    an = [r for r in records_an if has(r)]
+    _require(an, f"{what} among the AN runs", hint.replace("records", "AN records", 1))
+    recs = [r for r in records_method if has(r)]
+    _require(recs, f"{what} among the method runs", hint)
+    return recs, an, _context(recs + an)
+
+
+def _class_vector_like_an(method: str, runs: Sequence[Record], get: Any, an_vector: np.ndarray) -> np.ndarray:
+    """:func:`_mean_vector` of one method's runs; a class count other than AN's means runs
+    of different datasets were mixed, which a per-class comparison cannot pair up."""
+    vector = _mean_vector(runs, get)
+    if vector.shape != an_vector.shape:
+        raise ValueError(
+            f"{method} has {vector.size} classes but AN has {an_vector.size}; compare runs of one dataset"
+        )
+    return vector
+
+
 def _histograms(records: Sequence[Record], class_index: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Summed positive/negative counts over seeds (one class or all pooled) and bin edges."""
     bins = np.asarray(records[0]["analysis"]["bins"], dtype=float)
@@ -206,17 +237,36 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _history_frame(records: Sequence[Record], key: str) -> pd.DataFrame:
-    """Long table (method, seed, epoch, value) of one history key; NaN/missing dropped."""
+def _epoch_frame(records: Sequence[Record], value: Callable[[dict[str, Any]], float | None]) -> pd.DataFrame:
+    """Long table (method, run, epoch, value) of ``value(history entry)``; None is dropped.
+
+    An entry without an ``epoch`` gets its 1-based position in the history.
+    """
     rows = []
     for r in records:
         for i, h in enumerate(r.get("history") or []):
-            v = h.get(key)
-            if not _finite(v):
+            v = value(h)
+            if v is None:
                 continue
             rows.append({"method": r["method"], "run": r.get("run_id", id(r)), "epoch": h.get("epoch", i + 1),
-                         "value": float(v)})
+                         "value": v})
     return pd.DataFrame(rows, columns=["method", "run", "epoch", "value"])
+
+
+def _history_frame(records: Sequence[Record], key: str) -> pd.DataFrame:
+    """Long table (method, run, epoch, value) of one history key; NaN/missing dropped."""
+    return _epoch_frame(records, lambda h: float(h[key]) if _finite(h.get(key)) else None)
+
+
+#: history keys that count pseudo-labels (APL's pseudo-negatives, label corrections)
+_PSEUDO_COUNT_KEYS = ("pseudo_negatives", "corrections")
+
+
+def _pseudo_label_count(entry: dict[str, Any]) -> float | None:
+    """Pseudo-labels in the label state at one epoch: the sum of whichever of
+    :data:`_PSEUDO_COUNT_KEYS` the method reports (None when it reports neither)."""
+    vals = [float(entry[k]) for k in _PSEUDO_COUNT_KEYS if _finite(entry.get(k))]
+    return sum(vals) if vals else None
 
 
 def _plot_band(ax: Any, frame: pd.DataFrame, method: str, scale: float = 1.0, **kw: Any) -> None:
@@ -233,6 +283,37 @@ def _plot_band(ax: Any, frame: pd.DataFrame, method: str, scale: float = 1.0, **
     ax.plot(x, m, color=color, label=display_name(method), marker="o" if len(x) < 15 else None, ms=3, **kw)
     if (stats["count"] > 1).any():
         ax.fill_between(x, m - s, m + s, color=color, alpha=0.18, linewidth=0)
+
+
+class _EpochPanel(NamedTuple):
+    """One panel of a per-epoch figure: a long table from :func:`_epoch_frame`, the factor
+    applied to its values (100: fractions shown as percent), the title and the y label."""
+
+    frame: pd.DataFrame
+    scale: float
+    title: str
+    ylabel: str
+
+
+def _epoch_figure(methods: Sequence[str], panels: Sequence[_EpochPanel], title: str) -> Figure:
+    """Panels side by side, one band per method (:func:`_plot_band`) against the epoch.
+
+    The epoch axis gets integer ticks; a panel gets a legend only when some method drew in
+    it, so an empty panel carries no empty legend box.
+    """
+    fig, axes = _new_figure(ncols=len(panels), width=5.0, height=3.8)
+    for m in methods:
+        for ax, panel in zip(axes[0], panels):
+            _plot_band(ax, panel.frame, m, scale=panel.scale)
+    for ax, panel in zip(axes[0], panels):
+        ax.set_title(panel.title)
+        ax.set_ylabel(panel.ylabel)
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    fig.suptitle(title)
+    return fig
 
 
 # --------------------------------------------------------------------------- figures
@@ -287,19 +368,16 @@ def plot_wasserstein_vs_an(records_method: Sequence[Record], records_an: Sequenc
     come from ``analysis.wasserstein_per_class``, averaged over seeds.
     """
     key = "wasserstein_per_class"
-    an = [r for r in records_an if r.get("analysis") and r["analysis"].get(key) is not None]
-    _require(an, f"analysis.{key} among the AN runs", "pass AN records trained with the analysis pass")
-    recs = [r for r in records_method if r.get("analysis") and r["analysis"].get(key) is not None]
-    _require(recs, f"analysis.{key} among the method runs", "pass records trained with the analysis pass")
-    context = _context(list(recs) + list(an))
+    recs, an, context = _method_and_an_runs(
+        records_method, records_an, lambda r: r.get("analysis") and r["analysis"].get(key) is not None,
+        f"analysis.{key}", "pass records trained with the analysis pass",
+    )
     w_an = _mean_vector(an, lambda r: r["analysis"][key])
     fig, axes = _new_figure(width=5.0, height=4.6)
     ax = axes[0][0]
     top = np.nanmax(w_an) if np.isfinite(w_an).any() else 1.0
     for method, runs in _by_method(recs).items():
-        w = _mean_vector(runs, lambda r: r["analysis"][key])
-        if w.shape != w_an.shape:
-            raise ValueError(f"{method} has {w.size} classes but AN has {w_an.size}; compare runs of one dataset")
+        w = _class_vector_like_an(method, runs, lambda r: r["analysis"][key], w_an)
         ok = np.isfinite(w) & np.isfinite(w_an)
         above = int(np.sum(w[ok] > w_an[ok]))
         ax.scatter(w_an[ok], w[ok], s=18, color=method_color(method), alpha=0.85,
@@ -325,19 +403,15 @@ def plot_classwise_ap_gain(records_method: Sequence[Record], records_an: Sequenc
     from the largest gain down, one panel per method. Classes the method hurts show as
     negative bars, which a mean over classes (the mAP) hides.
     """
-    an = [r for r in records_an if r.get("test_ap")]
-    _require(an, "test_ap among the AN runs", "pass finished AN records")
-    recs = [r for r in records_method if r.get("test_ap")]
-    _require(recs, "test_ap among the method runs", "pass finished records")
-    context = _context(list(recs) + list(an))
+    recs, an, context = _method_and_an_runs(
+        records_method, records_an, lambda r: r.get("test_ap"), "test_ap", "pass finished records"
+    )
     ap_an = _mean_vector(an, lambda r: r["test_ap"])
     names = _class_names(an, ap_an.size)
     groups = _by_method(recs)
     fig, axes = _new_figure(nrows=len(groups), width=max(6.0, 0.16 * ap_an.size + 2), height=3.6)
     for ax, (method, runs) in zip(axes[:, 0], groups.items()):
-        ap = _mean_vector(runs, lambda r: r["test_ap"])
-        if ap.shape != ap_an.shape:
-            raise ValueError(f"{method} has {ap.size} classes but AN has {ap_an.size}; compare runs of one dataset")
+        ap = _class_vector_like_an(method, runs, lambda r: r["test_ap"], ap_an)
         gain = 100.0 * (ap - ap_an)
         order = np.argsort(-np.nan_to_num(gain, nan=-np.inf), kind="stable")
         color = method_color(method)
@@ -354,9 +428,6 @@ def plot_classwise_ap_gain(records_method: Sequence[Record], records_an: Sequenc
     return fig
 
 
-_PSEUDO_COUNT_KEYS = ("pseudo_negatives", "corrections")
-
-
 def plot_pseudo_labels(records: Sequence[Record]) -> Figure:
     """Pseudo-label accuracy (%) and number of pseudo-labels per epoch, one line per method
     (mean over seeds, ± std band), for methods with a label state (EM Table 4 as curves).
@@ -366,14 +437,7 @@ def plot_pseudo_labels(records: Sequence[Record]) -> Figure:
     the method reports). Methods without these keys are left out.
     """
     acc = _history_frame(records, "pseudo_label_accuracy")
-    counts = []
-    for r in records:
-        for i, h in enumerate(r.get("history") or []):
-            vals = [float(h[k]) for k in _PSEUDO_COUNT_KEYS if _finite(h.get(k))]
-            if vals:
-                counts.append({"method": r["method"], "run": r.get("run_id", id(r)), "epoch": h.get("epoch", i + 1),
-                               "value": sum(vals)})
-    count = pd.DataFrame(counts, columns=["method", "run", "epoch", "value"])
+    count = _epoch_frame(records, _pseudo_label_count)
     # methods without a label state report zero pseudo-labels at every epoch: leave them out
     makers = set(count.loc[count["value"] > 0, "method"]) | set(acc.dropna(subset=["value"])["method"] if not acc.empty else [])
     count = count[count["method"].isin(makers)]
@@ -386,21 +450,11 @@ def plot_pseudo_labels(records: Sequence[Record]) -> Figure:
     ok = [r for r in records if r.get("status", "ok") == "ok"]
     context = _context(ok)
     methods = _ordered_methods(set(acc["method"]) | set(count["method"]))
-    fig, axes = _new_figure(ncols=2, width=5.0, height=3.8)
-    for m in methods:
-        _plot_band(axes[0][0], acc, m, scale=100.0)
-        _plot_band(axes[0][1], count, m)
-    axes[0][0].set_title("Pseudo-label accuracy")
-    axes[0][0].set_ylabel("accuracy of pseudo-labels (%)")
-    axes[0][1].set_title("Pseudo-labels in the label state")
-    axes[0][1].set_ylabel("number of pseudo-labels")
-    for ax in axes[0]:
-        ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    fig.suptitle(f"Pseudo-labels during training ({context})")
-    return fig
+    panels = [
+        _EpochPanel(acc, 100.0, "Pseudo-label accuracy", "accuracy of pseudo-labels (%)"),
+        _EpochPanel(count, 1.0, "Pseudo-labels in the label state", "number of pseudo-labels"),
+    ]
+    return _epoch_figure(methods, panels, f"Pseudo-labels during training ({context})")
 
 
 def plot_training_curves(records: Sequence[Record]) -> Figure:
@@ -414,23 +468,12 @@ def plot_training_curves(records: Sequence[Record]) -> Figure:
     ok = [r for r in records if r.get("status", "ok") == "ok" and r.get("history")]
     _require(ok, "a history", "pass finished records")
     context = _context(ok)
-    loss = _history_frame(ok, "observed_pos_loss")
-    val = _history_frame(ok, "val_map")
-    fig, axes = _new_figure(ncols=2, width=5.0, height=3.8)
-    for m in _ordered_methods(r["method"] for r in ok):
-        _plot_band(axes[0][0], loss, m)
-        _plot_band(axes[0][1], val, m, scale=100.0)
-    axes[0][0].set_title("Loss on observed positives (training set)")
-    axes[0][0].set_ylabel("mean -log p on observed positives (nats)")
-    axes[0][1].set_title("Validation mAP")
-    axes[0][1].set_ylabel("validation mAP (%)")
-    for ax in axes[0]:
-        ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-    fig.suptitle(f"Training curves ({context})")
-    return fig
+    panels = [
+        _EpochPanel(_history_frame(ok, "observed_pos_loss"), 1.0, "Loss on observed positives (training set)",
+                    "mean -log p on observed positives (nats)"),
+        _EpochPanel(_history_frame(ok, "val_map"), 100.0, "Validation mAP", "validation mAP (%)"),
+    ]
+    return _epoch_figure(_ordered_methods(r["method"] for r in ok), panels, f"Training curves ({context})")
 
 
 def _param_column(df: pd.DataFrame, param: str) -> str:

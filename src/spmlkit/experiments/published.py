@@ -1,4 +1,4 @@
-"""Published mAP numbers of the SPML papers, as data (REFERENCE.md F).
+"""Published mAP numbers of the SPML papers, as data, transcribed from the tables named below.
 
 Sources, by short name:
 
@@ -21,7 +21,8 @@ Note that ``bce`` and ``iun`` rows of the SPML tables are the references "All P.
 and "1 P. & All N.", i.e. methods that see more labels, listed under the SPML setting.
 
 When the same method has several published numbers (EM on VOC: 89.09 in EM, 88.67 in GR),
-compare with the paper whose protocol is reproduced (REFERENCE.md F, tolerance guidance).
+compare with the paper whose protocol is reproduced (EM paper, Table 1 for a run of EM's
+protocol; GR paper, Table 2 for a run of GR's).
 """
 
 from __future__ import annotations
@@ -214,7 +215,25 @@ _PU_NOTES = {
 }
 
 
+def _pu_mlc_rows() -> list[PublishedRow]:
+    """Rows of PU-MLC Table I: one per (dataset, method, known-label ratio), no stds; rows the
+    paper quotes from SARB's paper say so in their note."""
+    out = []
+    for ds, body in _PU_T1.items():
+        for method, values in body.items():
+            note = _PU_NOTES.get(method, "quoted from SARB")
+            for k, v in enumerate(values, start=1):
+                out.append(PublishedRow("PU-MLC Table I", method, ds, f"ratio={k / 10:g}", v, None, note))
+    return out
+
+
 def _build() -> tuple[PublishedRow, ...]:
+    """Every row, papers in the order of :data:`SOURCES` and tables in each paper's order.
+
+    The order is part of the behaviour: :func:`published_rows` returns rows in it, and a
+    report's reference column takes the first match when a paper prints a method twice
+    (``opml`` with source "OPML": Table II, not Table III).
+    """
     rows: list[PublishedRow] = []
     rows += _rows4("EM Table 1", _SP, _EM_T1)
     rows += _rows4("OPML Table II", _SP, {m: _EM_T1[m] for m in _EM_DAGGER}, note="copied from EM Table 1")
@@ -222,11 +241,7 @@ def _build() -> tuple[PublishedRow, ...]:
     rows += _rows4("OPML Table III", _SP, _OPML_T3)
     rows += _rows4("OPML Table V", "full", _OPML_T5)
     rows += _rows4("GR Table 2", _SP, _GR_T2)
-    for ds, body in _PU_T1.items():
-        for method, values in body.items():
-            note = _PU_NOTES.get(method, "quoted from SARB")
-            for k, v in enumerate(values, start=1):
-                rows.append(PublishedRow("PU-MLC Table I", method, ds, f"ratio={k / 10:g}", v, None, note))
+    rows += _pu_mlc_rows()
     return tuple(rows)
 
 

@@ -201,6 +201,36 @@ def paper_table(
         a DataFrame of strings; ``attrs["bold"]`` lists the best cells, ``attrs["means"]``
         maps (row, column) labels to the unrounded means.
     """
+    _check_table_input(agg, rows, cols, decimals)
+    row_keys = _ordered_keys(agg, rows)
+    col_keys = _ordered_keys(agg, cols)
+    row_labels = {rk: _row_label(rows, rk, pretty) for rk in row_keys}
+    cell = {(r[rows], r[cols]): r for r in agg.to_dict("records")}
+    with_gap = gap_closed and rows == "method"
+
+    data: dict[str, list[str]] = {}
+    bold: list[tuple[str, str]] = []
+    means: dict[tuple[str, str], float] = {}
+    for ck in col_keys:
+        cl = _col_label(cols, ck, pretty)
+        present = {rk: cell[(rk, ck)] for rk in row_keys if (rk, ck) in cell}
+        data[cl] = _mean_std_column(present, row_keys, decimals)
+        means.update(((row_labels[rk], cl), float(r["mean"])) for rk, r in present.items())
+        bold += [(row_labels[rk], cl) for rk in _best_rows(present, row_keys, exclude_from_best, decimals)]
+        if reference is not None:
+            data[f"{cl} ({reference})"], data[f"{cl} Δ"] = _reference_columns(present, row_keys, reference, decimals)
+        if with_gap and "bce" in present and "an" in present:
+            data[f"{cl} gap closed"] = [_gap(present, rk) for rk in row_keys]
+    table = pd.DataFrame(data, index=pd.Index([row_labels[rk] for rk in row_keys], name=rows))
+    table.attrs["bold"] = bold
+    table.attrs["means"] = means
+    return table
+
+
+def _check_table_input(agg: pd.DataFrame, rows: str, cols: str, decimals: int) -> None:
+    """Refuse an ``agg`` that cannot make one table: a missing column, negative decimals,
+    or a (rows, cols) pair on several agg rows, which happens when a grouping column that
+    is neither rows nor cols (typically ``observation``) still holds several values."""
     _require_columns(agg, [rows, cols, "mean", "std"], "paper_table")
     if decimals < 0:
         raise ValueError(f"decimals must be >= 0, got {decimals}")
@@ -212,47 +242,57 @@ def paper_table(
             f"paper_table: several agg rows for {rows}={first[rows]!r}, {cols}={first[cols]!r}; "
             f"filter the other grouping column(s) {other} to one value first, e.g. agg[agg.observation == ...]"
         )
-    row_keys = sorted(agg[rows].unique(), key=lambda v: _order_key(rows, v))
-    col_keys = sorted(agg[cols].unique(), key=lambda v: _order_key(cols, v))
-    cell = {(r[rows], r[cols]): r for r in agg.to_dict("records")}
 
-    def rlabel(k: Any) -> str:
-        return display_name(k) if pretty and rows == "method" else str(k)
 
-    def clabel(k: Any) -> str:
-        return DATASET_LABELS.get(k, str(k)) if pretty and cols == "dataset" else str(k)
+def _ordered_keys(agg: pd.DataFrame, column: str) -> list[Any]:
+    """The distinct values of ``column`` in the papers' order (see :func:`_order_key`)."""
+    return sorted(agg[column].unique(), key=lambda v: _order_key(column, v))
 
-    with_gap = gap_closed and rows == "method"
-    data: dict[str, list[str]] = {}
-    bold: list[tuple[str, str]] = []
-    means: dict[tuple[str, str], float] = {}
-    for ck in col_keys:
-        cl = clabel(ck)
-        present = {rk: cell[(rk, ck)] for rk in row_keys if (rk, ck) in cell}
-        data[cl] = [_fmt(present[rk]["mean"], present[rk]["std"], decimals) if rk in present else _MISSING
-                    for rk in row_keys]
-        for rk, r in present.items():
-            means[(rlabel(rk), cl)] = float(r["mean"])
-        candidates = {rk: round(float(r["mean"]), decimals) for rk, r in present.items()
-                      if rk not in exclude_from_best and math.isfinite(float(r["mean"]))}
-        if candidates:
-            best = max(candidates.values())
-            bold += [(rlabel(rk), cl) for rk in row_keys if candidates.get(rk) == best]
-        if reference is not None:
-            ref_col, diff_col = [], []
-            for rk in row_keys:
-                r = present.get(rk)
-                hit = _reference(r, reference) if r is not None else None
-                ref_col.append(_MISSING if hit is None else _fmt(hit.mean, hit.std, decimals))
-                diff_col.append(_MISSING if hit is None else f"{float(r['mean']) - hit.mean:+.{decimals}f}")
-            data[f"{cl} ({reference})"] = ref_col
-            data[f"{cl} Δ"] = diff_col
-        if with_gap and "bce" in present and "an" in present:
-            data[f"{cl} gap closed"] = [_gap(present, rk) for rk in row_keys]
-    table = pd.DataFrame(data, index=pd.Index([rlabel(k) for k in row_keys], name=rows))
-    table.attrs["bold"] = bold
-    table.attrs["means"] = means
-    return table
+
+def _row_label(rows: str, key: Any, pretty: bool) -> str:
+    """A row's label: the papers' method name when ``pretty`` and rows are methods."""
+    return display_name(key) if pretty and rows == "method" else str(key)
+
+
+def _col_label(cols: str, key: Any, pretty: bool) -> str:
+    """A column's label: the papers' dataset name when ``pretty`` and columns are datasets."""
+    return DATASET_LABELS.get(key, str(key)) if pretty and cols == "dataset" else str(key)
+
+
+def _mean_std_column(present: dict[Any, dict[str, Any]], row_keys: Sequence[Any], decimals: int) -> list[str]:
+    """One table column: ``"mean ± std"`` for the rows present in it, ``–`` for the others."""
+    return [_fmt(present[rk]["mean"], present[rk]["std"], decimals) if rk in present else _MISSING
+            for rk in row_keys]
+
+
+def _best_rows(
+    present: dict[Any, dict[str, Any]], row_keys: Sequence[Any], exclude: Sequence[Any], decimals: int
+) -> list[Any]:
+    """The rows of one column with the best mean, in table order.
+
+    Means are compared as printed (rounded to ``decimals``), so rows that read the same are
+    all best; rows in ``exclude`` and non-finite means never are.
+    """
+    candidates = {rk: round(float(r["mean"]), decimals) for rk, r in present.items()
+                  if rk not in exclude and math.isfinite(float(r["mean"]))}
+    if not candidates:
+        return []
+    best = max(candidates.values())
+    return [rk for rk in row_keys if candidates.get(rk) == best]
+
+
+def _reference_columns(
+    present: dict[Any, dict[str, Any]], row_keys: Sequence[Any], reference: str, decimals: int
+) -> tuple[list[str], list[str]]:
+    """For one column: the published number of each row and ours − published (``–`` where
+    either is missing)."""
+    ref_col, diff_col = [], []
+    for rk in row_keys:
+        r = present.get(rk)
+        hit = _reference(r, reference) if r is not None else None
+        ref_col.append(_MISSING if hit is None else _fmt(hit.mean, hit.std, decimals))
+        diff_col.append(_MISSING if hit is None else f"{float(r['mean']) - hit.mean:+.{decimals}f}")
+    return ref_col, diff_col
 
 
 def _reference(row: dict[str, Any], reference: str) -> Any:
