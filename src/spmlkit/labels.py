@@ -2,8 +2,9 @@
 
 One object, one owner (the training loop). The observed matrix is never modified; pseudo
 negatives (APL), permanent positive corrections (LL-Cp, OPML's AP-based correction) and
-their soft targets live beside it with a *kind* per entry (REFERENCE.md A, G-5, G-16). This
-avoids the official EM code's encoding of soft negatives as ``-p`` inside the observed
+their soft targets live beside it with a *kind* per entry (docs/protocol.md, "Label
+encoding", and the quirks "APL soft negatives stored inside the label matrix" and "Corrected
+labels indistinguishable from annotated ones"). This avoids the official EM code's encoding of soft negatives as ``-p`` inside the observed
 matrix, where a prediction of exactly 0 turns back into "unobserved" and an observed
 negative ``-1`` reads as a soft target of 1.
 
@@ -35,7 +36,7 @@ class Kind(IntEnum):
 
 @dataclass(frozen=True)
 class PseudoLabels:
-    """Pseudo-labels of a batch, kept apart from the observed labels (REFERENCE.md A, G-5).
+    """Pseudo-labels of a batch, kept apart from the observed labels (docs/protocol.md, "Label encoding").
 
     ``mask`` marks entries that carry a pseudo-label (bool ``[B, C]``) and ``target`` holds
     their soft target in ``[0, 1]`` (float ``[B, C]``; ignored where ``mask`` is False).
@@ -187,7 +188,7 @@ class LabelState:
         """Counts and accuracy of every pseudo-label made so far against the truth (0/1).
 
         Accuracy is the fraction of pseudo-labels whose hard value matches the truth
-        (REFERENCE.md E): pseudo-negatives are right where the truth is 0, corrections
+        (docs/protocol.md, "Metrics"): pseudo-negatives are right where the truth is 0, corrections
         where it is 1. ``nan`` when there are none.
         """
         y = torch.as_tensor(np.asarray(truth)).to(torch.int8)

@@ -4,8 +4,9 @@ Every dataset yields ``(image_tensor, index)``: labels are looked up by index in
 state, which is where observed and pseudo-labels live, so a dataset never needs to know the
 observation setting.
 
-Transforms follow the base protocol (REFERENCE.md D): resize to ``size x size`` (no crop),
-horizontal flip with probability 0.5 for training, ImageNet normalisation.
+Transforms follow the base protocol (docs/protocol.md, "Training protocols"): resize to
+``size x size`` (no crop), horizontal flip with probability 0.5 for training, ImageNet
+normalisation.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ class TabularDataset:
 
     ``expected_num_pos`` is the mean number of true positives per training example, the
     statistic EPR and ROLE take as their prior (the papers use the dataset's true value,
-    REFERENCE.md C.9).
+    docs/methods.md, "epr").
     """
 
     name: str

@@ -11,8 +11,9 @@ need the file).
 Split: MULAN distributes Yeast as ``yeast-train`` (1,500 genes) and ``yeast-test`` (917
 genes). The packaged file (OpenML 40597) keeps that order, train rows first, so we take
 rows ``[0, 1500)`` as the official train list and ``[1500, 2417)`` as the official test list.
-The reference protocol then splits the train list into train/val (REFERENCE.md B.6) and
-draws the observed labels over the whole train list (B.7), exactly as for the image data.
+The reference protocol then splits the train list into train/val (docs/protocol.md,
+"Train/val split") and draws the observed labels over the whole train list (docs/protocol.md,
+"Observed labels"), exactly as for the image data.
 """
 
 from __future__ import annotations

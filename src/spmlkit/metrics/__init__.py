@@ -1,4 +1,4 @@
-"""Evaluation metrics of the single-positive multi-label protocol (REFERENCE.md E, G-17).
+"""Evaluation metrics of the single-positive multi-label protocol (docs/protocol.md, "Metrics").
 
 - **Average precision / mAP** as in Cole et al., "Multi-Label Learning from Single Positive
   Labels" (CVPR 2021) and its forks (EM, LL, GR): per class, the step-wise average precision

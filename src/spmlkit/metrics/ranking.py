@@ -120,7 +120,7 @@ def average_precision(scores: ArrayLike, targets: ArrayLike, *, empty: str = "ze
                                              R_k = TP(s >= v_k) / Npos_c,   R_0 = 0
 
     i.e. the step-wise area under the precision-recall curve with tied scores grouped
-    (REFERENCE.md E, base protocol). Rank-based, so probabilities or logits give the same
+    (docs/protocol.md, "Metrics"; base protocol). Rank-based, so probabilities or logits give the same
     result. Fully vectorised over classes (see ``_ap_columns``); at COCO test size it is
     many times faster than a per-class scikit-learn loop.
 
@@ -128,8 +128,8 @@ def average_precision(scores: ArrayLike, targets: ArrayLike, *, empty: str = "ze
         scores: ``[N, C]`` (or ``[N]``) finite probabilities or logits.
         targets: ground truth of the same shape, values 0/1 or bool.
         empty: what a class without positives gets. ``"zero"`` (reference convention,
-            REFERENCE.md E / G-17): AP = 0, and it stays in the mean. ``"nan"``: NaN, so a
-            ``nanmean`` skips it; see also :func:`mean_average_precision` ``exclude_empty``.
+            docs/protocol.md, "AP with ties and classes without positives"): AP = 0, and it
+            stays in the mean. ``"nan"``: NaN, so a ``nanmean`` skips it; see also :func:`mean_average_precision` ``exclude_empty``.
 
     Returns:
         float64 array ``[C]`` of fractions in [0, 1].

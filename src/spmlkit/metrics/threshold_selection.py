@@ -3,12 +3,12 @@
 mAP needs no threshold, but a deployed multi-label classifier has to say yes or no per
 label. SPML models are badly calibrated in a method-specific way (AN pushes every
 unobserved label towards 0, EM keeps them near 0.5; the EM authors advise t = 0.75 for EM
-models, REFERENCE.md E), so a fixed 0.5 can be far from the best cut. Choosing the threshold
-on the clean validation split fixes that without touching the test set (unlike PU-MLC's
+models, docs/protocol.md, "Metrics"), so a fixed 0.5 can be far from the best cut.
+Choosing the threshold on the clean validation split fixes that without touching the test set (unlike PU-MLC's
 oracle sweep on the test set, :func:`spmlkit.metrics.oracle_threshold_metrics`).
 
-Definitions follow :func:`spmlkit.metrics.threshold_metrics` (REFERENCE.md E; the ML-GCN /
-PU-MLC evaluation code): an entry is positive iff ``p >= t``; per class ``Nc`` correct
+Definitions follow :func:`spmlkit.metrics.threshold_metrics` (docs/protocol.md, "Metrics";
+the ML-GCN / PU-MLC evaluation code): an entry is positive iff ``p >= t``; per class ``Nc`` correct
 positives, ``Np`` predicted positives (set to 1 when 0), ``Ng`` true positives;
 ``CP = mean_c Nc/Np``, ``CR = mean_{c: Ng>0} Nc/Ng``, ``CF1 = 2 CP CR/(CP + CR)``,
 ``OP = ΣNc/ΣNp``, ``OR = ΣNc/ΣNg``, ``OF1 = 2 OP OR/(OP + OR)``. Here ``t`` may differ per class.

@@ -16,7 +16,7 @@ def _f1(p: float, r: float) -> float:
 
 
 def _metrics_from_counts(nc: np.ndarray, np_: np.ndarray, ng: np.ndarray) -> dict[str, float | int]:
-    """CP/CR/CF1/OP/OR/OF1 from per-class counts (REFERENCE.md E).
+    """CP/CR/CF1/OP/OR/OF1 from per-class counts (docs/protocol.md, "Metrics").
 
     ``np_`` is clamped to at least 1 (as in the ML-GCN / PU-MLC code) *before* both CP and
     OP use it, so a class with no predicted positive adds 0 to CP and 1 to OP's denominator.
@@ -60,7 +60,7 @@ def threshold_metrics(
         probs: ``[N, C]`` probabilities in [0, 1] (logits with ``from_logits=True``).
         targets: ground truth 0/1 of the same shape.
         threshold: decision threshold in [0, 1]; 0.5 by default, 0.75 for EM-trained models
-            (EM authors' advice, REFERENCE.md E).
+            (EM authors' advice, docs/protocol.md, "Metrics").
         from_logits: apply a sigmoid to ``probs`` first.
 
     Returns:
@@ -84,8 +84,8 @@ def oracle_threshold_metrics(
 ) -> dict[str, float]:
     """ORACLE-THRESHOLD mode: best OF1 and best CF1 over a threshold sweep, chosen separately.
 
-    This is PU-MLC's reporting (REFERENCE.md E, G-14): the threshold is picked on the very
-    data being evaluated and OF1 and CF1 may use different thresholds, so the numbers are
+    This is PU-MLC's reporting (docs/protocol.md, "Metrics" and "PU-MLC code differs from the
+    paper"): the threshold is picked on the very data being evaluated and OF1 and CF1 may use different thresholds, so the numbers are
     optimistic upper bounds, not a fair test result. Use it only to compare with PU-MLC's
     tables; report :func:`threshold_metrics` at a fixed threshold otherwise.
 

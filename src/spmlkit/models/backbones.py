@@ -1,7 +1,7 @@
 """Image backbones: torchvision / timm feature extractors and a small CPU network.
 
-Every SPML paper in REFERENCE.md (section D) trains an ImageNet ResNet-50 (torchvision, weights
-``IMAGENET1K_V1``) whose classifier is replaced by global average pooling and one linear
+Every SPML paper (docs/protocol.md, "Training protocols") trains an ImageNet ResNet-50
+(torchvision, weights ``IMAGENET1K_V1``) whose classifier is replaced by global average pooling and one linear
 layer. :func:`create_backbone` builds the part *before* the pooling: a module mapping images
 ``[B, 3, H, W]`` to the last feature map, so the head (:class:`spmlkit.models.head.SPMLNet`)
 owns the pooling and the same head works for every backbone.
@@ -102,8 +102,8 @@ def _import_torchvision() -> Any:
 def torchvision_weights(model: str, weights: str | None = None) -> Any:
     """The torchvision weights enum member used for ``model`` (nothing is downloaded).
 
-    ``IMAGENET1K_V1`` when the model has it (the papers' weights, REFERENCE.md D), else the
-    model's ``DEFAULT``; ``weights`` names another member explicitly.
+    ``IMAGENET1K_V1`` when the model has it (the papers' weights, docs/protocol.md, "Training
+    protocols"), else the model's ``DEFAULT``; ``weights`` names another member explicitly.
     """
     tv = _import_torchvision()
     try:

@@ -1,7 +1,8 @@
 """PU-MLC's local-global convolution (LgConv).
 
 Yuan, Zhang, Huang, "Positive Label Is All You Need for Multi-Label Classification", ICME 2024
-(REFERENCE.md C.25, G-14). Each 3x3 convolution of a pretrained backbone becomes
+(docs/methods.md, "pu_mlc"; docs/protocol.md, "PU-MLC code differs from the paper"). Each
+3x3 convolution of a pretrained backbone becomes
 
     y = conv3x3(x) + G(x)
 
@@ -199,7 +200,7 @@ def count_lgconv(model: nn.Module) -> int:
 
 def lgconv_branch_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
     """Parameters of every LgConv branch in ``model`` (PU-MLC trains these, layer4 and the
-    head; REFERENCE.md G-14)."""
+    head; docs/methods.md, "pu_mlc")."""
     for module in model.modules():
         if isinstance(module, LgConv):
             yield from module.branch_parameters()

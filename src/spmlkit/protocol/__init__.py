@@ -3,7 +3,9 @@
 Implements the protocol of Cole et al., "Multi-Label Learning from Single Positive Labels"
 (CVPR 2021), shared by every SPML code base that forked it (EM, LL, GR), and the
 known-label-ratio protocol used by PU-MLC (Yuan et al., "Positive Label Is All You Need for
-Multi-Label Classification", ICME 2024). See REFERENCE.md B.6-B.8 and G-3, G-4.
+Multi-Label Classification", ICME 2024). See docs/protocol.md,
+"Train/val split", "Observed labels" and "Known-label ratio", and the quirks "Split edge case
+and discarded subsample draws" and "Observation draws that are made and thrown away".
 
 Why bit-exactness matters
 -------------------------
@@ -24,7 +26,7 @@ That only works with numpy's *legacy* generator: :class:`numpy.random.RandomStat
 reproducible years later. Every function creates its own ``RandomState``; the global numpy
 RNG is never read or reseeded.
 
-Label encoding (REFERENCE.md A): ground truth ``Y`` in {0, 1}; observed ``O`` in
+Label encoding (docs/protocol.md, "Label encoding"): ground truth ``Y`` in {0, 1}; observed ``O`` in
 {-1, 0, +1} (+1 observed positive, -1 observed negative, 0 unobserved), returned as int8.
 """
 
