@@ -1,11 +1,14 @@
 """Choose the Yeast hyperparameter presets of the benchmark on *validation* mAP only.
 
 The papers tune each method's hyperparameters per dataset on the validation split; this
-script does the same for the Yeast presets in ``spmlkit.benchmark.DATASET_HPARAMS``: for
+script does the same for the Yeast presets in ``spmlkit.experiments.presets.YEAST_HPARAMS``: for
 every candidate setting it trains all (lr, seed) pairs of the default benchmark grid and
 prints the mean validation mAP of the best lr. Test mAP is never looked at.
 
-    python benchmarks/tune_yeast.py [--jobs 2]
+    python benchmarks/tune_yeast.py [--jobs 2] [--out tune-yeast]
+
+Every candidate is a benchmark whose runs land in one results store (``--out``), so an
+interrupted tuning resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 
-from spmlkit.experiments.benchmark import BenchmarkSpec, run_benchmark, summarize
+from spmlkit.experiments.benchmark import BenchmarkSpec, benchmark_runs, run_benchmark, summarize
 
 GRID = {
     "em": [{"alpha": a} for a in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)],
@@ -32,12 +35,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--methods", default=",".join(GRID))
+    parser.add_argument("--out", default="tune-yeast", help="folder of the results store")
     args = parser.parse_args()
     for method in args.methods.split(","):
         scores = []
         for hp in GRID[method]:
             spec = BenchmarkSpec(methods=(method,), hparams={method: hp})
-            row = summarize(run_benchmark(spec, jobs=args.jobs), [method])[0]
+            result = run_benchmark(spec, args.out, jobs=args.jobs)
+            row = summarize(benchmark_runs(spec, result.store), (method,))[0][0]
             scores.append((row["val_map"], hp))
             print(f"{method:8s} {hp}  val mAP {row['val_map']:.2f} (lr {row['lr']:g})", flush=True)
         best = max(scores, key=lambda s: s[0])

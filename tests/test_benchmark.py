@@ -7,35 +7,48 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spmlkit.experiments.benchmark import summarize
+from spmlkit.experiments.benchmark import BenchmarkSpec, summarize
 from spmlkit.cli import main
 
 
-def _run(method, lr, seed, val, test):
-    return {"method": method, "lr": lr, "seed": seed, "val_map": val, "test_map": test, "best_epoch": 2}
+def _run(method, lr, seed, val, test, status="ok"):
+    return {"run_id": f"{method}-{lr}-{seed}", "dataset": "yeast", "observation": "single_positive",
+            "method": method, "lr": lr, "batch_size": 64, "hparams": {}, "seed": seed, "val_map": val,
+            "test_map": test, "best_epoch": 2, "status": status}
 
 
 def test_summarize_selects_lr_on_mean_val_and_reports_test_mean_std():
-    runs = [
+    runs = pd.DataFrame([
         _run("an", 0.1, 0, 0.50, 0.40), _run("an", 0.1, 1, 0.52, 0.42),
         _run("an", 0.01, 0, 0.49, 0.90), _run("an", 0.01, 1, 0.49, 0.90),   # better test, worse val: not chosen
         _run("bce", 0.1, 0, 0.70, 0.60), _run("bce", 0.1, 1, 0.70, 0.62),
         _run("em", 0.1, 0, 0.60, 0.50), _run("em", 0.1, 1, 0.62, 0.54),
-        {"method": "em", "lr": 0.01, "seed": 0, "error": "boom"},
-    ]
-    rows = {r["method"]: r for r in summarize(runs, ["bce", "an", "em"])}
+        _run("em", 0.01, 0, 0.99, 0.99, status="failed"),                     # failures never count
+    ])
+    rows = {r["method"]: r for r in summarize(runs, ("bce", "an", "em"))[0]}
     assert rows["an"]["lr"] == 0.1
     assert rows["an"]["test_map"] == pytest.approx(41.0)
     assert rows["an"]["test_map_std"] == pytest.approx(1.0)        # population std of 40, 42
     assert rows["an"]["val_map"] == pytest.approx(51.0)
     assert rows["bce"]["test_map"] == pytest.approx(61.0)
-    assert rows["em"]["test_map"] == pytest.approx(52.0)
+    assert rows["em"]["test_map"] == pytest.approx(52.0) and rows["em"]["lr"] == 0.1
     assert rows["em"]["gap_closed"] == pytest.approx((52 - 41) / (61 - 41))
     assert rows["an"]["gap_closed"] == 0 and rows["bce"]["gap_closed"] == 1
 
 
+def test_one_selection_rule_ties_go_to_more_seeds_then_sorted_config():
+    """The benchmark selects with report.select_and_aggregate: equal mean val -> more seeds -> sorted JSON."""
+    runs = pd.DataFrame([
+        _run("an", 0.1, 0, 0.5, 0.1), _run("an", 0.01, 0, 0.5, 0.2), _run("an", 0.01, 1, 0.5, 0.3),
+        _run("em", 0.1, 0, 0.5, 0.4), _run("em", 0.01, 0, 0.5, 0.6),
+    ])
+    rows = {r["method"]: r for r in summarize(runs)[0]}
+    assert rows["an"]["lr"] == 0.01 and rows["an"]["seeds"] == 2   # more seeds wins the tie
+    assert rows["em"]["lr"] == 0.01                                  # '{"lr": 0.01...' sorts before '{"lr": 0.1...'
+
+
 def test_summarize_without_references_has_no_gap():
-    rows = summarize([_run("em", 0.1, 0, 0.6, 0.5)])
+    rows, _ = summarize(pd.DataFrame([_run("em", 0.1, 0, 0.6, 0.5)]))
     assert math.isnan(rows[0]["gap_closed"])
 
 
@@ -57,8 +70,15 @@ def test_cli_benchmark_on_a_small_subset(tmp_path, capsys):
         assert row.test_map == pytest.approx(100 * chosen.test_map.mean())
         assert row.test_map_std == pytest.approx(100 * chosen.test_map.std(ddof=0))
     payload = json.loads((out / "results.json").read_text())
-    assert len(payload["runs"]) == 16 and len(payload["runs"][0]["history"]) == 5
+    assert [r["method"] for r in payload["table"]] == ["bce", "an", "em_apl", "gr"]
     assert (out / "table.md").read_text().count("\n|") >= 5
+    # the same benchmark again reuses every finished run and writes the same table
+    before = (out / "table.csv").read_text()
+    assert main(["benchmark", "--dataset", "yeast", "--methods", "bce,an,em_apl,gr", "--seeds", "0,1",
+                 "--lrs", "0.01,0.003", "--epochs", "5", "--subset", "300", "--jobs", "1",
+                 "--out", str(out), "--quiet"]) == 0
+    assert "16 finished runs reused" in capsys.readouterr().out
+    assert (out / "table.csv").read_text() == before
 
 
 def test_parallel_workers_give_the_same_numbers(tmp_path):
@@ -88,13 +108,16 @@ def test_cli_train_prints_epochs(tmp_path, capsys):
     assert len(res["history"]) == 3 and res["history"][1]["pseudo_negatives"] > 0
 
 
-def test_dataset_presets_are_valid_and_used_by_default():
-    from spmlkit.experiments.benchmark import DATASET_HPARAMS, BenchmarkSpec
+def test_dataset_presets_are_valid_and_used_by_train_and_benchmark():
+    from spmlkit.experiments.presets import YEAST_HPARAMS, resolve_config
+    from spmlkit.experiments.sweep import expand, run_config
     from spmlkit.methods import resolve_hparams
 
-    for dataset, table in DATASET_HPARAMS.items():
-        for method, hp in table.items():
-            resolve_hparams(method, hp)  # raises on a stale name
-    spec = BenchmarkSpec(dataset="yeast", methods=("an", "em"))
-    assert spec.hparams == {"em": DATASET_HPARAMS["yeast"]["em"]}
-    assert BenchmarkSpec(dataset="yeast", methods=("em",), hparams={}).hparams == {}
+    for method, hp in YEAST_HPARAMS.items():
+        resolve_hparams(method, hp)  # raises on a stale name
+    # `train --dataset yeast --method em_apl` and the benchmark's em_apl runs resolve the same way
+    trained = resolve_config({"dataset": "yeast", "method": "em_apl"})
+    assert trained.hparams == YEAST_HPARAMS["em_apl"] and (trained.lr, trained.batch_size, trained.epochs) == (3e-3, 64, 20)
+    spec = BenchmarkSpec(dataset="yeast", methods=("em_apl",), seeds=(0,), lrs=(3e-3,))
+    (run,) = expand(spec.sweep("unused.db"))
+    assert run_config(run) == trained

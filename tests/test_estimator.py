@@ -27,9 +27,35 @@ def test_fit_predict_on_observed_labels_only(yeast):
 def test_params_and_errors(yeast):
     clf = SPMLClassifier()
     assert clf.set_params(lr=0.01).get_params()["lr"] == 0.01
-    with pytest.raises(ValueError, match="no parameter"):
+    with pytest.raises(ValueError, match="Invalid parameter 'lrr'"):
         clf.set_params(lrr=1)
     with pytest.raises(RuntimeError, match="not fitted"):
         clf.predict_proba(yeast.X_test)
     with pytest.raises(ValueError, match="only contain -1"):
         clf.fit(yeast.X_train, yeast.Y_train * 2)
+
+
+def test_a_real_scikit_learn_estimator(yeast):
+    from sklearn.base import BaseEstimator, clone
+
+    clf = SPMLClassifier(method="em", epochs=3, lr=0.01)
+    assert isinstance(clf, BaseEstimator)
+    twin = clone(clf)
+    assert twin.get_params() == clf.get_params() and twin is not clf
+    assert repr(clf) == "SPMLClassifier(epochs=3, lr=0.01, method='em')"
+    obs = protocol.observe_labels(yeast.Y_train)
+    fitted = clf.fit(yeast.X_train[:200], obs[:200])
+    assert not hasattr(clone(fitted), "model_")   # clone copies parameters, not the fit
+
+
+def test_bad_fits_are_explained(yeast):
+    obs = protocol.observe_labels(yeast.Y_train)
+    with pytest.raises(ValueError, match="no observed positive"):
+        SPMLClassifier(epochs=1).fit(yeast.X_train, np.zeros_like(obs))
+    with pytest.raises(ValueError, match="warmup_epochs < num_epochs"):
+        SPMLClassifier(epochs=1).fit(yeast.X_train, obs)   # APL's default warm-up is 5 epochs
+    big = yeast.X_train.astype(np.float64) * 1e30
+    with pytest.raises(ValueError, match="too large to standardise"):
+        SPMLClassifier(method="an", epochs=1).fit(big, obs)
+    clf = SPMLClassifier(method="an", epochs=1).fit(yeast.X_train, obs)
+    assert clf.predict_proba(yeast.X_test[:0]).shape == (0, yeast.Y_train.shape[1])

@@ -24,8 +24,8 @@ def test_overrides_are_routed_to_loss_labeling_and_knobs():
     assert r.loss_kwargs == {"alpha": 0.2, "beta": 0.02}
     assert r.labeling_kwargs == {"theta": 0.5, "warmup_epochs": 3}
     comp = build_components(r, num_train=4, num_classes=3, observed=OBS, expected_num_pos=1.0, epochs=10, seed=0)
-    assert isinstance(comp.labeling, APL)
-    assert (comp.labeling.theta, comp.labeling.warmup_epochs, comp.labeling.num_epochs) == (0.5, 3, 10)
+    assert isinstance(comp.algorithm, APL)
+    assert (comp.algorithm.theta, comp.algorithm.warmup_epochs, comp.algorithm.num_epochs) == (0.5, 3, 10)
     assert comp.loss.alpha == 0.2
     r = resolve_hparams("l1r", {"penalty": 1e-3})
     comp = build_components(r, num_train=4, num_classes=3, observed=OBS, expected_num_pos=1.0, epochs=10, seed=0)
@@ -41,7 +41,7 @@ def test_structural_arguments_are_filled_but_user_values_win():
     assert comp.loss.expected_num_pos == 3.0
     comp = build_components(resolve_hparams("opml_sp"), num_train=4, num_classes=3, observed=OBS,
                             expected_num_pos=1.0, epochs=10, seed=0)
-    assert isinstance(comp.labeling, OPMLCorrection)
+    assert isinstance(comp.algorithm, OPMLCorrection)
     assert [r.name for r in comp.regularizers] == ["highrank"]
     assert sum(p["lr"] for p in build_components(
         resolve_hparams("role"), num_train=4, num_classes=3, observed=OBS, expected_num_pos=1.0, epochs=10, seed=0

@@ -70,7 +70,7 @@ def test_a_killed_sweep_resumes_where_it_stopped(tmp_path):
     (tmp_path / "s.yaml").write_text(
         "name: k\ndatasets: [yeast]\nmethods: [an, em, epr, dw]\nseeds: [0, 1, 2]\nlrs: [0.003]\n"
         "settings: {epochs: 15}\nstore: k.db\n")
-    cmd = [sys.executable, "-m", "spmlkit.cli", "sweep", str(tmp_path / "s.yaml"), "--quiet"]
+    cmd = [sys.executable, "-m", "spmlkit", "sweep", str(tmp_path / "s.yaml"), "--quiet"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     store = ResultsStore(tmp_path / "k.db")

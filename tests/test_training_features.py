@@ -1,4 +1,5 @@
-"""The feature trainer: exact first Adam step, reproducibility, label-state hooks, selection."""
+"""Feature runs through the one trainer: exact first Adam step, reproducibility, label-state hooks,
+selection, stopping rules."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,20 @@ from torch import nn
 
 from spmlkit import metrics
 from spmlkit.labels import Kind
-from spmlkit.training.features import FeatureTrainConfig, predict_proba, train_on_features
+from spmlkit.training import RunConfig, train
+from spmlkit.training.run_data import RunData
+from spmlkit.training.sources import predict_proba
+
+
+def FeatureTrainConfig(**kwargs):
+    """A feature run on in-memory rows: observed labels as given, no standardisation, no test set."""
+    return RunConfig(dataset="toy", observation="given", standardize=False, **kwargs)
+
+
+def train_on_features(X, obs, X_val, y_val, config, truth_train=None):
+    data = RunData("features", "toy", tuple(f"c{i}" for i in range(obs.shape[1])), truth_train, X_train=X,
+                   observed=obs, X_val=X_val, Y_val=y_val)
+    return train(config, data=data)
 
 
 def _toy(n=60, d=5, c=4, seed=0):
@@ -39,21 +53,21 @@ def test_one_full_batch_epoch_is_exactly_one_adam_step_on_the_an_loss():
     eps = 1e-8                                 # Adam's first step: m_hat = g, v_hat = g^2
     W1 = W0 - lr * gW / (gW.abs() + eps)
     b1 = b0 - lr * gb / (gb.abs() + eps)
-    assert torch.allclose(fit.model.weight.double(), W1, atol=1e-6)
-    assert torch.allclose(fit.model.bias.double(), b1, atol=1e-6)
+    assert torch.allclose(fit.model.net.weight.double(), W1, atol=1e-6)
+    assert torch.allclose(fit.model.net.bias.double(), b1, atol=1e-6)
 
 
 def test_same_seed_same_bits_different_seed_different_run():
     X, truth, obs = _toy()
-    cfg = FeatureTrainConfig(method="em_apl", epochs=4, batch_size=16, lr=0.01, seed=1)
+    cfg = FeatureTrainConfig(method="em_apl", hparams={"warmup_epochs": 2}, epochs=4, batch_size=16, lr=0.01, seed=1)
     a = train_on_features(X, obs, X[:20], truth[:20], cfg, truth_train=truth)
     b = train_on_features(X, obs, X[:20], truth[:20], cfg, truth_train=truth)
-    assert torch.equal(a.model.weight, b.model.weight)
+    assert torch.equal(a.model.net.weight, b.model.net.weight)
     assert [r["val_map"] for r in a.history] == [r["val_map"] for r in b.history]
-    assert torch.equal(a.state.kind, b.state.kind)
-    cfg.seed = 2
+    assert torch.equal(a.label_state.kind, b.label_state.kind)
+    cfg = FeatureTrainConfig(method="em_apl", hparams={"warmup_epochs": 2}, epochs=4, batch_size=16, lr=0.01, seed=2)
     c = train_on_features(X, obs, X[:20], truth[:20], cfg, truth_train=truth)
-    assert not torch.equal(a.model.weight, c.model.weight)
+    assert not torch.equal(a.model.net.weight, c.model.net.weight)
 
 
 def test_apl_rounds_select_the_quota_each_epoch_after_warmup():
@@ -75,8 +89,8 @@ def test_ll_cp_corrections_reach_the_label_state():
     hist = [r["corrections"] for r in fit.history]
     assert hist[0] == 0 and hist[1] > 0 and hist[2] >= hist[1]
     best = fit.history[fit.best_epoch - 1]["corrections"]
-    assert fit.state.count(Kind.CORRECTED) == best   # label state restored with the best epoch
-    assert (fit.state.observed.numpy() == obs).all()  # observed labels never modified
+    assert fit.label_state.count(Kind.CORRECTED) == best   # label state restored with the best epoch
+    assert (fit.label_state.observed.numpy() == obs).all()  # observed labels never modified
 
 
 def test_restored_model_is_the_best_validation_epoch():
@@ -84,9 +98,9 @@ def test_restored_model_is_the_best_validation_epoch():
     cfg = FeatureTrainConfig(method="an", epochs=6, batch_size=8, lr=0.05, seed=0)
     fit = train_on_features(X, obs, X[60:], truth[60:], cfg)
     vals = [r["val_map"] for r in fit.history]
-    assert fit.best_val_map == max(vals) and fit.best_epoch == vals.index(max(vals)) + 1
+    assert fit.val_map == max(vals) and fit.best_epoch == vals.index(max(vals)) + 1
     got = metrics.mean_average_precision(predict_proba(fit.model, torch.from_numpy(X[60:])).numpy(), truth[60:])
-    assert got == pytest.approx(fit.best_val_map, abs=1e-12)
+    assert got == pytest.approx(fit.val_map, abs=1e-12)
 
 
 def test_patience_zero_stops_at_the_first_epoch_that_is_not_better():

@@ -10,26 +10,21 @@ from spmlkit.cli import main
 from spmlkit.experiments.presets import DATASET_DEFAULTS
 from spmlkit.training.checkpoint import load_checkpoint
 from spmlkit.training.config import config_from_dict
-from spmlkit.training.images import train_images
+from spmlkit.training import train
 
 BASE = {**DATASET_DEFAULTS["digits-mosaic"], "dataset": "digits-mosaic", "mosaic_train": 240, "mosaic_test": 60,
         "hflip": True, "batch_size": 32}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_resume_reaches_the_same_result_as_an_uninterrupted_run(tmp_path):
     cfg = {**BASE, "method": "em_apl", "epochs": 4, "hparams": {"warmup_epochs": 2}}
-    full = train_images(config_from_dict({**cfg, "out": str(tmp_path / "full")}))
-    part = train_images(config_from_dict({**cfg, "out": str(tmp_path / "cut")}), stop_after=2)
+    full = train(config_from_dict({**cfg, "out": str(tmp_path / "full")}))
+    part = train(config_from_dict({**cfg, "out": str(tmp_path / "cut")}), stop_after=2)
     assert not part.finished and len(part.history) == 2
-    resumed = train_images(config_from_dict({**cfg, "out": str(tmp_path / "cut")}), resume=True)
+    resumed = train(config_from_dict({**cfg, "out": str(tmp_path / "cut")}), resume=True)
     assert resumed.resumed_from == 2
     assert [h["val_map"] for h in resumed.history] == [h["val_map"] for h in full.history]
     assert resumed.test_map == full.test_map
@@ -41,9 +36,9 @@ def test_resume_reaches_the_same_result_as_an_uninterrupted_run(tmp_path):
 
 def test_resume_refuses_a_changed_config(tmp_path):
     cfg = {**BASE, "method": "an", "epochs": 2, "out": str(tmp_path)}
-    train_images(config_from_dict(cfg), stop_after=1)
+    train(config_from_dict(cfg), stop_after=1)
     with pytest.raises(ValueError, match="different settings.*lr"):
-        train_images(config_from_dict({**cfg, "lr": 0.1}), resume=True)
+        train(config_from_dict({**cfg, "lr": 0.1}), resume=True)
 
 
 def test_train_then_predict_on_exported_mosaics(tmp_path, capsys):
@@ -52,7 +47,7 @@ def test_train_then_predict_on_exported_mosaics(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "--dataset", "digits-mosaic", "--method", "an", "--epochs", "2", "--out", str(run),
                  "--quiet"]) == 0
-    for name in ("config.yaml", "metrics.csv", "metrics.json", "best.pt", "last.pt", "test_metrics.json"):
+    for name in ("config.yaml", "metrics.csv", "metrics.json", "best.pt", "last.pt", "result.json"):
         assert (run / name).is_file(), name
     history = json.loads((run / "metrics.json").read_text())
     assert len(history) == 2 and history[0]["images_per_second"] > 0
@@ -78,7 +73,7 @@ def test_train_then_predict_on_exported_mosaics(tmp_path, capsys):
 
 
 def test_extract_then_feature_training_round_trip(tmp_path):
-    from spmlkit.extract import load_feature_dir
+    from spmlkit.data.feature_dir import load_feature_dir
     from spmlkit.models import build_model
 
     feats = tmp_path / "feats"
@@ -98,11 +93,12 @@ def test_extract_then_feature_training_round_trip(tmp_path):
     out = tmp_path / "res"
     assert main(["train", "--features", str(feats), "--method", "em", "--epochs", "2", "--out", str(out)]) == 0
     res = json.loads((out / "result.json").read_text())
-    assert res["config"]["dataset"] == "digits-mosaic-features" and 0 < res["test_map"] <= 1
+    assert res["config"]["dataset"] == str(feats) and 0 < res["test_map"] <= 1
 
 
 def test_config_layers_preset_then_file_then_command_line(tmp_path):
-    from spmlkit.cli import build_parser, resolve_train_config
+    from spmlkit.cli import build_parser
+    from spmlkit.cli.train import resolve_from_args as resolve_train_config
 
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("lr: 0.0002\nepochs: 3\nhparams:\n  beta: 0.5\n")
@@ -121,13 +117,13 @@ def test_config_layers_preset_then_file_then_command_line(tmp_path):
 def test_linear_init_then_fine_tune_with_role(tmp_path):
     cfg = config_from_dict({**BASE, "method": "role", "epochs": 1, "linear_init_epochs": 2, "linear_init_lr": 0.01,
                             "out": str(tmp_path)})
-    res = train_images(cfg)
+    res = train(cfg)
     assert res.finished and len(res.history) == 1   # phase 1 is not an epoch of the run's history
     ckpt = load_checkpoint(tmp_path / "best.pt")
     phi = ckpt["components"]["loss"]["estimator.phi"]
     # the estimator starts phase 2 from phase 1 through the clamped logit: bounded by logit(1 - 1e-5)
     assert phi.abs().max() <= np.log((1 - 1e-5) / 1e-5) + 1e-3
-    plain = train_images(config_from_dict({**BASE, "method": "role", "epochs": 1, "out": str(tmp_path / "plain")}))
+    plain = train(config_from_dict({**BASE, "method": "role", "epochs": 1, "out": str(tmp_path / "plain")}))
     ref = load_checkpoint(tmp_path / "plain" / "best.pt")
     # phase 1 really trained the head and the estimator: phase 2 starts elsewhere and ends elsewhere
     assert not torch.equal(ckpt["model"]["head.weight"], ref["model"]["head.weight"])
@@ -150,8 +146,8 @@ def test_prepare_then_train_on_a_miniature_voc(tmp_path):
                  "--backbone", "small:cnn", "--no-pretrained", "--image-size", "32", "--epochs", "2",
                  "--batch-size", "8", "--lr", "0.001", "--hparam", "warmup_epochs=1", "--out", str(run),
                  "--quiet"]) == 0
-    metrics = json.loads((run / "test_metrics.json").read_text())
-    assert len(metrics["ap"]) == 20 and len(metrics["class_names"]) == 20
+    result = json.loads((run / "result.json").read_text())
+    assert len(result["test_ap"]) == 20 and len(result["class_names"]) == 20
     history = json.loads((run / "metrics.json").read_text())
     assert history[1]["pseudo_negatives"] > 0   # APL ran on image predictions
 

@@ -1,17 +1,20 @@
-"""A scikit-learn-style estimator for users whose inputs are feature matrices.
+"""A scikit-learn estimator for users whose inputs are feature matrices.
 
     >>> clf = SPMLClassifier(method="em_apl", epochs=20).fit(X, Y_observed)
     >>> clf.predict_proba(X_new)      # [n, C] probabilities
     >>> clf.predict(X_new)            # [n, C] 0/1 at the method's threshold
 
 ``Y_observed`` holds 1 for observed positives, 0 for unknown and -1 for observed negatives,
-exactly what a user with partially labelled data has. Without clean labels there is nothing
-clean to select on, so :meth:`fit` holds out a validation split of the rows (the reference
-split) and selects the epoch on mAP against the *observed* positives of those rows, the
-"observed" validation variant; pass ``X_val``/``Y_val`` (0/1) to select on clean labels.
+exactly what a user with partially labelled data has: the observation is "given", nothing is
+simulated. Without clean labels there is nothing clean to select on, so :meth:`fit` holds
+out a validation split of the rows (the reference split) and selects the epoch on mAP
+against the *observed* positives of those rows, the "observed" validation variant; pass
+``X_val``/``Y_val`` (0/1) to select on clean labels.
 
-Follows the estimator conventions (``get_params``/``set_params``, fitted attributes with a
-trailing underscore, validation at the boundary) without depending on scikit-learn.
+It is a :class:`sklearn.base.BaseEstimator`: ``get_params``, ``set_params``, ``clone`` and
+the repr come from the signature, and fitting goes through the same
+:func:`~spmlkit.training.train` as every other entry point, with the feature-run defaults
+of :data:`~spmlkit.training.defaults.FEATURE_DEFAULTS`.
 """
 
 from __future__ import annotations
@@ -20,16 +23,20 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator
 
-from . import protocol
 from .labels import validate_observed
 from .methods import get_method
-from .training.features import FeatureTrainConfig, predict_proba, train_on_features
+from .training.config import RunConfig
+from .training.defaults import FEATURE_DEFAULTS
+from .training.run_data import RunData, feature_scaling
+from .training.sources import predict_proba
+from .training.trainer import train
 
 __all__ = ["SPMLClassifier"]
 
 
-class SPMLClassifier:
+class SPMLClassifier(BaseEstimator):
     def __init__(
         self,
         method: str = "em_apl",
@@ -37,9 +44,9 @@ class SPMLClassifier:
         hparams: dict[str, Any] | None = None,
         head: str = "linear",
         hidden: int = 256,
-        epochs: int = 20,
-        batch_size: int = 64,
-        lr: float = 3e-3,
+        epochs: int = FEATURE_DEFAULTS["epochs"],
+        batch_size: int = FEATURE_DEFAULTS["batch_size"],
+        lr: float = FEATURE_DEFAULTS["lr"],
         weight_decay: float = 0.0,
         val_frac: float = 0.2,
         standardize: bool = True,
@@ -61,23 +68,6 @@ class SPMLClassifier:
         self.threshold = threshold
         self.seed = seed
 
-    # -------------------------------------------------------------- sklearn protocol
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in (
-            "method", "hparams", "head", "hidden", "epochs", "batch_size", "lr", "weight_decay",
-            "val_frac", "standardize", "patience", "threshold", "seed")}
-
-    def set_params(self, **params: Any) -> "SPMLClassifier":
-        valid = self.get_params()
-        for k, v in params.items():
-            if k not in valid:
-                raise ValueError(f"SPMLClassifier has no parameter {k!r}; valid: {', '.join(valid)}")
-            setattr(self, k, v)
-        return self
-
-    def __repr__(self) -> str:
-        return f"SPMLClassifier(method={self.method!r}, epochs={self.epochs}, lr={self.lr:g})"
-
     # -------------------------------------------------------------- fitting
     def fit(
         self,
@@ -98,38 +88,32 @@ class SPMLClassifier:
         obs = validate_observed(Y_observed, where="Y_observed")
         if len(obs) != len(X):
             raise ValueError(f"X has {len(X)} rows but Y_observed has {len(obs)}")
-        if X_val is None:
-            train_idx, val_idx = protocol.split_train_val(len(X), val_frac=self.val_frac)
-            if len(val_idx) == 0:
-                raise ValueError(f"{len(X)} rows are too few to hold out a validation split; pass X_val/Y_val")
-            X_tr, X_va = X[train_idx], X[val_idx]
-            obs_tr = obs[train_idx]
-            val_targets = (obs[val_idx] == 1).astype(np.uint8)
-            truth = None if Y_true is None else np.asarray(Y_true)[train_idx]
-            self.validation_ = "observed"
-        else:
-            X_tr, X_va, obs_tr = X, self._check_X(X_val, "X_val"), obs
-            val_targets = np.asarray(Y_val)
-            truth = None if Y_true is None else np.asarray(Y_true)
-            self.validation_ = "clean"
+        if not (obs == 1).any():
+            raise ValueError("Y_observed has no observed positive (1) at all; there is nothing to learn from")
+        data = RunData("features", "the data given to fit", tuple(f"class {c}" for c in range(obs.shape[1])),
+                       None if Y_true is None else np.asarray(Y_true), X_train=X, observed=obs)
+        if X_val is not None:
+            if Y_val is None:
+                raise ValueError("X_val was given without Y_val (its clean 0/1 labels)")
+            data.X_val, data.Y_val = self._check_X(X_val, "X_val"), np.asarray(Y_val)
+        config = RunConfig(
+            dataset="in-memory", method=self.method, hparams=dict(self.hparams or {}), head=self.head,
+            hidden=self.hidden, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+            weight_decay=self.weight_decay, seed=self.seed, patience=self.patience, observation="given",
+            val_frac=self.val_frac, val_variant="clean" if X_val is not None else "observed",
+            standardize=self.standardize,
+        )
+        result = train(config, data=data)
+        train_rows = np.arange(len(X)) if X_val is not None else _train_rows(len(X), self.val_frac)
         if self.standardize:
-            from .experiment import feature_scaling
-
-            self.mean_, self.scale_ = feature_scaling(X_tr)
+            self.mean_, self.scale_ = feature_scaling(X[train_rows])
         else:
             self.mean_, self.scale_ = np.zeros(X.shape[1], np.float32), np.ones(X.shape[1], np.float32)
-        config = FeatureTrainConfig(
-            method=self.method, hparams=dict(self.hparams or {}), head=self.head, hidden=self.hidden,
-            epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, weight_decay=self.weight_decay,
-            seed=self.seed, patience=self.patience,
-        )
-        fit = train_on_features(
-            self._transform(X_tr), obs_tr, self._transform(X_va), val_targets, config, truth_train=truth
-        )
-        self.model_ = fit.model
-        self.history_ = fit.history
-        self.best_epoch_ = fit.best_epoch
-        self.label_state_ = fit.state
+        self.validation_ = config.val_variant
+        self.model_ = result.model
+        self.history_ = result.history
+        self.best_epoch_ = result.best_epoch
+        self.label_state_ = result.label_state
         self.n_features_in_ = X.shape[1]
         self.n_classes_ = obs.shape[1]
         self.threshold_ = self.threshold if self.threshold is not None else method.threshold
@@ -138,10 +122,16 @@ class SPMLClassifier:
     # -------------------------------------------------------------- prediction
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         self._check_fitted()
-        X = self._check_X(X, "X")
+        X = self._check_X(X, "X", allow_empty=True)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {X.shape[1]} features, but the model was fitted on {self.n_features_in_}")
-        return predict_proba(self.model_, torch.from_numpy(self._transform(X))).numpy()
+        if len(X) == 0:
+            return np.zeros((0, self.n_classes_), dtype=np.float32)
+        Z = ((X - self.mean_) / self.scale_).astype(np.float32)
+        if not np.isfinite(Z).all():
+            raise ValueError("X is not finite after standardisation (values too large for float32?); "
+                             "rescale the features the way the training features were")
+        return predict_proba(self.model_, torch.from_numpy(Z)).numpy()
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         p = np.clip(self.predict_proba(X).astype(np.float64), 1e-12, 1 - 1e-12)
@@ -157,18 +147,23 @@ class SPMLClassifier:
         return mean_average_precision(self.predict_proba(X), Y)
 
     # -------------------------------------------------------------- helpers
-    def _transform(self, X: np.ndarray) -> np.ndarray:
-        return ((X - self.mean_) / self.scale_).astype(np.float32)
-
     @staticmethod
-    def _check_X(X: Any, name: str) -> np.ndarray:
+    def _check_X(X: Any, name: str, allow_empty: bool = False) -> np.ndarray:
         arr = np.asarray(X, dtype=np.float32)
         if arr.ndim != 2:
             raise ValueError(f"{name} must be a 2-D [samples, features] array, got shape {arr.shape}")
+        if len(arr) == 0 and not allow_empty:
+            raise ValueError(f"{name} has no rows")
         if not np.isfinite(arr).all():
-            raise ValueError(f"{name} contains NaN or infinite values")
+            raise ValueError(f"{name} contains NaN or infinite values (or values too large for float32)")
         return arr
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "model_"):
             raise RuntimeError("this SPMLClassifier is not fitted yet; call fit(X, Y_observed) first")
+
+
+def _train_rows(n: int, val_frac: float) -> np.ndarray:
+    from .protocol import split_train_val
+
+    return split_train_val(n, val_frac=val_frac)[0]

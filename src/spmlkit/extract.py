@@ -27,13 +27,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from .data.tabular import TabularDataset
-from .training.checkpoint import atomic_write_text
+from .data.feature_dir import FEATURES_KIND, FORMAT_VERSION
+from .io import atomic_write_text
 
-__all__ = ["FEATURES_KIND", "extract_features", "load_feature_dir", "is_feature_dir"]
-
-FEATURES_KIND = "spmlkit-features"
-FORMAT_VERSION = 1
+__all__ = ["extract_features"]
 
 
 @torch.no_grad()
@@ -46,11 +43,12 @@ def extract_features(
 ) -> Path:
     """Extract pooled features of the official train and test lists of ``config.dataset``.
 
-    ``config`` is a :class:`~spmlkit.training.config.TrainConfig` (dataset, root/prepared,
+    ``config`` is a :class:`~spmlkit.training.config.RunConfig` (dataset, root/prepared,
     backbone, pretrained, image_size, batch size, device, num_workers are used).
     """
     from .models import build_model
-    from .training.images import load_image_data, resolve_device
+    from .training.device import resolve_device
+    from .training.run_data import load_image_data
 
     if dtype not in ("float32", "float16"):
         raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
@@ -62,7 +60,7 @@ def extract_features(
     model = build_model(config.backbone, len(data.class_names), pretrained=config.pretrained, lgconv=config.lgconv)
     model.to(device).eval()
     bs = config.eval_batch_size or max(config.batch_size, 64)
-    for split, dataset, labels in (("train", data.train_dataset(False), data.Y_train),
+    for split, dataset, labels in (("train", data.train_dataset(), data.Y_train),
                                    ("test", data.test_dataset(), data.Y_test)):
         loader = DataLoader(dataset, batch_size=bs, shuffle=False, num_workers=config.num_workers,
                             pin_memory=device.type == "cuda")
@@ -92,34 +90,3 @@ def extract_features(
     }
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=1))  # written last: marks completion
     return out
-
-
-def is_feature_dir(path: str | Path) -> bool:
-    meta = Path(path) / "meta.json"
-    if not meta.is_file():
-        return False
-    try:
-        return json.loads(meta.read_text()).get("kind") == FEATURES_KIND
-    except json.JSONDecodeError:
-        return False
-
-
-def load_feature_dir(path: str | Path) -> TabularDataset:
-    p = Path(path)
-    if not is_feature_dir(p):
-        raise FileNotFoundError(f"{p} is not a feature folder written by `spmlkit extract` (no valid meta.json)")
-    meta = json.loads((p / "meta.json").read_text())
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{p}: feature format version {meta.get('format_version')} is not supported "
-                         f"(this spmlkit reads version {FORMAT_VERSION}); extract again")
-    load = lambda name: np.load(p / name, mmap_mode="r")  # noqa: E731
-    return TabularDataset(
-        name=f"{meta['dataset']}-features",
-        X_train=load("train_features.npy"),
-        Y_train=np.load(p / "train_labels.npy"),
-        X_test=load("test_features.npy"),
-        Y_test=np.load(p / "test_labels.npy"),
-        class_names=tuple(meta["class_names"]),
-        source=str(p),
-        notes={"backbone": meta["backbone"], "image_size": meta["image_size"]},
-    )

@@ -42,10 +42,12 @@ class Method:
     weight_penalty: tuple[str, float] | None = None
     #: PU-MLC's mixup consistency term (needs an extra forward pass)
     mixup: bool = False
-    #: update soft OPML's per-class AP from a pass over the training set each epoch
-    needs_train_ap: bool = False
     #: decision threshold for thresholded metrics (EM authors advise 0.75 for EM models)
     threshold: float = 0.5
+    #: loss hyperparameters whose default is a statistic of the training data rather than a
+    #: constant: EPR's and ROLE's expected number of positives per example is the dataset's
+    #: true mean (docs/methods.md, "epr"); a value set by the user or a preset wins
+    data_defaults: tuple[str, ...] = ()
 
 
 def _m(*args: Any, **kwargs: Any) -> Method:
@@ -66,8 +68,9 @@ METHODS: dict[str, Method] = {
         _m("dw", "dw", "down-weighted AN: assumed negatives weighted by w", _EM),
         _m("l1r", "an", "AN + L1 penalty on all parameters", _EM, weight_penalty=("l1", 1e-6)),
         _m("l2r", "an", "AN + L2 penalty on all parameters", _EM, weight_penalty=("l2", 1e-6)),
-        _m("epr", "epr", "expected positive regulariser", _COLE),
-        _m("role", "role", "regularised online label estimation", _COLE),
+        _m("epr", "epr", "expected positive regulariser", _COLE, data_defaults=("expected_num_pos",)),
+        _m("role", "role", "regularised online label estimation", _COLE,
+           data_defaults=("expected_num_pos",)),
         _m("entmin", "entmin", "entropy minimisation on unobserved labels", _EM),
         _m("focal", "focal", "focal loss under the AN assumption", "Lin et al., ICCV 2017"),
         _m("asl", "asl", "asymmetric loss under the AN assumption", "Ridnik et al., ICCV 2021"),
@@ -83,8 +86,8 @@ METHODS: dict[str, Method] = {
         _m("zlpr", "zlpr", "zero-bounded log-sum-exp & pairwise rank loss", "Su et al., 2022"),
         _m("opml", "opml", "push one pair of labels apart", "Li, Wang, Chen (OPML)"),
         _m("opml_sp", "opml_soft", "OPML-SP: soft OPML + high-rank + AP-based correction",
-           "Li, Wang, Chen (OPML)", labeling="opml_correction", labeling_kwargs={"rho": 0.02},
-           regularizers=(("highrank", {}),), needs_train_ap=True),
+           "Li, Wang, Chen (OPML)", labeling="opml_correction", labeling_kwargs={"rho": 0.02, "start_epoch": 5},
+           regularizers=(("highrank", {}),)),
         _m("pu_mlc", "pu_mlc", "variational PU learning with re-balancing and mixup",
            "Yuan, Zhang, Huang, ICME 2024", mixup=True),
     ]
@@ -107,13 +110,12 @@ def get_method(name: str) -> Method:
 
 
 def labeling_hyperparameters(name: str | None) -> dict[str, Any]:
-    """Hyperparameters (and defaults) of a label-state algorithm, from its signature."""
+    """Hyperparameters (and defaults) of a label-state algorithm; run arguments excluded."""
     if name is None:
         return {}
-    from .labeling import ALGORITHMS
-    from .losses.base import init_defaults
+    from . import labeling
 
-    return init_defaults(ALGORITHMS[name])
+    return labeling.hyperparameters(name)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from .data.images import ImageFileDataset, collate_skip_bad, transform_from_spec
-from .training.checkpoint import atomic_write_text, load_checkpoint
+from .io import atomic_write_text
+from .training.checkpoint import load_checkpoint
 
 __all__ = ["IMAGE_SUFFIXES", "find_images", "load_predictor", "predict_images", "Predictions"]
 

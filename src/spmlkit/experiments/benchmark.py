@@ -1,55 +1,42 @@
-"""Compare methods fairly on a feature dataset: every method, several seeds, a small lr grid.
+"""Compare every method on a feature dataset: a preset over a sweep, a results store and a report.
 
-The comparison follows the papers' recipe: for each method, every (lr, seed) is trained
-under the same protocol (same split, same observed labels); the lr with the best mean
-validation mAP over seeds is selected; the table reports the test mAP of the selected lr as
-mean +- std over seeds, with the references "full labels (BCE)" and "AN" and the share of
-the gap between them that a method closes:
+``spmlkit benchmark --dataset yeast`` is a sweep of every method x lr x seed under the shared
+protocol (the dataset's presets give each method its hyperparameters), written into a results
+store inside the output folder, then reported with the same selection rule and table code as
+``spmlkit report`` (docs/protocol.md, "Model selection"): per method, the lr with the best mean
+validation mAP over seeds; the table shows that configuration's test mAP, mean ± std over
+seeds, the references "full labels (BCE)" and "AN", and the share of the gap between them
+that a method closes:
 
     gap closed = (method - AN) / (full BCE - AN)
 
-Runs are independent, seeded and single-threaded, so they are distributed over worker
-processes (``jobs``) without changing any number.
+Because it is a sweep, a benchmark that is interrupted resumes where it stopped, and
+finished runs are never trained twice. The tables report exactly the runs of this
+benchmark's grid, even when the store holds others.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 
-from ..data import registry
-from ..experiment import RunResult, run_feature_experiment
-from ..protocol import Observation, prepare_protocol
+from ..io import atomic_write_json, atomic_write_text
 from ..methods import METHODS, get_method
-from ..training.checkpoint import atomic_write_text as _atomic
+from ..protocol import Observation
+from . import report
+from .store import ResultsStore
+from .sweep import SweepResult, SweepSpec, expand, run_sweep
 
-__all__ = ["BenchmarkSpec", "run_benchmark", "summarize", "DEFAULT_LRS", "DEFAULT_SEEDS"]
+__all__ = ["BenchmarkSpec", "run_benchmark", "summarize", "write_outputs", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 
 DEFAULT_SEEDS = (0, 1, 2)
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2)
-
-#: Per-dataset method hyperparameters, as the papers keep per-dataset values. The Yeast values
-#: were chosen on *validation* mAP only, by ``benchmarks/tune_yeast.py`` (grids listed there);
-#: methods not named use their losses' defaults. Yeast is dense (4.2 positives of 14 per
-#: gene), and like EM on CUB (31 of 312) it prefers a small EM weight alpha.
-DATASET_HPARAMS: dict[str, dict[str, dict[str, Any]]] = {
-    "yeast": {
-        "dw": {"weight": 0.05},
-        "l1r": {"penalty": 1e-3},
-        "l2r": {"penalty": 0.1},
-        "em": {"alpha": 0.005},
-        "em_apl": {"alpha": 0.005, "beta": 0.9, "warmup_epochs": 4},
-        "opml": {"a": 64.0, "b": 0.1},
-        "opml_sp": {"a": 16.0, "b": 0.25, "rho": 0.05, "highrank_lam": 0.001, "r": 4.0},
-    },
-}
+STORE_NAME = "results.db"
 
 
 @dataclass
@@ -63,167 +50,84 @@ class BenchmarkSpec:
     batch_size: int = 64
     head: str = "linear"
     val_variant: str = "clean"
-    subset: int | None = None  # first N official-train rows (and N//2 test rows): for quick checks
-    #: per-method overrides; None = the dataset's presets (DATASET_HPARAMS), {} = loss defaults
+    subset: int | None = None  # first N official-train rows: for quick checks
+    #: per-method hyperparameters on top of the dataset's presets (key by key), e.g. a
+    #: candidate being tuned; lists are swept as in a sweep file
     hparams: dict[str, dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
-        if self.hparams is None:
-            self.hparams = {m: dict(hp) for m, hp in DATASET_HPARAMS.get(self.dataset, {}).items() if m in self.methods}
+        if not self.seeds or not self.lrs or not self.methods:
+            raise ValueError("a benchmark needs at least one method, one seed and one lr")
         for m in self.methods:
             get_method(m)
         Observation.parse(self.observation)
-        if not self.seeds or not self.lrs or not self.methods:
-            raise ValueError("a benchmark needs at least one method, one seed and one lr")
 
-    def jobs(self) -> list[tuple[str, float, int]]:
-        return [(m, lr, s) for m in self.methods for lr in self.lrs for s in self.seeds]
-
-
-def _load(spec: BenchmarkSpec):
-    ds = registry.load_features(spec.dataset)
-    if spec.subset:
-        ds = ds.subset(spec.subset, max(spec.subset // 2, 1))
-    return ds
+    def sweep(self, store: str | Path) -> SweepSpec:
+        """The grid as a sweep: hyperparameters come from the dataset's presets, as in ``train``."""
+        settings: dict[str, Any] = {"epochs": self.epochs, "head": self.head}
+        if self.subset is not None:
+            settings["subset"] = self.subset
+        return SweepSpec(name=f"benchmark-{self.dataset}", datasets=[self.dataset], methods=list(self.methods),
+                         seeds=list(self.seeds), lrs=list(self.lrs), batch_sizes=[self.batch_size],
+                         observations=[self.observation], hparams=dict(self.hparams or {}),
+                         settings=settings, val_variant=self.val_variant, store=str(store))
 
 
-# worker-process globals: the dataset and protocol are built once per process
-_WORKER: dict[str, Any] = {}
+def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1,
+                  on_result: Callable[[dict[str, Any]], None] | None = None,
+                  on_start: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Run every unfinished (method, lr, seed) of ``spec`` into ``<out_dir>/results.db``."""
+    store = Path(out_dir) / STORE_NAME
+    return run_sweep(spec.sweep(store), jobs=jobs, on_result=on_result, on_start=on_start)
 
 
-def _init_worker(spec: BenchmarkSpec) -> None:
-    import torch
-
-    torch.set_num_threads(1)
-    ds = _load(spec)
-    _WORKER["spec"] = spec
-    _WORKER["dataset"] = ds
-    _WORKER["protocol"] = prepare_protocol(ds.Y_train, spec.observation)
+def benchmark_runs(spec: BenchmarkSpec, store: str | Path) -> pd.DataFrame:
+    """The store's records of exactly this benchmark's grid."""
+    ids = {r["run_id"] for r in expand(spec.sweep(store))}
+    df = ResultsStore(store).to_dataframe()
+    return df[df["run_id"].isin(ids)] if not df.empty else df
 
 
-def _run_one(job: tuple[str, float, int]) -> dict[str, Any]:
-    spec: BenchmarkSpec = _WORKER["spec"]
-    method, lr, seed = job
-    try:
-        res: RunResult = run_feature_experiment(
-            _WORKER["dataset"], method, lr=lr, seed=seed, protocol_data=_WORKER["protocol"],
-            epochs=spec.epochs, batch_size=spec.batch_size, head=spec.head,
-            val_variant=spec.val_variant, hparams=spec.hparams.get(method),
-        )
-    except Exception as exc:  # one failing run must not sink the comparison
-        return {"method": method, "lr": lr, "seed": seed, "error": f"{type(exc).__name__}: {exc}"}
-    out = res.summary()
-    out["history"] = res.history
-    out["test_ap"] = res.test_ap
-    return out
+def summarize(runs: pd.DataFrame, methods: tuple[str, ...] | None = None) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+    """Select each method's configuration on mean val mAP (:func:`report.select_and_aggregate`).
 
-
-def run_benchmark(
-    spec: BenchmarkSpec,
-    *,
-    jobs: int = 1,
-    on_result: Callable[[dict[str, Any]], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Run every (method, lr, seed) of ``spec``; results in job order."""
-    work = spec.jobs()
-    results: dict[tuple[str, float, int], dict[str, Any]] = {}
-    if jobs <= 1:
-        _init_worker(spec)
-        for job in work:
-            results[job] = _run_one(job)
-            if on_result:
-                on_result(results[job])
-    else:
-        with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(spec,)) as pool:
-            futures = {pool.submit(_run_one, job): job for job in work}
-            for fut in as_completed(futures):
-                results[futures[fut]] = fut.result()
-                if on_result:
-                    on_result(results[futures[fut]])
-    return [results[j] for j in work]
-
-
-def summarize(runs: Iterable[dict[str, Any]], methods: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    """Select each method's lr on mean val mAP and aggregate test mAP over seeds.
-
-    Returns one row per method (in ``methods`` order) with mAP values in percent and the
-    ``gap_closed`` column when both references (bce, an) are present.
+    Returns the table rows (one per method, in ``methods`` order, mAP in percent, with
+    ``gap_closed`` when both references bce and an are present) and the selection frame.
     """
-    runs = [r for r in runs if "error" not in r]
-    by_method: dict[str, dict[float, list[dict[str, Any]]]] = {}
-    for r in runs:
-        by_method.setdefault(r["method"], {}).setdefault(r["lr"], []).append(r)
-    order = list(methods) if methods is not None else list(by_method)
+    ok = runs[runs["status"] == "ok"] if not runs.empty else runs
+    if ok.empty:
+        raise ValueError("no run of the benchmark finished; nothing to report (see the failures above)")
+    agg = report.select_and_aggregate(ok, by=("dataset", "observation", "method"))
+    epochs = dict(zip(ok["run_id"], ok["best_epoch"]))
+    by_method = {r["method"]: r for r in agg.to_dict("records")}
+    order = [m for m in (methods or by_method) if m in by_method]
     rows = []
     for m in order:
-        if m not in by_method:
-            continue
-        grid = by_method[m]
-        best_lr = max(grid, key=lambda lr: (np.mean([r["val_map"] for r in grid[lr]]), -lr))
-        chosen = grid[best_lr]
-        test = np.array([r["test_map"] for r in chosen]) * 100
-        val = np.array([r["val_map"] for r in chosen]) * 100
+        r = by_method[m]
         rows.append({
-            "method": m,
-            "description": METHODS[m].description if m in METHODS else "",
-            "lr": best_lr,
-            "seeds": len(chosen),
-            "val_map": float(val.mean()),
-            "test_map": float(test.mean()),
-            "test_map_std": float(test.std(ddof=0)),
-            "best_epoch": float(np.mean([r["best_epoch"] for r in chosen])),
+            "method": m, "description": METHODS[m].description if m in METHODS else "", "lr": float(r["lr"]),
+            "seeds": int(r["n_seeds"]), "val_map": float(r["select_mean"]), "test_map": float(r["mean"]),
+            "test_map_std": float(r["std"]), "best_epoch": float(np.mean([epochs[i] for i in r["run_ids"]])),
         })
     ref = {r["method"]: r["test_map"] for r in rows}
     for r in rows:
-        if "bce" in ref and "an" in ref and not math.isclose(ref["bce"], ref["an"]):
-            r["gap_closed"] = (r["test_map"] - ref["an"]) / (ref["bce"] - ref["an"])
-        else:
-            r["gap_closed"] = float("nan")
-    return rows
+        both = "bce" in ref and "an" in ref and not math.isclose(ref["bce"], ref["an"])
+        r["gap_closed"] = (r["test_map"] - ref["an"]) / (ref["bce"] - ref["an"]) if both else float("nan")
+    return rows, agg
 
 
-def table_markdown(rows: list[dict[str, Any]], title: str = "") -> str:
-    lines = [f"**{title}**", ""] if title else []
-    lines += ["| method | test mAP (%) | gap closed | lr | val mAP (%) |", "|---|---|---|---|---|"]
-    for r in rows:
-        gap = "" if math.isnan(r["gap_closed"]) else f"{100 * r['gap_closed']:+.0f}%"
-        lines.append(
-            f"| {_label(r['method'])} | {r['test_map']:.2f} ± {r['test_map_std']:.2f} | {gap} | {r['lr']:g} | {r['val_map']:.2f} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _label(method: str) -> str:
-    return {"bce": "full labels (BCE)", "iun": "1P + all N (BCE)"}.get(method, method)
-
-
-def write_outputs(out_dir: str | os.PathLike, spec: BenchmarkSpec, runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Path]:
-    """Write runs.csv, table.csv, table.md and results.json into ``out_dir`` (atomically)."""
-    import pandas as pd
-
+def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, rows: list[dict[str, Any]],
+                  agg: pd.DataFrame) -> dict[str, Path]:
+    """Write runs.csv, table.csv, table.md and results.json, each atomically."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "runs": out / "runs.csv",
-        "table": out / "table.csv",
-        "markdown": out / "table.md",
-        "json": out / "results.json",
-    }
-    flat = [{k: v for k, v in r.items() if k not in ("history", "test_ap")} for r in runs]
-    _atomic(paths["runs"], pd.DataFrame(flat).to_csv(index=False))
-    _atomic(paths["table"], pd.DataFrame(rows).to_csv(index=False))
-    title = f"{spec.dataset}, {spec.observation}, {len(spec.seeds)} seeds"
-    _atomic(paths["markdown"], table_markdown(rows, title))
-    payload = {"spec": spec.__dict__, "table": rows, "runs": runs}
-    _atomic(paths["json"], json.dumps(payload, indent=1, default=_json_default))
+    paths = {"runs": out / "runs.csv", "table": out / "table.csv", "markdown": out / "table.md",
+             "json": out / "results.json"}
+    flat = runs.drop(columns=[c for c in ("history", "test_ap", "analysis", "config", "class_names", "error")
+                              if c in runs.columns])
+    atomic_write_text(paths["runs"], flat.to_csv(index=False))
+    atomic_write_text(paths["table"], pd.DataFrame(rows).to_csv(index=False))
+    title = f"{spec.dataset}, {spec.observation}: test mAP (%), lr selected on {spec.val_variant} val, " \
+            f"mean ± std over {len(spec.seeds)} seeds"
+    atomic_write_text(paths["markdown"], f"**{title}**\n\n" + report.to_markdown(report.paper_table(agg)))
+    atomic_write_json(paths["json"], {"spec": asdict(spec), "table": rows})
     return paths
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, (np.floating, np.integer)):
-        return obj.item()
-    if isinstance(obj, tuple):
-        return list(obj)
-    raise TypeError(type(obj).__name__)
-
-

@@ -1,8 +1,8 @@
 """Paper presets: each published (method, dataset) setting as a named training config.
 
 ``get_preset("em_apl/voc2012")`` returns the config overrides of that row of the papers
-(REFERENCE.md C and D: backbone, image size, batch size, lr, epochs, early stopping and the
-method's hyperparameters) and the published number it targets (REFERENCE.md F). Dataset
+(docs/methods.md and docs/protocol.md, "Training protocols": backbone, image size, batch size, lr, epochs, early stopping and the
+method's hyperparameters) and the published number it targets (docs/methods.md, "Published results"). Dataset
 defaults (the base protocol of Cole et al. as used by EM) come first, then the paper's
 protocol for the method, then the method's per-dataset hyperparameters.
 
@@ -15,9 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Preset", "DATASET_DEFAULTS", "PRESETS", "get_preset", "list_presets"]
+from ..training.config import RunConfig, config_from_dict
+from ..training.defaults import FEATURE_DEFAULTS
 
-#: base protocol per dataset (REFERENCE.md D; EM's chosen batch size and lr per dataset)
+__all__ = ["Preset", "DATASET_DEFAULTS", "PRESETS", "get_preset", "list_presets", "dataset_defaults",
+           "resolve_config"]
+
+#: base protocol per dataset (docs/protocol.md, "Training protocols"; EM's chosen batch size and lr per dataset)
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "voc2012": {"backbone": "torchvision:resnet50", "pretrained": True, "image_size": 448, "batch_size": 8,
                 "lr": 1e-5, "epochs": 10},
@@ -27,11 +31,20 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
                 "lr": 1e-5, "epochs": 10},
     "cub": {"backbone": "torchvision:resnet50", "pretrained": True, "image_size": 448, "batch_size": 8,
             "lr": 1e-4, "epochs": 10},
+    # PU-MLC trains on all of trainval (no validation split; val_frac 0.2 restores one)
     "voc2007": {"backbone": "torchvision:resnet101", "pretrained": True, "image_size": 448, "batch_size": 45,
-                "lr": 4e-5, "epochs": 56, "observation": "ratio=0.1"},
+                "lr": 4e-5, "epochs": 56, "observation": "ratio=0.1", "val_frac": 0.0},
+    # feature runs (docs/protocol.md, "Training protocols"): a linear head on fixed features
+    "yeast": dict(FEATURE_DEFAULTS),
     # the CPU demo: a small CNN from scratch on 32x32 mosaics of real handwritten digits
     "digits-mosaic": {"backbone": "small:cnn", "pretrained": False, "image_size": 32, "batch_size": 64,
                       "lr": 3e-3, "epochs": 10, "hflip": False},
+}
+
+#: notes of the dataset-defaults presets (``get_preset("voc2007")``)
+_DATASET_NOTES = {
+    "voc2007": "PU-MLC protocol: trains on all of trainval and keeps the last epoch (val_frac 0.0); "
+               "--val-frac 0.2 (config val_frac: 0.2) restores a held-out validation split",
 }
 
 _D4 = ("voc2012", "coco2014", "nuswide", "cub")
@@ -50,7 +63,7 @@ def _merge(*tables: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-#: EM's early stopping: stop at the first epoch that is not strictly better (REFERENCE.md D)
+#: EM's early stopping: stop at the first epoch that is not strictly better (docs/protocol.md, "Training protocols")
 _EM_PROTOCOL = {"patience": 0}
 #: LL and GR train the head at 10x lr and stop when val mAP drops below best - 3 / - 2 points
 _LL_PROTOCOL = {"head_lr_mult": 10.0, "lr": 1e-5, "batch_size": 16, "epochs": 10, "stop_drop": 0.03}
@@ -91,16 +104,34 @@ _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = 
     ("opml", {d: {} for d in _D4}, {"optimizer": "sgd"}, "OPML Table II", "a, b and lr/batch/epochs are lost"),
     ("opml_sp", {d: {} for d in _D4}, {"optimizer": "sgd"}, "OPML Table II",
      "a, b, r, rho and epochs are lost: spmlkit defaults"),
+    # PU-MLC's COCO list is every train2014 image in JSON order (docs/protocol.md, "MS-COCO 2014"), and it
+    # trains on the whole official train list (no validation split; docs/protocol.md, "Known-label ratio")
     ("pu_mlc", {"voc2007": {"gamma": 0.85, "alpha": 2.0},
                 "coco2014": {"gamma": 0.55, "alpha": 1.0, "backbone": "torchvision:resnet101", "batch_size": 35,
-                             "lr": 1e-4, "epochs": 41, "observation": "ratio=0.1"}},
-     {"lgconv": True, "weight_decay": 1e-4}, "PU-MLC Table I",
-     "10% known labels; plain ResNet-101 + LgConv head instead of the SST head; selection on val"),
+                             "lr": 1e-4, "epochs": 41, "observation": "ratio=0.1", "dataset_variant": "pu_mlc"}},
+     {"lgconv": True, "weight_decay": 1e-4, "val_frac": 0.0}, "PU-MLC Table I",
+     ("10% known labels; plain ResNet-101 + LgConv head instead of the SST head; trains on the whole "
+      "official train list and keeps the last epoch (val_frac 0.0, as PU-MLC); --val-frac 0.2 (config "
+      "val_frac: 0.2) restores a held-out validation split with selection on val")),
 ]
+
+#: Yeast hyperparameters, chosen on *validation* mAP only by ``benchmarks/tune_yeast.py`` (grids
+#: listed there); methods not named use their recipes' defaults. Yeast is dense (4.2 positives
+#: of 14 per gene), and like EM on CUB (31 of 312) it prefers a small EM weight alpha.
+#: OPML-SP's correction epoch is half the 20 epochs, as it was before recipes carried a default.
+YEAST_HPARAMS: dict[str, dict[str, Any]] = {
+    "dw": {"weight": 0.05},
+    "l1r": {"penalty": 1e-3},
+    "l2r": {"penalty": 0.1},
+    "em": {"alpha": 0.005},
+    "em_apl": {"alpha": 0.005, "beta": 0.9, "warmup_epochs": 4},
+    "opml": {"a": 64.0, "b": 0.1},
+    "opml_sp": {"a": 16.0, "b": 0.25, "rho": 0.05, "highrank_lam": 0.001, "r": 4.0, "start_epoch": 10},
+}
 
 _CONFIG_KEYS = {"backbone", "pretrained", "image_size", "batch_size", "lr", "epochs", "observation", "patience",
                 "head_lr_mult", "optimizer", "lgconv", "weight_decay", "linear_init_epochs", "linear_init_lr",
-                "stop_drop", "hflip"}
+                "stop_drop", "hflip", "dataset_variant", "val_frac"}
 
 
 @dataclass(frozen=True)
@@ -129,7 +160,11 @@ def _build() -> dict[str, Preset]:
             cfg["hparams"] = hparams
             name = f"{method}/{dataset}"
             presets[name] = Preset(name, method, dataset, cfg, source, notes, _targets(method, dataset, cfg, source))
-    # ROLE + LinearInit: 25 linear epochs on frozen features, then 10 end-to-end (C.10)
+    for method, hparams in YEAST_HPARAMS.items():
+        cfg = {**DATASET_DEFAULTS["yeast"], "dataset": "yeast", "method": method, "hparams": dict(hparams)}
+        presets[f"{method}/yeast"] = Preset(f"{method}/yeast", method, "yeast", cfg, "spmlkit (chosen on validation)",
+                                            "tuned by benchmarks/tune_yeast.py on validation mAP")
+    # ROLE + LinearInit: 25 linear epochs on frozen features, then 10 end-to-end (docs/methods.md, "role")
     for dataset, (bs, lr) in zip(_D4, ((16, 1e-3), (16, 1e-3), (16, 1e-3), (8, 1e-3))):
         base = presets[f"role/{dataset}"]
         cfg = {**base.config, "linear_init_epochs": 25, "linear_init_lr": lr, "batch_size": bs}
@@ -159,7 +194,80 @@ def get_preset(name: str) -> Preset:
     if name in PRESETS:
         return PRESETS[name]
     if "/" not in name and name in DATASET_DEFAULTS:
-        return Preset(name, "", name, {**DATASET_DEFAULTS[name], "dataset": name}, "dataset defaults")
+        return Preset(name, "", name, {**DATASET_DEFAULTS[name], "dataset": name}, "dataset defaults",
+                      _DATASET_NOTES.get(name, ""))
     close = [k for k in PRESETS if k.split("/")[0] == name.split("/")[0] or k.endswith("/" + name.split("/")[-1])]
     hint = f" (e.g. {', '.join(close[:6])})" if close else ""
     raise ValueError(f"unknown preset {name!r}{hint}; `spmlkit presets` lists all {len(PRESETS)} of them")
+
+
+def dataset_defaults(dataset: str) -> dict[str, Any]:
+    """The defaults of a dataset: its table entry, the feature defaults for any other feature
+    dataset (an ``extract`` folder), nothing for an unknown name (the run will say what is wrong)."""
+    if dataset in DATASET_DEFAULTS:
+        return dict(DATASET_DEFAULTS[dataset])
+    from ..data import registry
+
+    return dict(FEATURE_DEFAULTS) if registry.is_feature_dataset(dataset) else {}
+
+
+def resolve_config(
+    values: dict[str, Any] | None = None,
+    *,
+    preset: str | None = None,
+    file_values: dict[str, Any] | None = None,
+    file_name: str = "config file",
+) -> RunConfig:
+    """The one way every entry point builds a run's configuration. Later layers win:
+
+    1. the :class:`~spmlkit.training.config.RunConfig` defaults;
+    2. the dataset's defaults (:func:`dataset_defaults`);
+    3. the preset: the one named, or else the (method, dataset) preset when one exists, so
+       ``--dataset yeast --method em_apl`` trains with the same hyperparameters as the
+       benchmark's row;
+    4. a config file (or a sweep's ``settings``);
+    5. ``values``: options given explicitly (the command line, a sweep's grid point).
+
+    ``hparams`` merge key by key across layers.
+    """
+    values, file_values = dict(values or {}), dict(file_values or {})
+    named = get_preset(preset) if preset else None
+    dataset = values.get("dataset") or file_values.get("dataset") or (named.dataset if named else None)
+    prepared = values.get("prepared") or file_values.get("prepared")
+    if dataset is None and prepared:  # a prepared folder alone says which dataset (and variant) it holds
+        dataset, variant = prepared_identity(prepared)
+        if variant is not None and "dataset_variant" not in values and "dataset_variant" not in file_values:
+            values["dataset_variant"] = variant
+    dataset = dataset or RunConfig.dataset
+    method = values.get("method") or file_values.get("method") or (named.method if named and named.method else None) \
+        or RunConfig.method
+    if named is None and f"{method}/{dataset}" in PRESETS:
+        named = PRESETS[f"{method}/{dataset}"]
+    layers = [("dataset defaults", dataset_defaults(dataset))]
+    if named is not None:
+        layers.append((f"preset {named.name}", named.config))
+    if file_values:
+        layers.append((file_name, file_values))
+    layers.append(("options", {**values, "dataset": dataset, "method": method}))
+    config = None
+    for where, layer in layers:
+        config = config_from_dict(layer, base=config, where=where)
+    return config
+
+
+def prepared_identity(path: str) -> tuple[str, str | None]:
+    """``(dataset, variant)`` recorded in a folder written by ``spmlkit prepare``."""
+    import json
+    from pathlib import Path
+
+    from ..data.formats.prepared import META, recorded_variant
+
+    meta_path = Path(path) / META
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"{path} is not a folder written by `spmlkit prepare` (no {META}); "
+                                "run `spmlkit prepare DATASET --root DIR --out FOLDER` first")
+    try:
+        meta = json.loads(meta_path.read_text())
+        return str(meta["dataset"]), recorded_variant(meta)
+    except (ValueError, KeyError) as exc:
+        raise ValueError(f"{meta_path} is damaged ({exc}); prepare the dataset again") from None

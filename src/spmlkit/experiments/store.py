@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas
+from ..io import to_jsonable
 
 __all__ = ["ResultsStore", "git_commit", "package_version", "SCALAR_COLUMNS", "JSON_COLUMNS", "REQUIRED_KEYS"]
 
@@ -94,16 +95,6 @@ def package_version() -> str:
 
     return __version__
 
-
-def _json_default(obj: Any) -> Any:
-    """Make numpy/torch values and paths JSON-serialisable (called by ``json.dumps``)."""
-    if hasattr(obj, "tolist"):  # numpy arrays and scalars, torch tensors
-        return obj.tolist()
-    if isinstance(obj, (set, frozenset)):
-        return sorted(obj)
-    if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    raise TypeError(f"value of type {type(obj).__name__} is not JSON-serialisable: {obj!r}")
 
 
 def _scalar(key: str, value: Any) -> Any:
@@ -170,7 +161,7 @@ def _row(record: Mapping[str, Any]) -> tuple[Any, ...]:
         if k == "extra" and not v:
             v = None
         try:
-            values.append(None if v is None else json.dumps(v, default=_json_default, sort_keys=True))
+            values.append(None if v is None else json.dumps(v, default=to_jsonable, sort_keys=True))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"record {record['run_id']!r}: key {k!r} cannot be stored as JSON ({exc})") from None
     return tuple(values)

@@ -33,11 +33,14 @@ import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
+from ..errors import user_input
+from ..training import RunConfig, train
+from .presets import resolve_config
 from .store import ResultsStore, git_commit, package_version
 
-__all__ = ["SweepSpec", "load_sweep", "expand", "run_sweep", "execute_run"]
+__all__ = ["SweepSpec", "load_sweep", "expand", "run_config", "run_sweep", "execute_run"]
 
 _GRID_KEYS = {"name", "datasets", "methods", "seeds", "lrs", "batch_sizes", "observations", "hparams", "settings",
               "store", "val_variant", "dataset", "method"}
@@ -153,38 +156,29 @@ def execute_run(run: dict[str, Any], runs_dir: str | None = None) -> dict[str, A
     return record
 
 
+def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
+    """The :class:`~spmlkit.training.RunConfig` of a grid point: the same resolution as ``spmlkit
+    train`` (:func:`~spmlkit.experiments.presets.resolve_config`), with the sweep's ``settings`` as
+    the config-file layer. Image runs get a folder of their own (they checkpoint and resume);
+    feature runs stay in memory."""
+    from ..training.run_data import check_dataset, is_feature_run
+
+    values = {k: run[k] for k in ("dataset", "method", "observation", "seed", "lr", "batch_size", "hparams",
+                                  "val_variant")}
+    config = resolve_config(values, file_values=run["settings"], file_name=f"sweep settings (run {run['run_id']})")
+    check_dataset(config)
+    if not is_feature_run(config):
+        config.out = str(Path(runs_dir or "runs") / run["run_id"])
+    return config
+
+
 def _train(run: dict[str, Any], runs_dir: str | None) -> dict[str, Any]:
-    from ..data import registry
-
-    settings = dict(run["settings"])
-    if registry.is_feature_dataset(run["dataset"]):
-        from ..experiment import run_feature_experiment
-
-        ds = registry.load_features(run["dataset"])
-        allowed = {"epochs", "head", "hidden", "patience"}
-        bad = sorted(set(settings) - allowed)
-        if bad:
-            raise ValueError(f"feature runs take settings {', '.join(sorted(allowed))}; got {', '.join(bad)}")
-        res = run_feature_experiment(ds, run["method"], lr=run["lr"], seed=run["seed"], observation=run["observation"],
-                                     batch_size=run["batch_size"], hparams=run["hparams"],
-                                     val_variant=run["val_variant"], **settings)
-        return {"history": res.history, "best_epoch": res.best_epoch, "val_map": res.val_map,
-                "test_map": res.test_map, "test_metrics": res.test_metrics, "test_ap": res.test_ap,
-                "class_names": res.class_names, "analysis": res.analysis}
-    from ..experiments.presets import DATASET_DEFAULTS
-    from ..training.config import config_from_dict
-    from ..training.images import train_images
-
-    out = Path(runs_dir or "runs") / run["run_id"]
-    values = {**DATASET_DEFAULTS.get(run["dataset"], {}), **settings, "dataset": run["dataset"],
-              "method": run["method"], "observation": run["observation"], "seed": run["seed"], "lr": run["lr"],
-              "batch_size": run["batch_size"], "hparams": run["hparams"], "val_variant": run["val_variant"],
-              "out": str(out)}
-    config = config_from_dict(values, where=f"run {run['run_id']}")
-    res = train_images(config, resume=(out / "last.pt").is_file())
-    return {"history": res.history, "best_epoch": res.best_epoch, "val_map": res.val_map, "test_map": res.test_map,
-            "test_metrics": res.test_metrics, "test_ap": res.test_ap, "class_names": res.class_names,
-            "analysis": res.analysis}
+    config = run_config(run, runs_dir)
+    resume = config.out is not None and (Path(config.out) / "last.pt").is_file()
+    res = train(config, resume=resume, overwrite=not resume)
+    record = res.to_record()
+    return {k: record[k] for k in ("history", "best_epoch", "val_map", "test_map", "test_metrics", "test_ap",
+                                   "class_names", "analysis")}
 
 
 @dataclass
@@ -220,6 +214,9 @@ def run_sweep(
             return rec is not None and rec["status"] == "ok"
         return store.has_finished(run_id)
 
+    with user_input():  # a bad setting fails here, before any run, not once per run
+        for run in runs:
+            run_config(run)
     unfinished = [r for r in runs if not finished(r["run_id"])]
     todo = unfinished if max_runs is None else unfinished[:max_runs]
     already = len(runs) - len(unfinished)
@@ -246,7 +243,3 @@ def run_sweep(
                 for fut in done:
                     record(fut.result())
     return SweepResult(total=len(runs), skipped=already, ran=len(todo), failed=failed, store=Path(store.path))
-
-
-def iter_records(store_path: str | Path, **filters: Any) -> Iterable[dict[str, Any]]:
-    return ResultsStore(store_path).records(**filters)

@@ -1,16 +1,18 @@
 """Image models: backbones (torchvision / timm / a small CPU net), the SPML head, LgConv.
 
 ``build_model("torchvision:resnet50", num_classes, pretrained=True)`` is the model of every
-SPML paper (REFERENCE.md D): ImageNet-V1 ResNet-50 -> global average pooling -> linear layer.
-``lgconv=True`` adds PU-MLC's local-global convolutions (C.25).
+SPML paper (docs/protocol.md, "Training protocols"): ImageNet-V1 ResNet-50 -> global average
+pooling -> linear layer. ``lgconv=True`` adds PU-MLC's local-global convolutions
+(docs/methods.md, "pu_mlc").
 """
 
 from .backbones import SMALL_MODELS, SmallResNet, create_backbone, torchvision_weights
-from .head import SPMLNet, build_model, global_average_pool
+from .head import FeatureHead, SPMLNet, build_model, global_average_pool
 from .lgconv import LgConv, convert_lgconv, count_lgconv, lgconv_branch_parameters, skip_reason
 
 __all__ = [
     "SMALL_MODELS",
+    "FeatureHead",
     "LgConv",
     "SPMLNet",
     "SmallResNet",

@@ -1,13 +1,13 @@
 """The SPML classifier: backbone -> global average pooling -> one linear layer.
 
-This is the model of every SPML paper built on Cole et al. (CVPR 2021; REFERENCE.md D):
+This is the model of every SPML paper built on Cole et al. (CVPR 2021; docs/protocol.md, "Training protocols"):
 ``logits = W · GAP(backbone(x)) + b`` with ``W`` of shape ``[C, feat_dim]``. The base and EM
 code take the ResNet children up to ``avgpool`` and squeeze; LL and GR apply an explicit GAP
 to the layer-4 map -- functionally identical, and what :class:`SPMLNet` does.
 
 Two training phases of the papers are supported directly:
 
-* ROLE+LinearInit (C.10) first trains only the linear layer on frozen ImageNet features:
+* ROLE+LinearInit (docs/methods.md, "role") first trains only the linear layer on frozen ImageNet features:
   :meth:`SPMLNet.freeze_backbone` freezes the backbone *and keeps it in eval mode*, so its
   BatchNorm statistics stay those of the pretrained network and :meth:`SPMLNet.features` can
   be cached once;
@@ -25,7 +25,7 @@ from torch import nn
 from .backbones import create_backbone
 from .lgconv import convert_lgconv
 
-__all__ = ["SPMLNet", "build_model", "global_average_pool"]
+__all__ = ["FeatureHead", "SPMLNet", "build_model", "global_average_pool"]
 
 
 def global_average_pool(features: torch.Tensor) -> torch.Tensor:
@@ -96,7 +96,7 @@ class SPMLNet(nn.Module):
         Frozen: no backbone parameter requires grad and the backbone stays in eval mode even
         under ``model.train()``, so BatchNorm uses (and keeps) its running statistics and
         dropout is off -- the features equal the cached ImageNet features of LinearInit's
-        phase 1 (REFERENCE.md C.10). Unfreezing restores ``requires_grad`` on every backbone
+        phase 1 (docs/methods.md, "role"). Unfreezing restores ``requires_grad`` on every backbone
         parameter and the model's current train/eval mode.
         """
         self._backbone_frozen = bool(flag)
@@ -152,3 +152,30 @@ def build_model(
     if lgconv:
         body = convert_lgconv(body, **dict(lgconv_options or {}))
     return SPMLNet(body, feat_dim, num_classes)
+
+
+class FeatureHead(nn.Module):
+    """The model of a feature run: a linear layer, or a one-hidden-layer MLP, on fixed features.
+
+    It offers the same :meth:`param_groups` as :class:`SPMLNet`, so the trainer builds the
+    optimiser of a feature run and of an image run the same way.
+    """
+
+    def __init__(self, in_dim: int, num_classes: int, kind: str = "linear", hidden: int = 256,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        if kind == "linear":
+            self.net: nn.Module = nn.Linear(in_dim, num_classes)
+        elif kind == "mlp":
+            self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(dropout),
+                                     nn.Linear(hidden, num_classes))
+        else:
+            raise ValueError(f"head must be 'linear' or 'mlp', got {kind!r}")
+        self.kind = kind
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def param_groups(self, lr: float, head_lr_mult: float = 1.0) -> list[dict[str, Any]]:
+        """One group: every parameter is part of the head (``head_lr_mult`` does not apply)."""
+        return [{"params": list(self.parameters()), "lr": lr, "name": "head"}]

@@ -3,13 +3,15 @@
 A setting is a small value object with a text form usable on the command line:
 
 =====================  ======================================================================
-``single_positive``    SPML: one positive per row, nothing else (REFERENCE.md B.7 defaults)
+``single_positive``    SPML: one positive per row, nothing else
 ``pos=K,neg=M``        K positives and M negatives per row (``-1`` = all), same generator
-``ratio=R``            each label kept independently with probability R (PU-MLC, B.8)
+``ratio=R``            each label kept independently with probability R (PU-MLC)
 ``full``               every label observed (2Y - 1)
+``given``              nothing simulated: the data's own observed labels (users' data)
 =====================  ======================================================================
 
-The bit-exact generators live in :mod:`spmlkit.protocol`; this module only names them.
+The bit-exact generators live in :mod:`spmlkit.protocol`; this module only names them. Why
+they are built as they are: docs/protocol.md, "Observed labels" and "Known-label ratio".
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ __all__ = ["Observation"]
 
 @dataclass(frozen=True)
 class Observation:
-    kind: str = "single_positive"  # "single_positive" | "counts" | "ratio" | "full"
+    kind: str = "single_positive"  # "single_positive" | "counts" | "ratio" | "full" | "given"
     num_pos: int = 1
     num_neg: int = 0
     ratio: float | None = None
@@ -50,6 +52,8 @@ class Observation:
             return cls("single_positive", seed=seed)
         if rest == ["full"]:
             return cls("full")
+        if rest == ["given"]:
+            return cls("given")
         if len(rest) == 1 and rest[0].startswith("ratio="):
             value = _float(rest[0][6:], text)
             if not 0 < value <= 1:
@@ -60,11 +64,13 @@ class Observation:
             return cls("counts", num_pos=_int(keys.get("pos", "1"), text), num_neg=_int(keys.get("neg", "0"), text), seed=seed)
         raise ValueError(
             f"unknown observation setting {text!r}; use 'single_positive', 'pos=K,neg=M' "
-            "(-1 = all), 'ratio=R' (0 < R <= 1) or 'full', optionally with ',seed=S'"
+            "(-1 = all), 'ratio=R' (0 < R <= 1), 'full' or 'given' (the data's own labels), optionally with ',seed=S'"
         )
 
     def apply(self, Y: np.ndarray) -> np.ndarray:
         """The observed {-1, 0, 1} matrix for full labels ``Y`` (0/1)."""
+        if self.kind == "given":
+            raise ValueError("observation 'given' simulates nothing: the data must bring its own observed labels")
         if self.kind == "full":
             y = np.asarray(Y)
             observed_summary(y)  # validates shape
@@ -80,8 +86,8 @@ class Observation:
         seed = f",seed={self.seed}" if self.seed is not None else ""
         if self.kind == "single_positive":
             return "single_positive" + seed
-        if self.kind == "full":
-            return "full"
+        if self.kind in ("full", "given"):
+            return self.kind
         if self.kind == "ratio":
             return f"ratio={self.ratio:g}{seed}"
         return f"pos={self.num_pos},neg={self.num_neg}{seed}"

@@ -1,9 +1,4 @@
-"""Atomic checkpoints: a killed run never leaves a half-written file behind.
-
-Every file is written to ``<name>.tmp`` in the same folder and moved over the old one with
-``os.replace``, which is atomic on POSIX and Windows: a reader sees the old checkpoint or the
-new one, never a truncated mix.
-"""
+"""Reading a run's checkpoints back (they are written atomically by :mod:`spmlkit.io`)."""
 
 from __future__ import annotations
 
@@ -13,25 +8,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["atomic_save", "load_checkpoint", "atomic_write_text"]
-
-
-def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
+__all__ = ["load_checkpoint"]
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

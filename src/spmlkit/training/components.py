@@ -1,14 +1,15 @@
 """Turn a method recipe into the objects a training loop calls.
 
 :class:`MethodComponents` owns the loss, the regularisers and the label-state algorithm of
-one run and exposes the four hooks every loop calls (``set_epoch``, ``training_loss``,
-``after_step``, ``after_epoch``). Feature training and image training share it, so a
-method behaves identically on both paths.
+one run and exposes the four hooks the loop calls (``set_epoch``, ``training_loss``,
+``after_step``, ``after_epoch``). It talks to them only through what they declare
+(:class:`~spmlkit.losses.SPMLLoss` capabilities, :class:`~spmlkit.labeling.LabelingAlgorithm`),
+never by probing for attributes; the contracts are described in docs/architecture.md,
+"Contracts", and docs/losses-api.md.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,12 +17,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import losses, metrics
-from ..labeling import ALGORITHMS
+from .. import labeling, losses, metrics
 from ..labels import LabelBatch, LabelState
+from ..losses.batchwise import pu_mixup_consistency
 from ..methods import Method, ResolvedMethod
 
-__all__ = ["MethodComponents", "build_components", "method_label_matrix"]
+__all__ = ["MethodComponents", "build_components", "method_label_matrix", "expected_positives"]
 
 
 def method_label_matrix(method: Method, observed: np.ndarray, truth: np.ndarray | None) -> np.ndarray:
@@ -29,14 +30,14 @@ def method_label_matrix(method: Method, observed: np.ndarray, truth: np.ndarray 
 
     Most methods train on the observed partial labels; the oracle references need the truth:
     ``full`` = 2Y - 1 (every label known), ``1p_alln`` = the observed positives plus every
-    true negative as -1 (REFERENCE.md A, C.1, C.2).
+    true negative as -1 (docs/methods.md, "bce" and "iun").
     """
     if method.labels == "observed":
         return observed.astype(np.int8)
     if truth is None:
         raise ValueError(
-            f"method {method.name!r} trains on {method.labels!r} labels and needs the full "
-            "training labels (truth_train); it is a reference that cannot run on partial labels alone"
+            f"method {method.name!r} trains on {method.labels!r} labels and needs the full training labels; "
+            "it is a reference that cannot run on partially labelled data alone"
         )
     truth = np.asarray(truth)
     if truth.shape != observed.shape:
@@ -50,17 +51,14 @@ def method_label_matrix(method: Method, observed: np.ndarray, truth: np.ndarray 
     raise ValueError(f"unknown label setting {method.labels!r} in method {method.name!r}")
 
 
-def _fill_structural(kwargs: dict[str, Any], context: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    """Fill constructor arguments that describe the data (not hyperparameters) from ``context``.
+def expected_positives(train_labels: np.ndarray, truth_train: np.ndarray | None) -> float:
+    """Mean number of positives per training example: the prior of EPR and ROLE.
 
-    Only arguments the constructor actually takes and the user did not set are filled, so a
-    user can still override e.g. EPR's expected number of positives.
+    The papers set it from the dataset's true statistics (docs/methods.md, "epr"); without
+    the truth we fall back to the observed positives, a lower bound.
     """
-    out = dict(kwargs)
-    for key, value in context.items():
-        if key in params and key not in out:
-            out[key] = value
-    return out
+    source = train_labels == 1 if truth_train is None else np.asarray(truth_train)
+    return float(np.asarray(source).sum(axis=1).mean())
 
 
 @dataclass
@@ -68,94 +66,93 @@ class MethodComponents:
     method: Method
     loss: losses.SPMLLoss
     regularizers: list[losses.SPMLLoss] = field(default_factory=list)
-    labeling: Any = None
+    algorithm: labeling.LabelingAlgorithm | None = None
     penalty: tuple[str, float] | None = None
     mixup_weight: float = 1.0
-    #: corrections made inside the loss (LL-Cp) in the current epoch
-    _step_corrections: int = 0
 
-    # ---------------------------------------------------------------- optimiser
-    def param_groups(self, lr: float) -> list[dict[str, Any]]:
-        """Extra optimiser groups owned by the method (ROLE's label estimator)."""
-        fn = getattr(self.loss, "param_groups", None)
-        return list(fn(lr)) if callable(fn) else []
+    # ---------------------------------------------------------------- declared needs
+    @property
+    def needs_class_ap(self) -> bool:
+        return self.loss.needs_class_ap or (self.algorithm is not None and self.algorithm.needs_class_ap)
 
-    # ---------------------------------------------------------------- hooks
     @property
     def needs_train_predictions(self) -> bool:
-        return self.labeling is not None or self.method.needs_train_ap
+        return self.algorithm is not None or self.needs_class_ap
 
+    def param_groups(self, lr: float) -> list[dict[str, Any]]:
+        """Extra optimiser groups owned by the method (ROLE's label estimator)."""
+        groups = list(self.loss.param_groups(lr))
+        for reg in self.regularizers:
+            groups += reg.param_groups(lr)
+        return groups
+
+    def to(self, device: torch.device | str) -> "MethodComponents":
+        self.loss.to(device)
+        for reg in self.regularizers:
+            reg.to(device)
+        return self
+
+    # ---------------------------------------------------------------- hooks
     def set_epoch(self, epoch: int, num_epochs: int) -> None:
         self.loss.set_epoch(epoch, num_epochs)
         for reg in self.regularizers:
             reg.set_epoch(epoch, num_epochs)
-        self._step_corrections = 0
 
-    def training_loss(
-        self,
-        model: nn.Module,
-        x: torch.Tensor,
-        logits: torch.Tensor,
-        batch: LabelBatch,
-        generator: torch.Generator,
-    ) -> torch.Tensor:
-        labels = batch.labels.to(logits.device)
-        pseudo = losses.PseudoLabels(batch.pseudo.mask.to(logits.device), batch.pseudo.target.to(logits.device))
-        index = batch.index.to(logits.device)
+    def training_loss(self, model: nn.Module, x: torch.Tensor, logits: torch.Tensor, batch: LabelBatch,
+                      generator: torch.Generator) -> torch.Tensor:
+        device = logits.device
+        labels = batch.labels.to(device)
+        pseudo = losses.PseudoLabels(batch.pseudo.mask.to(device), batch.pseudo.target.to(device))
+        index = batch.index.to(device)
         value = self.loss(logits, labels, pseudo=pseudo, index=index)
         for reg in self.regularizers:
             value = value + reg(logits, labels, pseudo=pseudo, index=index)
         if self.penalty is not None:
-            kind, lam = self.penalty
-            params = [p for p in model.parameters() if p.requires_grad]
-            norm = sum(p.abs().sum() for p in params) if kind == "l1" else sum((p * p).sum() for p in params)
-            value = value + lam * norm
+            value = value + self._weight_penalty(model)
         if self.method.mixup:
-            from ..losses.batchwise import pu_mixup_consistency
-
-            value = value + self.mixup_weight * pu_mixup_consistency(
-                model, x, logits, labels, generator=generator
-            )
+            value = value + self.mixup_weight * pu_mixup_consistency(model, x, logits, labels, generator=generator)
         return value
 
+    def _weight_penalty(self, model: nn.Module) -> torch.Tensor:
+        kind, lam = self.penalty
+        params = [p for p in model.parameters() if p.requires_grad]
+        norm = sum(p.abs().sum() for p in params) if kind == "l1" else sum((p * p).sum() for p in params)
+        return lam * norm
+
     def after_step(self, state: LabelState, batch: LabelBatch, epoch: int) -> None:
+        """Write the loss's permanent corrections of this step (LL-Cp) into the label state."""
         if self.loss.corrects_labels:
-            mask = getattr(self.loss, "correction_mask", None)
+            mask = self.loss.last_corrections()
             if mask is not None:
-                self._step_corrections += state.correct_mask(batch.index, mask, epoch)
+                state.correct_mask(batch.index, mask, epoch)
 
     def after_epoch(self, probs: torch.Tensor, state: LabelState, epoch: int) -> dict[str, float]:
         """Run the label-state algorithm on the whole-training-set predictions."""
         record: dict[str, float] = {}
         class_ap = None
-        if self.method.needs_train_ap:
+        if self.needs_class_ap:
             observed_pos = (state.observed == 1).numpy().astype(np.int8)
             class_ap = metrics.average_precision(probs.numpy(), observed_pos)
-            set_ap = getattr(self.loss, "set_class_ap", None)
-            if callable(set_ap):
-                set_ap(torch.as_tensor(class_ap, dtype=torch.float32))
+            if self.loss.needs_class_ap:
+                self.loss.set_class_ap(torch.as_tensor(class_ap, dtype=torch.float32))
             record["train_observed_map"] = float(np.mean(class_ap))
-        if self.labeling is not None:
-            kwargs = {"class_ap": class_ap} if "class_ap" in inspect.signature(self.labeling.step).parameters else {}
-            stats = self.labeling.step(probs, state, epoch, **kwargs) or {}
+        if self.algorithm is not None:
+            stats = self.algorithm.step(probs, state, epoch, class_ap=class_ap) or {}
             record.update({f"labeling_{k}": float(v) for k, v in stats.items() if np.isscalar(v)})
         return record
 
+    # ---------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"loss": self.loss.state_dict()}
-        extra = getattr(self.loss, "extra_state", None)
-        if callable(extra):
-            out["loss_extra"] = extra()
-        if self.labeling is not None and hasattr(self.labeling, "state_dict"):
-            out["labeling"] = self.labeling.state_dict()
+        out: dict[str, Any] = {"loss": self.loss.state_dict(), "loss_extra": self.loss.extra_state()}
+        if self.algorithm is not None:
+            out["labeling"] = self.algorithm.state_dict()
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loss.load_state_dict(state["loss"])
-        if "loss_extra" in state:
-            self.loss.load_extra_state(state["loss_extra"])
-        if self.labeling is not None and "labeling" in state:
-            self.labeling.load_state_dict(state["labeling"])
+        self.loss.load_extra_state(state.get("loss_extra", {}))
+        if self.algorithm is not None and "labeling" in state:
+            self.algorithm.load_state_dict(state["labeling"])
 
 
 def build_components(
@@ -168,44 +165,35 @@ def build_components(
     epochs: int,
     seed: int,
 ) -> MethodComponents:
-    """Instantiate the loss, regularisers and label algorithm of a resolved method."""
+    """Instantiate the loss, regularisers and label algorithm of a resolved method.
+
+    Data arguments (what a loss needs to know about the data, e.g. ROLE's table size) come
+    from the run; hyperparameters come from the recipe and the user; run arguments of the
+    label algorithm (APL's total epochs) come from the run. Nothing else is filled in.
+    Input checks run once, on the label matrix, so the losses skip their per-step checks.
+    """
     m = resolved.method
-    context = {
-        "num_train": num_train,
-        "num_classes": num_classes,
-        "observed": observed,
-        "expected_num_pos": expected_num_pos,
-        "seed": seed,
-    }
-    loss_kwargs = _fill_structural(resolved.loss_kwargs, context, losses.hyperparameters(m.loss))
-    loss = losses.create(m.loss, **loss_kwargs)
+    context = {"num_train": num_train, "num_classes": num_classes, "observed": observed,
+               "expected_num_pos": expected_num_pos, "seed": seed}
+    loss_kwargs = dict(resolved.loss_kwargs)
+    for key in (*losses.data_arguments(m.loss), *m.data_defaults):
+        loss_kwargs.setdefault(key, context[key])
+    loss = losses.create(m.loss, **loss_kwargs, validate_args=False)
     regs = []
     for name, kwargs in m.regularizers:
         kw = dict(kwargs)
         if name == "highrank" and "highrank_lam" in resolved.knobs:
             kw["lam"] = resolved.knobs["highrank_lam"]
-        regs.append(losses.create(name, **kw))
-    labeling = None
+        kw.update({k: context[k] for k in losses.data_arguments(name) if k not in kw})
+        regs.append(losses.create(name, **kw, validate_args=False))
+    algorithm = None
     if m.labeling is not None:
-        cls = ALGORITHMS[m.labeling]
-        params = inspect.signature(cls.__init__).parameters
-        kw = dict(resolved.labeling_kwargs)
-        if "num_epochs" in params:
-            kw.setdefault("num_epochs", epochs)
-        if "warmup_epochs" in params:
-            kw.setdefault("warmup_epochs", max(1, epochs // 2))
-        if "start_epoch" in params:
-            kw.setdefault("start_epoch", max(1, epochs // 2))
-        labeling = cls(**kw)
+        run_args = {"num_epochs": epochs}
+        kw = {k: run_args[k] for k in labeling.ALGORITHMS[m.labeling].run_arguments}
+        algorithm = labeling.create(m.labeling, **resolved.labeling_kwargs, **kw)
     penalty = None
     if m.weight_penalty is not None:
         kind, lam = m.weight_penalty
         penalty = (kind, float(resolved.knobs.get("penalty", lam)))
-    return MethodComponents(
-        method=m,
-        loss=loss,
-        regularizers=regs,
-        labeling=labeling,
-        penalty=penalty,
-        mixup_weight=float(resolved.knobs.get("mixup_weight", 1.0)),
-    )
+    return MethodComponents(method=m, loss=loss, regularizers=regs, algorithm=algorithm, penalty=penalty,
+                            mixup_weight=float(resolved.knobs.get("mixup_weight", 1.0)))

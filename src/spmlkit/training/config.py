@@ -1,9 +1,19 @@
-"""The configuration of an image training run, with presets, config files and overrides.
+"""The one run configuration: a data source, a model, a method recipe, optimisation, a stopping rule.
 
-Resolution order (later wins): the dataclass defaults < the preset of the dataset (image
-size, backbone, batch size, ...) < the preset of the (method, dataset) pair (the paper's
-hyperparameters) < a YAML/TOML config file < command-line options. The resolved config is
-saved with every run (``config.yaml``), so a run can be repeated from its folder alone.
+Feature runs and image runs differ only in the data source (a feature dataset such as
+``yeast`` or a folder written by ``spmlkit extract``, versus an image dataset) and therefore
+the model (a linear/MLP head versus backbone + head). Everything else (the method, the
+optimiser, the stopping rule, the seed, the run folder) means the same on both, so there is
+one :class:`RunConfig`, one :func:`~spmlkit.training.trainer.train` and one result type.
+
+Options that only make sense for one kind of source are listed in :data:`IMAGE_ONLY` and
+:data:`FEATURE_ONLY`; giving one of them a non-default value on the other kind is an error
+(:meth:`RunConfig.check_source`), never silently ignored.
+
+Where the values come from (later wins) is decided above this layer, by
+:func:`spmlkit.experiments.presets.resolve_config`: the dataclass defaults < the dataset's
+defaults < the (method, dataset) preset < a config file < explicit options. The resolved
+config is saved with every run (``config.yaml``), so a run can be repeated from its folder.
 """
 
 from __future__ import annotations
@@ -15,28 +25,38 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrainConfig", "load_config_file", "save_config", "config_from_dict"]
+__all__ = ["RunConfig", "IMAGE_ONLY", "FEATURE_ONLY", "config_from_dict", "load_config_file", "save_config"]
 
 
 @dataclass
-class TrainConfig:
-    # data
-    dataset: str = "digits-mosaic"  # voc2012 | voc2007 | coco2014 | nuswide | cub | digits-mosaic | prepared
-    root: str | None = None  # dataset root (as downloaded) for `prepare`d datasets
-    prepared: str | None = None  # folder written by `spmlkit prepare` (default: <root>/spmlkit-prepared)
+class RunConfig:
+    # ---- data source
+    #: a feature dataset (yeast, an `extract` folder) or an image dataset (voc2012 | voc2007 |
+    #: coco2014 | nuswide | cub | digits-mosaic | prepared)
+    dataset: str = "digits-mosaic"
+    root: str | None = None  # dataset root (as downloaded) for benchmark image datasets
+    prepared: str | None = None  # folder written by `spmlkit prepare` (default: <root>/spmlkit-prepared/...)
+    dataset_variant: str | None = None  # e.g. coco2014: None (the SPML list) or "pu_mlc"
+    subset: int | None = None  # only the first N rows of the official train list (quick checks)
     observation: str = "single_positive"
+    #: fraction of the official train list held out for validation; 0 trains on all of it and
+    #: keeps the last epoch (there is nothing to select on)
     val_frac: float = 0.2
     val_variant: str = "clean"  # model selection on clean val labels or on the observed positives
-    # method
+    # ---- method
     method: str = "an"
     hparams: dict[str, Any] = field(default_factory=dict)
-    # model
-    backbone: str = "torchvision:resnet50"
+    # ---- model
+    backbone: str = "torchvision:resnet50"  # image runs
     pretrained: bool = True
     lgconv: bool = False
     image_size: int = 448
     hflip: bool = True
-    # optimisation
+    head: str = "linear"  # feature runs: linear | mlp
+    hidden: int = 256
+    dropout: float = 0.0
+    standardize: bool = True  # feature runs: z-score features with the train split's mean/std
+    # ---- optimisation
     optimizer: str = "adam"  # adam | sgd
     lr: float = 1e-5
     head_lr_mult: float = 1.0
@@ -46,18 +66,22 @@ class TrainConfig:
     epochs: int = 10
     linear_init_epochs: int = 0  # LinearInit: train the head on frozen features first
     linear_init_lr: float | None = None
+    # ---- stopping rule (docs/protocol.md, "Training protocols")
+    #: stop after this many epochs without a val-mAP gain larger than min_delta; 0 is EM's
+    #: rule (stop at the first epoch that is not strictly better); None trains every epoch
     patience: int | None = None
     min_delta: float = 0.0
     stop_drop: float | None = None  # stop when val mAP < best - stop_drop (LL: 0.03, GR: 0.02)
     seed: int = 0
-    # machinery
+    # ---- machinery
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     amp: str = "auto"  # auto (bf16 on GPU, none on CPU) | none | bf16 | fp16
     channels_last: bool = True  # GPU only
     num_workers: int = 0
     eval_batch_size: int | None = None
-    out: str = "runs/latest"
-    # digits-mosaic generator
+    num_threads: int | None = None  # torch CPU threads for this run (None: leave as is)
+    out: str | None = None  # run folder; None keeps everything in memory (sweeps of feature runs)
+    # ---- digits-mosaic generator
     mosaic_train: int = 2000
     mosaic_test: int = 1000
 
@@ -65,42 +89,102 @@ class TrainConfig:
         from ..methods import get_method
 
         get_method(self.method)
-        if self.val_variant not in ("clean", "observed"):
-            raise ValueError(f"val_variant must be 'clean' or 'observed', got {self.val_variant!r}")
-        if self.optimizer not in ("adam", "sgd"):
-            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        if self.amp not in ("auto", "none", "bf16", "fp16"):
-            raise ValueError(f"amp must be auto, none, bf16 or fp16, got {self.amp!r}")
-        for name in ("image_size", "batch_size", "epochs"):
+        _choice("val_variant", self.val_variant, ("clean", "observed"))
+        _choice("optimizer", self.optimizer, ("adam", "sgd"))
+        _choice("amp", self.amp, ("auto", "none", "bf16", "fp16"))
+        _choice("head", self.head, ("linear", "mlp"))
+        for name in ("image_size", "batch_size", "epochs", "hidden"):
+            _positive_int(name, getattr(self, name))
+        for name in ("subset", "eval_batch_size", "num_threads"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        for name in ("linear_init_epochs", "num_workers"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.linear_init_epochs < 0:
-            raise ValueError(f"linear_init_epochs must be >= 0, got {self.linear_init_epochs}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 0):
+            raise ValueError(f"patience must be an integer >= 0 or null, got {self.patience!r}")
+        _positive_number("lr", self.lr)
+        if self.linear_init_lr is not None:
+            _positive_number("linear_init_lr", self.linear_init_lr)
+        for name in ("weight_decay", "min_delta", "dropout"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        if self.stop_drop is not None and not (math.isfinite(self.stop_drop) and self.stop_drop >= 0):
+            raise ValueError(f"stop_drop must be a number >= 0 or null, got {self.stop_drop!r}")
+        if not (isinstance(self.val_frac, (int, float)) and 0 <= self.val_frac < 1):
+            raise ValueError(f"val_frac must be in [0, 1), got {self.val_frac!r}")
+        if self.val_frac == 0 and (self.patience is not None or self.stop_drop is not None):
+            raise ValueError("early stopping (patience / stop_drop) needs validation data; val_frac is 0")
+        if not isinstance(self.hparams, dict):
+            raise ValueError(f"hparams must be a mapping of NAME: VALUE, got {self.hparams!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def check_source(self, kind: str) -> None:
+        """Reject options that do not apply to a ``kind`` ("features" or "images") run."""
+        other = IMAGE_ONLY if kind == "features" else FEATURE_ONLY
+        defaults = RunConfig.__dataclass_fields__
+        given = sorted(k for k in other if getattr(self, k) != _default(defaults[k]))
+        if given:
+            what = "image" if kind == "features" else "feature"
+            raise ValueError(
+                f"{', '.join(given)} only apply to {what} runs, but {self.dataset!r} is a "
+                f"{'feature' if kind == 'features' else 'image'} dataset; remove them"
+            )
 
-def _fields() -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+#: options that only mean something for image runs
+IMAGE_ONLY = ("root", "prepared", "dataset_variant", "backbone", "pretrained", "lgconv", "image_size", "hflip",
+              "head_lr_mult", "linear_init_epochs", "linear_init_lr", "amp", "channels_last", "num_workers",
+              "eval_batch_size", "mosaic_train", "mosaic_test")
+#: options that only mean something for feature runs
+FEATURE_ONLY = ("head", "hidden", "dropout", "standardize")
 
 
-def config_from_dict(values: dict[str, Any], *, base: TrainConfig | None = None, where: str = "config") -> TrainConfig:
-    """A config from ``base`` (or the defaults) with ``values`` applied; unknown keys are errors."""
-    known = _fields()
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _positive_number(name: str, value: Any) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def config_from_dict(values: dict[str, Any], *, base: RunConfig | None = None, where: str = "config") -> RunConfig:
+    """A config from ``base`` (or the defaults) with ``values`` applied; unknown keys are errors.
+
+    ``hparams`` merge key by key, so a later layer can change one hyperparameter of a preset
+    without restating the others.
+    """
+    known = RunConfig.__dataclass_fields__
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ValueError(f"{where}: unknown setting(s) {', '.join(unknown)}; valid settings: {', '.join(known)}")
-    current = (base or TrainConfig()).to_dict()
+    current = (base or RunConfig()).to_dict()
     for key, value in values.items():
         if key == "hparams":
+            if value is not None and not isinstance(value, dict):
+                raise ValueError(f"{where}: hparams must be a mapping of NAME: VALUE, got {value!r}")
             current["hparams"] = {**current["hparams"], **(value or {})}
         else:
             current[key] = value
-    return TrainConfig(**current)
+    try:
+        return RunConfig(**current)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -108,30 +192,31 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"config file {p} not found")
+    if p.suffix not in (".yaml", ".yml", ".toml", ".json"):
+        raise ValueError(f"config file {p}: use a .yaml, .yml, .toml or .json file")
     text = p.read_text()
     try:
-        if p.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text) or {}
-        elif p.suffix == ".toml":
+        if p.suffix == ".toml":
             import tomllib
 
             data = tomllib.loads(text)
         elif p.suffix == ".json":
             data = json.loads(text)
         else:
-            raise ValueError(f"config file {p}: use a .yaml, .yml, .toml or .json file")
-    except (ValueError, ImportError) as exc:
-        if "use a .yaml" in str(exc):
-            raise
-        raise ValueError(f"config file {p} does not parse: {exc}") from None
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+    except Exception as exc:  # every parser's own error type: report it as the user's file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"config file {p} does not parse: {first}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {p} must hold a mapping of settings, got {type(data).__name__}")
     return data
 
 
-def save_config(config: TrainConfig, path: str | Path) -> None:
+def save_config(config: RunConfig, path: str | Path) -> None:
     import yaml
 
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    from ..io import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))

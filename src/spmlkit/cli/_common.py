@@ -1,0 +1,51 @@
+"""Helpers shared by the sub-commands: argument types and the console."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["csv_list", "hparam", "console", "positive_int"]
+
+
+def csv_list(kind: type) -> Any:
+    """``a,b,c`` -> a tuple of ``kind``; a clear message for a bad item."""
+
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(kind(t) for t in text.split(",") if t.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}")
+
+    return parse
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def hparam(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` with VALUE read as JSON when it parses (numbers, lists), else as text."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def console():
+    """A rich console; wide enough for tables when output goes to a file or pipe."""
+    from rich.console import Console
+
+    out = Console()
+    return out if out.is_terminal else Console(width=160)

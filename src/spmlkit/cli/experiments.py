@@ -1,0 +1,219 @@
+"""``spmlkit benchmark``, ``sweep``, ``report`` and ``presets``: many runs, one store, paper-style tables."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from ._common import console, csv_list, positive_int
+
+__all__ = ["add_parsers"]
+
+_FORMATS = ("md", "tex", "csv")
+
+
+def add_parsers(sub: Any) -> None:
+    from ..experiments.benchmark import DEFAULT_LRS, DEFAULT_SEEDS
+
+    p = sub.add_parser("benchmark", help="compare every method on a feature dataset (paper-style table)")
+    p.add_argument("--dataset", default="yeast", help="feature dataset (default: yeast, shipped with the river package)")
+    p.add_argument("--methods", type=csv_list(str), help="comma-separated methods (default: all; see `spmlkit methods`)")
+    p.add_argument("--seeds", type=csv_list(int), default=DEFAULT_SEEDS, help="comma-separated seeds (default 0,1,2)")
+    p.add_argument("--lrs", type=csv_list(float), default=DEFAULT_LRS,
+                   help="lr grid, selected on val (default 1e-3,3e-3,1e-2)")
+    p.add_argument("--observation", default="single_positive",
+                   help="single_positive | pos=K,neg=M | ratio=R | full (default single_positive)")
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--head", choices=("linear", "mlp"), default="linear")
+    p.add_argument("--val", choices=("clean", "observed"), default="clean", help="validation labels for model selection")
+    p.add_argument("--subset", type=int, help="use only the first N training rows (quick check)")
+    p.add_argument("--jobs", type=positive_int, default=2, help="parallel worker processes (default 2)")
+    p.add_argument("--out", default="spmlkit-results/benchmark",
+                   help="output folder: results.db (finished runs are reused) and the tables")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_benchmark)
+
+    p = sub.add_parser("sweep", help="run a grid of methods x hyperparameters x seeds into a results store")
+    p.add_argument("config", help="sweep file (YAML/TOML/JSON), see spmlkit.experiments.sweep")
+    p.add_argument("--jobs", type=positive_int, default=1, help="parallel worker processes, one run each")
+    p.add_argument("--store", help="results database (default: the sweep file's `store`)")
+    p.add_argument("--max-runs", type=positive_int, help="stop after this many runs (resume later)")
+    p.add_argument("--retry-failed", action="store_true", help="run recorded failures again")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=run_sweep)
+
+    p = sub.add_parser("report", help="paper-style tables and the papers' analysis figures from a results store")
+    p.add_argument("--store", required=True, help="results database written by `spmlkit sweep`")
+    p.add_argument("--out", default="report", help="output folder")
+    p.add_argument("--reference", help="show published numbers beside ours: EM, OPML, GR or PU-MLC")
+    p.add_argument("--metric", default="test_map", help="metric column to tabulate (default test_map)")
+    p.add_argument("--formats", type=csv_list(str), default=_FORMATS, help="table formats (md,tex,csv)")
+    p.add_argument("--no-figures", action="store_true")
+    p.set_defaults(func=run_report)
+
+    p = sub.add_parser("presets", help="list the presets and the published numbers they target")
+    p.add_argument("--dataset", help="only presets of this dataset")
+    p.set_defaults(func=run_presets)
+
+
+class _SweepProgress:
+    """A rich progress bar fed by a sweep's callbacks; it remembers the failed runs."""
+
+    def __init__(self, screen: Any, name: str, quiet: bool, where: str, jobs: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.screen, self.name, self.where, self.jobs = screen, name, where, jobs
+        self.failures: list[dict[str, Any]] = []
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=screen, disable=quiet)
+        self.task = self.progress.add_task(name, total=None)
+
+    def on_start(self, total: int, done: int) -> None:
+        self.progress.update(self.task, total=total, completed=done)
+        self.screen.print(f"{self.name}: {total} runs, {done} already finished in {self.where}, {self.jobs} worker(s)")
+
+    def on_result(self, rec: dict[str, Any]) -> None:
+        if rec["status"] == "failed":
+            self.failures.append(rec)
+        self.progress.update(self.task, advance=1,
+                             description=f"{rec['method']:>8} lr={rec['lr']:g} seed={rec['seed']}")
+
+    def print_failures(self) -> None:
+        for rec in self.failures:
+            self.screen.print(f"[red]failed[/red] {rec['run_id']} {rec['method']} lr={rec['lr']:g} "
+                              f"seed={rec['seed']}: {rec['error'].splitlines()[0]}")
+
+
+def run_benchmark(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from ..errors import InputError, user_input
+    from ..experiments import benchmark as bm
+    from ..methods import METHODS
+
+    methods = tuple(args.methods) if args.methods else tuple(METHODS)
+    with user_input():
+        spec = bm.BenchmarkSpec(dataset=args.dataset, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
+                                observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
+                                head=args.head, val_variant=args.val, subset=args.subset)
+        out = _output_folder(args.out)
+    screen = console()
+    t0 = time.perf_counter()
+    tracker = _SweepProgress(screen, f"benchmark {spec.dataset} ({spec.observation})", args.quiet,
+                             str(out / bm.STORE_NAME), args.jobs)
+    with tracker.progress:
+        result = bm.run_benchmark(spec, out, jobs=args.jobs, on_result=tracker.on_result, on_start=tracker.on_start)
+    tracker.print_failures()
+    runs = bm.benchmark_runs(spec, result.store)
+    if runs.empty or not (runs["status"] == "ok").any():
+        raise InputError(f"every run of the benchmark failed ({len(runs)} runs); the first error is above. "
+                         f"Earlier tables in {out} are left as they were")
+    rows, agg = bm.summarize(runs, methods)
+    paths = bm.write_outputs(out, spec, runs, rows, agg)
+    table = Table(title=f"{spec.dataset}: test mAP (%) of the lr selected on {spec.val_variant} val, "
+                  f"mean ± std over {len(spec.seeds)} seeds")
+    for col, justify in (("method", "left"), ("test mAP", "right"), ("gap closed", "right"), ("lr", "right"),
+                         ("val mAP", "right"), ("description", "left")):
+        table.add_column(col, justify=justify)
+    for r in rows:
+        label = {"bce": "full labels (BCE)", "iun": "1P + all N"}.get(r["method"], r["method"])
+        gap = "" if math.isnan(r["gap_closed"]) else f"{100 * r['gap_closed']:+.0f}%"
+        style = "bold" if r["method"] in ("bce", "an") else None
+        table.add_row(label, f"{r['test_map']:.2f} ± {r['test_map_std']:.2f}", gap, f"{r['lr']:g}",
+                      f"{r['val_map']:.2f}", r["description"], style=style)
+    screen.print(table)
+    screen.print("gap closed = (method - AN) / (full BCE - AN)")
+    screen.print(f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
+                 f"{result.skipped} finished runs reused from {result.store})")
+    return 1 if tracker.failures else 0
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from ..errors import InputError, user_input
+    from ..experiments.sweep import load_sweep, run_sweep as sweep
+
+    with user_input():
+        spec = load_sweep(args.config)
+    screen = console()
+    tracker = _SweepProgress(screen, f"sweep {spec.name}", args.quiet, args.store or spec.store, args.jobs)
+    with tracker.progress:
+        result = sweep(spec, jobs=args.jobs, store_path=args.store, max_runs=args.max_runs,
+                       retry_failed=args.retry_failed, on_result=tracker.on_result, on_start=tracker.on_start)
+    tracker.print_failures()
+    screen.print(f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} finished; "
+                 f"store: {result.store}. Next: `spmlkit report --store {result.store}`")
+    if result.ran and result.failed == result.ran:
+        raise InputError(f"every one of the {result.ran} runs failed; the errors are listed above")
+    return 1 if result.failed else 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from ..errors import user_input
+    from ..experiments.plots import make_all_figures
+    from ..experiments.report_files import write_tables
+
+    with user_input():
+        bad = sorted(set(args.formats) - set(_FORMATS))
+        if bad:
+            raise ValueError(f"--formats: unknown format(s) {', '.join(bad)}; choose from {', '.join(_FORMATS)}")
+        ok = _finished_runs(Path(args.store))
+        out = _output_folder(args.out)
+    screen = console()
+    written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
+    for title, markdown in tables:
+        screen.print(f"[bold]{title}[/bold]")
+        screen.print(markdown)
+    if not args.no_figures:
+        written += make_all_figures(ok, out / "figures")
+    screen.print(f"wrote {len(written)} files to {out}")
+    return 0
+
+
+def _finished_runs(store_path: Path):
+    from ..experiments.store import ResultsStore
+
+    if not store_path.is_file():
+        raise FileNotFoundError(f"results store {store_path} not found; run `spmlkit sweep` first")
+    try:
+        df = ResultsStore(store_path).to_dataframe()
+    except Exception as exc:  # sqlite3.DatabaseError and friends: not our store
+        raise ValueError(f"{store_path} is not a results store written by `spmlkit sweep` ({exc})") from None
+    ok = df[df["status"] == "ok"] if not df.empty else df
+    if ok.empty:
+        raise ValueError(f"{store_path} holds no finished runs to report")
+    return ok
+
+
+def _output_folder(path: str) -> Path:
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is an existing file; give a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
+    return out
+
+
+def run_presets(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from ..experiments.presets import list_presets
+
+    table = Table(title="spmlkit presets  (spmlkit train --preset NAME [--root DIR])")
+    for col in ("preset", "target (published)", "source", "batch", "lr", "epochs", "hyperparameters", "notes"):
+        table.add_column(col)
+    for p in list_presets():
+        if args.dataset and p.dataset != args.dataset:
+            continue
+        t = p.target
+        target = "" if t is None else f"{t.mean:.2f}" + ("" if t.std is None else f" ± {t.std:.2f}")
+        hp = ", ".join(f"{k}={v}" for k, v in p.config.get("hparams", {}).items())
+        table.add_row(p.name, target, "" if t is None else t.source, str(p.config.get("batch_size")),
+                      f"{p.config.get('lr'):g}", str(p.config.get("epochs")), hp, p.notes)
+    console().print(table)
+    return 0

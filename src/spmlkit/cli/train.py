@@ -1,0 +1,120 @@
+"""``spmlkit train`` (and the options ``extract`` shares with it): one run through :func:`~spmlkit.training.train`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ._common import console, hparam
+
+__all__ = ["add_run_options", "add_parser", "resolve_from_args", "run"]
+
+#: command-line option -> RunConfig field, for options that map one to one
+_OPTIONS = {
+    "dataset": "dataset", "root": "root", "prepared": "prepared", "variant": "dataset_variant", "method": "method",
+    "lr": "lr", "batch_size": "batch_size", "epochs": "epochs", "seed": "seed", "observation": "observation",
+    "val": "val_variant", "val_frac": "val_frac", "patience": "patience", "stop_drop": "stop_drop",
+    "backbone": "backbone", "image_size": "image_size", "device": "device", "amp": "amp",
+    "num_workers": "num_workers", "optimizer": "optimizer", "head_lr_mult": "head_lr_mult",
+    "linear_init_epochs": "linear_init_epochs", "weight_decay": "weight_decay", "out": "out",
+    "pretrained": "pretrained", "lgconv": "lgconv", "head": "head", "subset": "subset", "features": "dataset",
+}
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by `train` and `extract`; None means "not given" (presets/config decide)."""
+    p.add_argument("--preset", help="a preset, e.g. em_apl/voc2012 or em_apl/yeast (see `spmlkit presets`)")
+    p.add_argument("--config", help="YAML/TOML/JSON file of settings (overridden by options given here)")
+    p.add_argument("--dataset", help="yeast | digits-mosaic | voc2012 | voc2007 | coco2014 | nuswide | cub")
+    p.add_argument("--features", help="a feature folder written by `spmlkit extract` (same as --dataset DIR)")
+    p.add_argument("--root", help="dataset root as downloaded (image datasets)")
+    p.add_argument("--prepared", help="a folder written by `spmlkit prepare` (enough on its own)")
+    p.add_argument("--variant", help="dataset variant, e.g. coco2014: pu_mlc (PU-MLC's image list)")
+    p.add_argument("--method", help="method name (see `spmlkit methods`)")
+    p.add_argument("--hparam", type=hparam, action="append", metavar="NAME=VALUE",
+                   help="method hyperparameter, repeatable (e.g. --hparam alpha=0.2)")
+    p.add_argument("--observation", help="single_positive | pos=K,neg=M | ratio=R | full | given")
+    p.add_argument("--val", choices=("clean", "observed"), help="validation labels for model selection")
+    p.add_argument("--val-frac", type=float, help="share of the train list held out for validation (0: none)")
+    p.add_argument("--lr", type=float)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--patience", type=int, help="stop after N epochs without improvement (0: EM's rule)")
+    p.add_argument("--stop-drop", type=float, help="stop when val mAP falls this far below the best (0.02: GR)")
+    p.add_argument("--head", choices=("linear", "mlp"), help="feature runs: the head on the features")
+    p.add_argument("--subset", type=int, help="only the first N rows of the official train list")
+    p.add_argument("--backbone", help="torchvision:resnet50 | timm:<name> | small:cnn")
+    p.add_argument("--no-pretrained", dest="pretrained", action="store_false", default=None,
+                   help="do not load ImageNet weights (offline use)")
+    p.add_argument("--lgconv", action="store_true", default=None, help="PU-MLC's local-global convolutions")
+    p.add_argument("--image-size", type=int)
+    p.add_argument("--optimizer", choices=("adam", "sgd"))
+    p.add_argument("--head-lr-mult", type=float)
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--linear-init-epochs", type=int, help="LinearInit: head-only epochs on frozen features first")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--amp", choices=("auto", "none", "bf16", "fp16"))
+    p.add_argument("--num-workers", type=int)
+    p.add_argument("--out", help="run folder (default runs/<dataset>/<method>/seed<seed>)")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("train", help="train one method on a feature dataset (yeast, an `extract` folder) or images")
+    add_run_options(p)
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    p.add_argument("--stop-after", type=int, help="stop this invocation after N epochs (resume later)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=run)
+
+
+def resolve_from_args(args: argparse.Namespace):
+    """Dataset defaults < preset < config file < explicit command-line options."""
+    from ..experiments.presets import resolve_config
+    from ..training.config import load_config_file
+
+    values = {field: getattr(args, opt) for opt, field in _OPTIONS.items() if getattr(args, opt, None) is not None}
+    if args.hparam:
+        values["hparams"] = dict(args.hparam)
+    file_values = load_config_file(args.config) if args.config else {}
+    config = resolve_config(values, preset=args.preset, file_values=file_values,
+                            file_name=f"config file {args.config}")
+    if config.out is None:
+        config.out = str(Path("runs") / Path(config.dataset).name / config.method / f"seed{config.seed}")
+    return config
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from ..errors import user_input
+    from ..training import train
+
+    out = console()
+    with user_input():
+        config = resolve_from_args(args)
+    out.print(f"[bold]spmlkit train[/bold]: {config.method} on {config.dataset} ({config.observation}), "
+              f"{config.epochs} epochs, batch {config.batch_size}, lr {config.lr:g} -> {config.out}")
+    table = Table(title=f"{config.method} on {config.dataset}")
+    for col in ("epoch", "train loss", "val mAP (%)", "pseudo-labels", "images/s", "seconds"):
+        table.add_column(col, justify="right")
+
+    def on_epoch(rec: dict[str, float]) -> None:
+        n_pseudo = rec.get("pseudo_negatives", 0) + rec.get("corrections", 0)
+        row = (str(int(rec["epoch"])), f"{rec['train_loss']:.4f}", f"{100 * rec['val_map']:.2f}", f"{int(n_pseudo)}",
+               f"{rec['images_per_second']:.0f}", f"{rec['epoch_seconds']:.2f}")
+        table.add_row(*row)
+        if not args.quiet:
+            out.print("  epoch " + " | ".join(row[:3]) + f" | {row[4]} img/s")
+
+    res = train(config, resume=args.resume, overwrite=args.overwrite, stop_after=args.stop_after, on_epoch=on_epoch)
+    out.print(table)
+    if not res.finished:
+        out.print(f"stopped after epoch {len(res.history)} as asked; continue with --resume --out {res.out}")
+        return 0
+    test = "no labelled test set" if res.test_map != res.test_map else f"test mAP {100 * res.test_map:.2f}%"
+    out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  ({res.seconds:.1f} s); "
+              f"outputs in {res.out}")
+    return 0

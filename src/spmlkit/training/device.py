@@ -1,0 +1,57 @@
+"""The machinery of a run: its device, mixed precision, and its share of CPU threads."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Callable, Iterator
+
+import torch
+
+__all__ = ["resolve_device", "autocast_factory", "num_threads"]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``; anything else is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {name!r} is not supported; use auto, cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but CUDA is not available; use --device cpu")
+    return device
+
+
+def autocast_factory(amp: str, device: torch.device) -> tuple[Callable[[], Any] | None, Any]:
+    """``(autocast context factory or None, GradScaler or None)`` for ``amp`` on ``device``.
+
+    fp16 on the CPU is emulated and runs two orders of magnitude slower than float32, so it
+    falls back to float32 with a warning instead of silently crawling.
+    """
+    if amp == "auto":
+        amp = "bf16" if device.type == "cuda" else "none"
+    if amp == "fp16" and device.type == "cpu":
+        warnings.warn("--amp fp16 is not supported efficiently on the CPU; training in float32 instead",
+                      RuntimeWarning, stacklevel=2)
+        amp = "none"
+    if amp == "none":
+        return None, None
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+    scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
+    return (lambda: torch.autocast(device.type, dtype=dtype)), scaler
+
+
+@contextlib.contextmanager
+def num_threads(n: int | None) -> Iterator[None]:
+    """Run the block with ``n`` torch CPU threads (None: unchanged), restoring them after."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

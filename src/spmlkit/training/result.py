@@ -1,0 +1,58 @@
+"""The one result type of a run, whatever its data source and entry point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ..labels import LabelState
+from .config import RunConfig
+
+__all__ = ["RunResult"]
+
+
+@dataclass
+class RunResult:
+    """What a run produced: the selected epoch, its validation and test numbers, the history.
+
+    ``model`` and ``label_state`` are the live objects of the selected epoch (for the estimator
+    and for users of :func:`~spmlkit.training.train` in their own code); they are not part of
+    :meth:`to_record`, the form the results store and ``result.json`` keep.
+    """
+
+    config: RunConfig
+    best_epoch: int
+    val_map: float
+    test_map: float
+    history: list[dict[str, float]]
+    test_metrics: dict[str, float] = field(default_factory=dict)
+    test_ap: list[float] = field(default_factory=list)
+    analysis: dict[str, Any] = field(default_factory=dict)
+    class_names: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    images_per_second: float = float("nan")
+    stopped_early: bool = False
+    finished: bool = True
+    resumed_from: int = 0
+    out: Path | None = None
+    model: nn.Module | None = field(default=None, repr=False, compare=False)
+    label_state: LabelState | None = field(default=None, repr=False, compare=False)
+
+    def summary(self) -> dict[str, Any]:
+        """A flat row: the run's key settings and numbers (benchmark ``runs.csv``)."""
+        out = {"method": self.config.method, "seed": self.config.seed, "lr": self.config.lr,
+               "val_map": self.val_map, "test_map": self.test_map, "best_epoch": self.best_epoch,
+               "seconds": self.seconds}
+        out.update({f"test_{k}": v for k, v in self.test_metrics.items()})
+        return out
+
+    def to_record(self) -> dict[str, Any]:
+        """Everything JSON-able: what the results store and ``result.json`` keep."""
+        return {"config": self.config.to_dict(), "best_epoch": self.best_epoch, "val_map": self.val_map,
+                "test_map": self.test_map, "test_metrics": self.test_metrics, "test_ap": self.test_ap,
+                "history": self.history, "analysis": self.analysis, "class_names": self.class_names,
+                "seconds": self.seconds, "images_per_second": self.images_per_second,
+                "stopped_early": self.stopped_early, "finished": self.finished, "resumed_from": self.resumed_from}

@@ -1,0 +1,307 @@
+"""The data of a run: the official train and test lists of a feature or image dataset.
+
+:func:`load_run_data` turns ``config.dataset`` into a :class:`RunData`: full labels of the
+official train list (which the protocol splits into train/val and observes) and of the
+test list, the class names, and how to build the run's :class:`DataSource` and model. A
+feature dataset and an image dataset differ only here; the trainer above is the same.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from .config import RunConfig
+
+__all__ = ["RunData", "RunSplit", "ImageData", "check_dataset", "load_run_data", "load_image_data", "is_feature_run",
+           "split_and_observe", "standardize"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ImageData:
+    """The official train and test lists of an image dataset, ready for the protocol."""
+
+    name: str
+    class_names: tuple[str, ...]
+    Y_train: np.ndarray  # full 0/1 labels of the official train list
+    Y_test: np.ndarray
+    train_dataset: Callable[[], Dataset]  # un-augmented dataset over the train list (flips come from the sampler)
+    test_dataset: Callable[[], Dataset]
+    paths: dict[str, list[str]] = field(default_factory=dict)
+    #: how to turn an image file into the model's input (recorded in best.pt for predict)
+    transform_spec: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunData:
+    """What the trainer needs from a dataset, whatever its kind.
+
+    Benchmarks bring full labels (``Y_train``, ``Y_test``) from which the protocol simulates
+    the observed labels; users' data brings its own observed labels (``observed``, with
+    ``observation: given``), may lack full labels and a test set, and may bring an explicit
+    validation set (``X_val``/``Y_val``) instead of a split of the training rows.
+    """
+
+    kind: str  # "features" | "images"
+    name: str
+    class_names: tuple[str, ...]
+    Y_train: np.ndarray | None  # full 0/1 labels of the official train list (None: unknown)
+    Y_test: np.ndarray | None = None
+    #: features: the raw matrices (standardised per run on its train split); images: None
+    X_train: np.ndarray | None = None
+    X_test: np.ndarray | None = None
+    images: ImageData | None = None
+    observed: np.ndarray | None = None  # the data's own {-1, 0, 1} labels of the train list
+    X_val: np.ndarray | None = None  # an explicit validation set (features), clean 0/1 labels
+    Y_val: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        """Checks at the boundary, for data handed in by code (the estimator, users' scripts)."""
+        if self.Y_train is None and self.observed is None:
+            raise ValueError(f"{self.name}: neither full labels nor observed labels were given")
+        n, c = self.num_train, self.num_classes
+        for what, Y in (("full labels", self.Y_train), ("observed labels", self.observed)):
+            if Y is not None and np.shape(Y) != (n, c):
+                raise ValueError(f"{self.name}: {what} have shape {np.shape(Y)}, expected ({n}, {c}) "
+                                 f"({n} training rows, {c} classes)")
+        if self.kind == "features":
+            _check_features(self.name, "training", self.X_train, n)
+            if self.X_test is not None:
+                _check_features(self.name, "test", self.X_test, len(self.Y_test), self.X_train.shape[1])
+            if self.X_val is not None:
+                _check_features(self.name, "validation", self.X_val, None, self.X_train.shape[1])
+                if np.shape(self.Y_val) != (len(self.X_val), c):
+                    raise ValueError(f"{self.name}: validation labels have shape {np.shape(self.Y_val)}, expected "
+                                     f"({len(self.X_val)}, {c})")
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def num_train(self) -> int:
+        return len(self.observed if self.observed is not None else self.Y_train)
+
+    def build_model(self, config: RunConfig) -> nn.Module:
+        """A fresh model; call after seeding the global torch RNG (its initial weights)."""
+        from ..models import FeatureHead, build_model
+
+        if self.kind == "features":
+            return FeatureHead(int(self.X_train.shape[1]), self.num_classes, config.head, config.hidden, config.dropout)
+        return build_model(config.backbone, self.num_classes, pretrained=config.pretrained, lgconv=config.lgconv)
+
+
+def _check_features(name: str, split: str, X: np.ndarray | None, rows: int | None, dim: int | None = None) -> None:
+    if X is None or np.ndim(X) != 2:
+        raise ValueError(f"{name}: {split} features must be a 2-D [rows, features] matrix, got shape {np.shape(X)}")
+    if rows is not None and len(X) != rows:
+        raise ValueError(f"{name}: {len(X)} {split} feature rows but {rows} label rows")
+    if dim is not None and X.shape[1] != dim:
+        raise ValueError(f"{name}: {split} features have {X.shape[1]} columns, training features {dim}")
+    if not np.isfinite(X).all():
+        raise ValueError(f"{name}: {split} features contain NaN or infinite values")
+
+
+def is_feature_run(config: RunConfig) -> bool:
+    from ..data import registry
+
+    return registry.is_feature_dataset(config.dataset)
+
+
+def load_run_data(config: RunConfig) -> RunData:
+    """Read ``config.dataset`` and apply ``config.subset`` (the first N official-train rows)."""
+    if is_feature_run(config):
+        from ..data import registry
+
+        config.check_source("features")
+        ds = registry.load_features(config.dataset)
+        data = RunData("features", ds.name, tuple(ds.class_names), np.asarray(ds.Y_train), np.asarray(ds.Y_test),
+                       X_train=ds.X_train, X_test=ds.X_test)
+    else:
+        config.check_source("images")
+        images = load_image_data(config)
+        data = RunData("images", images.name, images.class_names, images.Y_train, images.Y_test, images=images)
+    if config.subset is not None:
+        if config.subset > data.num_train:
+            raise ValueError(f"subset {config.subset} is larger than the {data.num_train} training rows of {data.name}")
+        for name in ("Y_train", "X_train", "observed"):
+            if getattr(data, name) is not None:
+                setattr(data, name, getattr(data, name)[: config.subset])
+    return data
+
+
+@dataclass(frozen=True)
+class RunSplit:
+    """The protocol applied to a run's data: which rows train and validate, on which labels."""
+
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    observed: np.ndarray  # observed labels of the train rows
+    val_targets: np.ndarray  # 0/1 targets of the validation rows (clean, or observed positives)
+    truth_train: np.ndarray | None  # full labels of the train rows, when known
+
+
+def split_and_observe(config: RunConfig, data: RunData) -> RunSplit:
+    """Observed labels over the whole train list, then the reference split (or the explicit val set).
+
+    The order matters for bit-exactness: observation is drawn over the official train list
+    before the split (docs/protocol.md, "Observed labels").
+    """
+    from ..protocol import Observation, split_train_val
+
+    observation = Observation.parse(config.observation)
+    if observation.kind == "given":
+        if data.observed is None:
+            raise ValueError(f"{data.name} brings no observed labels of its own; choose a simulated observation "
+                             "(single_positive, pos=K,neg=M, ratio=R, full)")
+        observed = np.asarray(data.observed)
+    elif data.Y_train is None:
+        raise ValueError(f"{data.name} has no full labels to simulate observation {config.observation!r} from; "
+                         "use observation 'given' (its own labels)")
+    else:
+        observed = observation.apply(data.Y_train)
+    if data.X_val is not None:
+        train_idx, val_idx = np.arange(data.num_train), np.arange(0)
+        val_targets = np.asarray(data.Y_val)
+    else:
+        train_idx, val_idx = split_train_val(data.num_train, val_frac=config.val_frac)
+        if len(val_idx) == 0 and config.val_frac > 0:
+            raise ValueError(f"the validation split is empty ({data.num_train} training examples, val_frac="
+                             f"{config.val_frac}); use a larger val_frac, more data, or val_frac 0 (keep the last epoch)")
+        if config.val_variant == "clean":
+            if data.Y_train is None:
+                raise ValueError(f"{data.name} has no clean labels to validate on; use val_variant 'observed' "
+                                 "(select on the observed positives of the validation rows)")
+            val_targets = np.asarray(data.Y_train)[val_idx]
+        else:
+            val_targets = (observed[val_idx] == 1).astype(np.uint8)
+    truth = None if data.Y_train is None else np.asarray(data.Y_train)[train_idx]
+    return RunSplit(train_idx, val_idx, observed[train_idx], val_targets, truth)
+
+
+def feature_scaling(X_fit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std of the training rows (constant features get std 1)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # reported below, as a clear error
+        mean = np.asarray(X_fit).mean(axis=0)
+        std = np.asarray(X_fit).std(axis=0)
+    if not (np.isfinite(mean).all() and np.isfinite(std).all()):
+        raise ValueError("the features are too large to standardise in their precision (the mean or std of a "
+                         "column overflows); rescale the features before training")
+    std[std == 0] = 1.0
+    return mean, std
+
+
+def standardize(X_fit: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Z-score every matrix with the mean/std of ``X_fit`` (the training rows only), float32."""
+    mean, std = feature_scaling(X_fit)
+    out = tuple(((X - mean) / std).astype(np.float32) for X in (X_fit, *others))
+    for X in out:
+        if not np.isfinite(X).all():
+            raise ValueError("features are not finite after standardisation (values too large for float32?); "
+                             "rescale the features before training")
+    return out
+
+
+def load_image_data(config: RunConfig) -> ImageData:
+    """Build :class:`ImageData` for ``config.dataset``.
+
+    ``digits-mosaic`` is generated in memory (seed 0, documented in
+    :mod:`spmlkit.data.digits_mosaic`); a benchmark dataset is read from its prepared folder
+    (``config.prepared``, default under ``<root>/spmlkit-prepared/``), created with
+    ``spmlkit prepare`` semantics on first use.
+    """
+    if config.dataset in ("digits-mosaic", "digits_mosaic"):
+        return _digits_mosaic(config)
+    from ..data.formats import load_prepared, prepare
+
+    check_dataset(config)
+    from ..data.images import ImageFileDataset, build_transform
+
+    prepared_dir = _prepared_dir(config)
+    expect = None if config.dataset == "prepared" else config.dataset
+    if not (prepared_dir / "meta.json").is_file():
+        if expect is None or not config.root:
+            raise FileNotFoundError(
+                f"no prepared dataset at {prepared_dir}; run `spmlkit prepare {config.dataset} --root DIR` "
+                "or pass --root (the folder you downloaded the dataset into)"
+            )
+        log.info("preparing %s from %s into %s", config.dataset, config.root, prepared_dir)
+        options = {"variant": config.dataset_variant} if config.dataset_variant else {}
+        prepare(config.dataset, config.root, prepared_dir, **options)
+    ds = load_prepared(prepared_dir, expect_dataset=expect, expect_variant=config.dataset_variant)
+    size = config.image_size
+    train_paths, test_paths = [str(p) for p in ds.paths("train")], [str(p) for p in ds.paths("test")]
+    transform = build_transform(size, train=False)
+    return ImageData(
+        name=ds.dataset,
+        class_names=tuple(ds.class_names),
+        Y_train=np.asarray(ds.train_labels),
+        Y_test=np.asarray(ds.test_labels),
+        train_dataset=lambda: ImageFileDataset(train_paths, transform),
+        test_dataset=lambda: ImageFileDataset(test_paths, transform),
+        paths={"train": train_paths, "test": test_paths},
+        transform_spec={"kind": "imagenet", "size": size},
+    )
+
+
+def _digits_mosaic(config: RunConfig) -> ImageData:
+    from ..data.digits_mosaic import MOSAIC_MEAN, MOSAIC_STD, DigitsMosaicDataset, make_digits_mosaic
+
+    mosaic = make_digits_mosaic(num_train=config.mosaic_train, num_test=config.mosaic_test, seed=0,
+                                image_size=config.image_size)
+    return ImageData(
+        name="digits-mosaic",
+        class_names=tuple(mosaic.class_names),
+        Y_train=mosaic.train_labels,
+        Y_test=mosaic.test_labels,
+        train_dataset=lambda: DigitsMosaicDataset(mosaic.train_images),
+        test_dataset=lambda: DigitsMosaicDataset(mosaic.test_images),
+        transform_spec={"kind": "grey", "size": config.image_size, "mean": MOSAIC_MEAN, "std": MOSAIC_STD},
+    )
+
+
+def _prepared_dir(config: RunConfig) -> Path:
+    if config.prepared:
+        return Path(config.prepared)
+    if config.root:
+        from ..data.formats import default_prepared_dir
+
+        return default_prepared_dir(config.dataset, config.root, config.dataset_variant)
+    raise ValueError(
+        f"dataset {config.dataset!r} needs --root (where the dataset was unpacked) or --prepared "
+        "(a folder written by `spmlkit prepare`)"
+    )
+
+
+def as_tensor(x: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def check_dataset(config: RunConfig) -> None:
+    """Fail early, with the closest name, on a dataset spmlkit does not know."""
+    from ..data.formats import DATASETS
+
+    if is_feature_run(config) or config.dataset in (*DATASETS, "digits-mosaic", "digits_mosaic", "prepared"):
+        return
+    raise ValueError(_unknown_dataset(config.dataset, [*DATASETS, "digits-mosaic"]))
+
+
+def _unknown_dataset(name: str, image_datasets: list[str]) -> str:
+    import difflib
+
+    from ..data.registry import FEATURE_DATASETS
+
+    known = [*FEATURE_DATASETS, *image_datasets]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"unknown dataset {name!r}{hint}; known datasets: {', '.join(known)}, a folder written by "
+            "`spmlkit extract`, or --prepared FOLDER")

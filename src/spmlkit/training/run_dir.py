@@ -1,0 +1,139 @@
+"""A run's folder: its resolved config, per-epoch metrics, checkpoints and final numbers.
+
+Layout (``config.out``)::
+
+    config.yaml          the resolved configuration (the run can be repeated from it)
+    metrics.csv/.json    one row per finished epoch
+    last.pt              everything needed to resume: written atomically after every epoch
+    best.pt              the best validation epoch: model, label state, config, class names,
+                         threshold and input transform (what ``spmlkit predict`` loads)
+    result.json          the final result (test metrics, analysis, history) once finished
+
+Nothing of an earlier run is replaced without the user asking: starting a run in a folder
+that already holds one is refused unless it is resumed (``resume=True``) or replaced on
+purpose (``overwrite=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
+from .checkpoint import load_checkpoint
+from .config import RunConfig, save_config
+from .loop import LoopParts, LoopState
+
+__all__ = ["RunDirectory"]
+
+_RUN_FILES = ("config.yaml", "last.pt", "best.pt", "metrics.csv", "metrics.json", "result.json")
+
+
+class RunDirectory:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    @property
+    def last(self) -> Path:
+        return self.path / "last.pt"
+
+    @property
+    def best(self) -> Path:
+        return self.path / "best.pt"
+
+    def holds_a_run(self) -> bool:
+        return any((self.path / name).exists() for name in _RUN_FILES)
+
+    def start(self, config: RunConfig, *, resume: bool, overwrite: bool) -> dict[str, Any] | None:
+        """Prepare the folder; returns the checkpoint to resume from (or None)."""
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"run folder {self.path} is an existing file; choose another --out")
+        ckpt = None
+        if resume:
+            ckpt = self._resume_checkpoint(config)
+        elif self.holds_a_run():
+            if not overwrite:
+                raise ValueError(f"{self.path} already holds a run; continue it with --resume, replace it with "
+                                 "--overwrite, or choose another --out")
+            for name in _RUN_FILES:
+                (self.path / name).unlink(missing_ok=True)
+            shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            save_config(config, self.path / "config.yaml")
+        except OSError as exc:
+            raise ValueError(f"cannot write the run folder {self.path}: {exc.strerror or exc}") from None
+        return ckpt
+
+    def _resume_checkpoint(self, config: RunConfig) -> dict[str, Any]:
+        if not self.last.is_file():
+            raise FileNotFoundError(f"--resume: no checkpoint at {self.last}; start the run without --resume")
+        ckpt = load_checkpoint(self.last)
+        saved = {k: v for k, v in ckpt["config"].items() if k != "out"}
+        now = {k: v for k, v in config.to_dict().items() if k != "out"}
+        diff = sorted(k for k in now if saved.get(k) != now[k])
+        if diff:
+            raise ValueError(f"--resume: the run in {self.path} was started with different settings "
+                             f"({', '.join(diff)}); resume with the same config or start a new run folder")
+        return ckpt
+
+    # ------------------------------------------------------------------ per epoch
+    def save_epoch(self, ls: LoopState, parts: LoopParts, config: RunConfig, extra_best: dict[str, Any]) -> None:
+        """After every epoch: ``best.pt`` if this epoch is the best, ``last.pt``, the metrics."""
+        if ls.best_epoch == ls.epoch:
+            atomic_torch_save({**ls.best_snapshot, "config": config.to_dict(), "epoch": ls.epoch,
+                               "val_map": ls.best_val_map, **extra_best}, self.best)
+        atomic_torch_save({
+            "model": parts.model.state_dict(), "optimizer": parts.optimizer.state_dict(),
+            "components": parts.components.state_dict(), "label_state": parts.state.state_dict(),
+            "generator": parts.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "numpy_rng": np.random.get_state(), "config": config.to_dict(), "loop": ls.progress(),
+        }, self.last)
+        self.write_metrics(ls.history)
+
+    def write_metrics(self, history: list[dict[str, float]]) -> None:
+        import pandas as pd
+
+        atomic_write_text(self.path / "metrics.json", json.dumps(history, indent=1))
+        atomic_write_text(self.path / "metrics.csv", pd.DataFrame(history).to_csv(index=False))
+
+    def write_result(self, record: dict[str, Any]) -> None:
+        atomic_write_json(self.path / "result.json", record)
+
+    # ------------------------------------------------------------------ resume
+    def restore(self, ckpt: dict[str, Any], parts: LoopParts) -> LoopState:
+        """Load ``last.pt`` into the run's objects and rebuild the loop state (with the best snapshot)."""
+        parts.model.load_state_dict(ckpt["model"])
+        parts.optimizer.load_state_dict(ckpt["optimizer"])
+        parts.components.load_state_dict(ckpt["components"])
+        parts.state.load_state_dict(ckpt["label_state"])
+        parts.generator.set_state(ckpt["generator"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        np.random.set_state(ckpt["numpy_rng"])
+        loop = ckpt["loop"]
+        ls = LoopState(epoch=loop["epoch"], history=loop["history"], best_val_map=loop["best_val_map"],
+                       best_epoch=loop["best_epoch"], bad_epochs=loop["bad_epochs"],
+                       stopped_early=loop["stopped_early"])
+        best = load_checkpoint(self.best)
+        ls.best_snapshot = {k: best[k] for k in ("model", "components", "label_state")}
+        return ls
+
+    def tensorboard(self):
+        """A TensorBoard writer when tensorboard is installed (``pip install "spmlkit[tensorboard]"``)."""
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except Exception:  # tensorboard not installed: logs are optional
+            return None
+        return SummaryWriter(str(self.path / "tensorboard"))
+
+
+def log_scalars(writer: Any, record: dict[str, float], step: int) -> None:
+    for k, v in record.items():
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            writer.add_scalar(k, v, step)

@@ -1,0 +1,166 @@
+"""Where the training loop gets batches and predictions from: feature matrices or image files.
+
+Both sources draw the epoch's order (and, for images, the horizontal flips) in the main
+process from the run's one seeded generator, so a run's random stream does not depend on
+the number of loader workers, and a resumed run continues it exactly. Predictions for
+label algorithms and selection are made in eval mode, without augmentation, in index
+order (docs/protocol.md, "Quirks of the official code", on APL's pass).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+__all__ = ["DataSource", "FeatureSource", "ImageSource", "predict_proba"]
+
+
+class DataSource(Protocol):
+    """What the loop reads. ``track_train``: predicting the training set every epoch is cheap
+    enough to record the observed-positive loss curve even when no method needs it."""
+
+    track_train: bool
+
+    def train_batches(self, generator: torch.Generator) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        """Yield ``(inputs, train-split indices)`` for one epoch, shuffled with ``generator``."""
+
+    def predict_train(self, model: nn.Module) -> torch.Tensor:
+        """Probabilities ``[N_train, C]`` in index order, eval mode, no augmentation."""
+
+    def predict_val(self, model: nn.Module) -> torch.Tensor:
+        """Probabilities ``[N_val, C]`` on the validation split."""
+
+    def predict_test(self, model: nn.Module) -> torch.Tensor:
+        """Probabilities ``[N_test, C]`` on the official test list."""
+
+
+@torch.no_grad()
+def predict_proba(model: nn.Module, X: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
+    """Probabilities for every row of ``X`` in eval mode (no augmentation, index order)."""
+    was_training = model.training
+    model.eval()
+    if len(X) == 0:
+        out = torch.sigmoid(model(X))
+    else:
+        out = torch.cat([torch.sigmoid(model(X[i : i + batch_size])) for i in range(0, len(X), batch_size)])
+    model.train(was_training)
+    return out
+
+
+class FeatureSource:
+    """In-memory feature tensors (already standardised) of the train, val and test rows."""
+
+    track_train = True
+
+    def __init__(self, X_train: torch.Tensor, X_val: torch.Tensor, X_test: torch.Tensor | None, batch_size: int):
+        self.X_train, self.X_val, self.X_test, self.batch_size = X_train, X_val, X_test, batch_size
+
+    def train_batches(self, generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.X_train)
+        perm = torch.randperm(n, generator=generator)
+        for start in range(0, n, self.batch_size):
+            idx = perm[start : start + self.batch_size]
+            yield self.X_train[idx], idx
+
+    def predict_train(self, model: nn.Module) -> torch.Tensor:
+        return predict_proba(model, self.X_train)
+
+    def predict_val(self, model: nn.Module) -> torch.Tensor:
+        return predict_proba(model, self.X_val)
+
+    def predict_test(self, model: nn.Module) -> torch.Tensor:
+        if self.X_test is None:
+            raise ValueError("this feature source has no test rows")
+        return predict_proba(model, self.X_test)
+
+
+class _Indexed(Dataset):
+    """Rows ``rows`` of ``base``; item ``(i, flip)`` -> ``(image, i)`` with ``i`` local."""
+
+    def __init__(self, base: Dataset, rows: np.ndarray):
+        self.base, self.rows = base, np.asarray(rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, item: Any) -> tuple[torch.Tensor, int]:
+        i, flip = item if isinstance(item, tuple) else (item, False)
+        x, _ = self.base[int(self.rows[i])]
+        if flip:
+            x = torch.flip(x, dims=(-1,))
+        return x, i
+
+
+class _EpochBatches(Sampler):
+    """Batches of ``(index, flip)`` set by the main process before each epoch."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[int, bool]]] = []
+
+    def __iter__(self) -> Iterator[list[tuple[int, bool]]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class ImageSource:
+    """Image loaders over the train/val rows of the official train list, and the test list."""
+
+    track_train = False
+
+    def __init__(self, train_dataset: Dataset, test_dataset: Dataset, train_idx: np.ndarray, val_idx: np.ndarray, *,
+                 batch_size: int, eval_batch_size: int | None, hflip: bool, num_workers: int,
+                 device: torch.device, channels_last: bool):
+        self.device, self.hflip, self.batch_size = device, hflip, batch_size
+        self.channels_last = channels_last and device.type == "cuda"
+        self.n = len(train_idx)
+        common = dict(num_workers=num_workers, pin_memory=device.type == "cuda", persistent_workers=num_workers > 0)
+        self.sampler = _EpochBatches()
+        self.train_loader = DataLoader(_Indexed(train_dataset, train_idx), batch_sampler=self.sampler, **common)
+        eval_bs = eval_batch_size or max(batch_size, 64)
+        self.train_eval_loader = DataLoader(_Indexed(train_dataset, train_idx), batch_size=eval_bs, **common)
+        self.val_loader = DataLoader(_Indexed(train_dataset, val_idx), batch_size=eval_bs, **common)
+        self.test_loader = DataLoader(test_dataset, batch_size=eval_bs, num_workers=num_workers)
+        self.autocast: Callable[[], Any] | None = None
+
+    def train_batches(self, generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        perm = torch.randperm(self.n, generator=generator).tolist()
+        flips = (torch.rand(self.n, generator=generator) < 0.5).tolist() if self.hflip else [False] * self.n
+        bs = self.batch_size
+        self.sampler.batches = [[(i, flips[i]) for i in perm[s : s + bs]] for s in range(0, self.n, bs)]
+        for x, idx in self.train_loader:
+            if self.channels_last:
+                x = x.to(memory_format=torch.channels_last)
+            yield x, idx
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, loader: DataLoader) -> torch.Tensor:
+        was = model.training
+        model.eval()
+        out = []
+        for x, _ in loader:
+            x = x.to(self.device, non_blocking=True)
+            with self.autocast() if self.autocast else torch.autocast("cpu", enabled=False):
+                out.append(torch.sigmoid(model(x).float()).cpu())
+        model.train(was)
+        return torch.cat(out) if out else torch.zeros(0, 0)
+
+    def predict_train(self, model: nn.Module) -> torch.Tensor:
+        return self.predict(model, self.train_eval_loader)
+
+    def predict_val(self, model: nn.Module) -> torch.Tensor:
+        return self.predict(model, self.val_loader)
+
+    def predict_test(self, model: nn.Module) -> torch.Tensor:
+        return self.predict(model, self.test_loader)
+
+    @torch.no_grad()
+    def features(self, model: nn.Module, loader: DataLoader) -> torch.Tensor:
+        """Pooled backbone features (eval mode, no augmentation): LinearInit's phase-1 inputs."""
+        model.eval()
+        return torch.cat([model.features(x.to(self.device)).float().cpu() for x, _ in loader])
