@@ -9,6 +9,7 @@ traceback (:mod:`spmlkit.errors`).
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from typing import Sequence
 
@@ -48,6 +49,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"spmlkit {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        advice = _OS_ADVICE.get(exc.errno)
+        if advice is None or args.debug:  # not a state of the machine the user can fix: our bug
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"spmlkit {args.command}: error: {where}{exc.strerror}; {advice}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+#: operating-system errors that are the state of the user's machine, and what to do about them;
+#: every file spmlkit writes is atomic, so what was there before is intact
+_OS_ADVICE = {
+    errno.ENOSPC: "the disk is full: free space and run the command again (a training run continues with --resume)",
+    errno.EDQUOT: "the disk quota is exhausted: free space and run the command again",
+    errno.EACCES: "no permission to write there: choose a writable --out",
+    errno.EPERM: "no permission to write there: choose a writable --out",
+    errno.EROFS: "the file system is read-only: choose a writable --out",
+    errno.ENOTDIR: "a path component is a file, not a folder: choose another --out",
+    errno.EISDIR: "a folder stands where a file is to be written: choose another --out",
+    errno.EEXIST: "a file stands where a folder is to be made: choose another --out",
+}

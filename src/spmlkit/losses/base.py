@@ -356,7 +356,18 @@ def create(name: str, **kwargs: Any) -> SPMLLoss:
     return entry.cls(**kwargs)
 
 
+#: loss terms that are functions, not ``(logits, labels)`` modules, because they need more than
+#: the logits: the name a user may try with :func:`create`, and how to call it instead
+FUNCTIONAL_TERMS = {
+    "pu_mixup_consistency": "it needs the model for an extra forward pass on mixed inputs; call "
+                            "spmlkit.losses.pu_mixup_consistency(model, inputs, logits, labels) in your loop "
+                            "(the pu_mlc method adds it for you)",
+}
+
+
 def _lookup(name: str) -> _Entry:
+    if isinstance(name, str) and name in FUNCTIONAL_TERMS:
+        raise ValueError(f"{name!r} is not created with losses.create: {FUNCTIONAL_TERMS[name]}")
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(
             f"unknown loss {name!r}; valid names are: {', '.join(sorted(_REGISTRY))}"

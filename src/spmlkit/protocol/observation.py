@@ -61,7 +61,11 @@ class Observation:
             return cls("ratio", ratio=value, seed=seed)
         keys = dict(p.split("=", 1) for p in rest if "=" in p)
         if keys and set(keys) <= {"pos", "neg"} and len(keys) == len(rest):
-            return cls("counts", num_pos=_int(keys.get("pos", "1"), text), num_neg=_int(keys.get("neg", "0"), text), seed=seed)
+            num_pos, num_neg = _int(keys.get("pos", "1"), text), _int(keys.get("neg", "0"), text)
+            if num_pos == 0 and num_neg == 0:
+                raise ValueError(f"observation {text!r} observes no label at all; keep at least one positive "
+                                 "or negative per row (pos=K with K >= 1, or -1 for all)")
+            return cls("counts", num_pos=num_pos, num_neg=num_neg, seed=seed)
         raise ValueError(
             f"unknown observation setting {text!r}; use 'single_positive', 'pos=K,neg=M' "
             "(-1 = all), 'ratio=R' (0 < R <= 1), 'full' or 'given' (the data's own labels), optionally with ',seed=S'"

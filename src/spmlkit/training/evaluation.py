@@ -21,6 +21,8 @@ from ..metrics import threshold_selection as thresholds
 __all__ = ["evaluate_test", "unobserved_analysis", "ANALYSIS_BINS"]
 
 ANALYSIS_BINS = 50
+#: the two fixed conventions of the papers (docs/protocol.md, "Metrics"): 0.5, and 0.75 for EM models
+FIXED_THRESHOLDS = (0.5, 0.75)
 
 
 def evaluate_test(
@@ -33,7 +35,7 @@ def evaluate_test(
 ) -> dict[str, Any]:
     ap = metrics.average_precision(test_probs, test_targets)
     out: dict[str, Any] = {"map": float(ap.mean()), "ap": [float(a) for a in ap]}
-    for t in sorted({0.5, float(threshold)}):
+    for t in sorted({*FIXED_THRESHOLDS, float(threshold)}):  # the same columns for every method
         for k, v in metrics.threshold_metrics(test_probs, test_targets, t).items():
             out[f"{k}@{t:g}"] = v
     if val_probs is not None and val_targets is not None and np.asarray(val_targets).sum() > 0:

@@ -94,6 +94,9 @@ def _run(config: RunConfig, data: RunData, run_dir: RunDirectory | None, ckpt: d
         split = split_and_observe(config, data)
         train_labels = method_label_matrix(method, split.observed, split.truth_train)
         validate_observed(train_labels, where=f"the training labels of {data.name}")
+        if not (train_labels != 0).any():
+            raise ValueError(f"the training rows of {data.name} carry no observed label at all under observation "
+                             f"{config.observation!r}; there is nothing to learn from")
     tr, va, truth_train, val_targets = split.train_idx, split.val_idx, split.truth_train, split.val_targets
 
     torch.manual_seed(config.seed)  # the model's initial weights

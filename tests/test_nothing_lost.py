@@ -1,0 +1,129 @@
+"""Nothing lost, nothing silently wrong: earlier results survive failures, odd input is refused."""
+
+import errno
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from spmlkit import losses, metrics
+from spmlkit.cli import main
+from spmlkit.data import registry
+from spmlkit.experiments.presets import resolve_config
+from spmlkit.training import RunConfig, train
+from spmlkit.training.run_data import feature_scaling
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+QUICK = ["--dataset", "yeast", "--subset", "200", "--epochs", "2", "--quiet"]
+
+
+def test_a_failed_benchmark_leaves_the_earlier_results_as_they_were(tmp_path, capsys):
+    out = tmp_path / "bench"
+    args = ["benchmark", "--methods", "an,em", "--seeds", "0", "--lrs", "1e-3", "--subset", "200", "--jobs", "1",
+            "--out", str(out), "--quiet"]
+    assert main(args + ["--epochs", "2"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.suffix in (".md", ".csv", ".json")}
+    capsys.readouterr()
+    assert main(args + ["--epochs", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "epochs must be a positive integer" in err and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.suffix in (".md", ".csv", ".json")} == before
+
+
+def test_train_never_replaces_an_earlier_run_without_being_asked(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *QUICK, "--method", "an", "--out", str(run)]) == 0
+    first = (run / "result.json").read_text()
+    assert main(["train", *QUICK, "--method", "an", "--lr", "0.01", "--out", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "--overwrite" in err and "--resume" in err
+    assert (run / "result.json").read_text() == first
+    assert main(["train", *QUICK, "--method", "an", "--lr", "0.01", "--out", str(run), "--overwrite"]) == 0
+    assert json.loads((run / "result.json").read_text())["config"]["lr"] == 0.01
+
+
+def test_a_feature_run_resumes_exactly(tmp_path):
+    config = resolve_config({"dataset": "yeast", "method": "em_apl", "subset": 300, "epochs": 6, "lr": 0.01,
+                             "hparams": {"warmup_epochs": 2}, "out": str(tmp_path / "cut")})
+    part = train(config, stop_after=3)
+    assert not part.finished and len(part.history) == 3
+    resumed = train(config, resume=True)
+    full = train(resolve_config({**config.to_dict(), "out": str(tmp_path / "full")}))
+    assert resumed.resumed_from == 3
+    assert [h["val_map"] for h in resumed.history] == [h["val_map"] for h in full.history]
+    assert resumed.test_map == full.test_map
+    assert torch.equal(resumed.label_state.kind, full.label_state.kind)
+
+
+def test_subset_cuts_only_the_training_rows():
+    res = train(resolve_config({"dataset": "yeast", "method": "an", "subset": 30, "epochs": 2}))
+    ds = registry.load_features("yeast")
+    tr = np.arange(30)[np.isin(np.arange(30), np.sort(np.random.RandomState(1200).permutation(30)[:24]))]
+    mean, std = feature_scaling(ds.X_train[tr])
+    X_test = torch.from_numpy(((ds.X_test - mean) / std).astype(np.float32))
+    with torch.no_grad():
+        probs = torch.sigmoid(res.model(X_test)).numpy()
+    assert len(probs) == len(ds.Y_test) == 917
+    assert res.test_map == pytest.approx(metrics.mean_average_precision(probs, ds.Y_test), abs=1e-12)
+
+
+def test_pu_mlc_stays_well_defined_with_a_one_row_last_batch():
+    # 1200 training rows in batches of 109: the last batch has one row
+    res = train(resolve_config({"dataset": "yeast", "method": "pu_mlc", "batch_size": 109, "epochs": 15}))
+    losses_per_epoch = [h["train_loss"] for h in res.history]
+    assert all(np.isfinite(losses_per_epoch)) and max(abs(v) for v in losses_per_epoch) < 20
+
+
+def test_an_observation_that_observes_nothing_is_refused(capsys):
+    assert main(["train", *QUICK, "--observation", "pos=0,neg=0"]) == 2
+    assert "observes no label" in capsys.readouterr().err
+
+
+def test_unwritable_outputs_and_a_full_disk_are_one_line(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert main(["train", *QUICK, "--out", str(blocker / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the run folder" in err and "Traceback" not in err
+    assert main(["train", *QUICK, "--out", str(blocker)]) == 2
+    assert "is an existing file" in capsys.readouterr().err
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr("spmlkit.training.run_dir.atomic_torch_save", lambda obj, path: full(path, b""))
+    assert main(["train", *QUICK, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "disk is full" in err and "--resume" in err and "Traceback" not in err
+
+
+def test_a_misspelt_dataset_leaves_no_stray_files(tmp_path, capsys):
+    assert main(["train", "--dataset", "yeasst", "--method", "an"]) == 2
+    assert "did you mean 'yeast'" in capsys.readouterr().err
+    assert list(Path.cwd().iterdir()) == []
+
+
+def test_fp16_on_the_cpu_warns_and_trains_in_float32():
+    config = RunConfig(dataset="digits-mosaic", backbone="small:cnn", pretrained=False, image_size=32, hflip=False,
+                       mosaic_train=120, mosaic_test=30, epochs=1, batch_size=32, lr=3e-3, amp="fp16", device="cpu")
+    with pytest.warns(RuntimeWarning, match="float32"):
+        res = train(config)
+    assert res.finished and res.history[0]["images_per_second"] > 100
+
+
+def test_the_mixup_term_explains_how_to_use_it():
+    with pytest.raises(ValueError, match="needs the model.*pu_mixup_consistency\\(model"):
+        losses.create("pu_mixup_consistency")
+
+
+def test_runs_csv_has_the_fixed_threshold_columns_for_every_method(tmp_path):
+    out = tmp_path / "bench"
+    assert main(["benchmark", "--methods", "an,em", "--seeds", "0", "--lrs", "1e-3", "--epochs", "2",
+                 "--subset", "200", "--jobs", "1", "--out", str(out), "--quiet"]) == 0
+    runs = pd.read_csv(out / "runs.csv")
+    cols = [c for c in runs.columns if "@0.75" in c or "@0.5" in c]
+    assert cols and not runs[cols].isna().any().any()
