@@ -120,6 +120,71 @@ def test_ap_accepts_torch_and_float32_and_bool() -> None:
     np.testing.assert_allclose(from_probs, M.average_precision(z, targets), atol=1e-12)
 
 
+def _heavy_ties_case(rng: np.random.Generator, n: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """The benchmark's heavy-ties data: 2-decimal scores, 4% positives, one empty class."""
+    scores = np.round(rng.random((n, c)), 2)
+    targets = rng.random((n, c)) < 0.04
+    targets[:, 1] = False  # no positive
+    return scores, targets
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ap_heavy_ties_matches_sklearn(seed: int) -> None:
+    rng = np.random.default_rng(200 + seed)
+    scores, targets = _heavy_ties_case(rng, 4000, 9)
+    scores[:, 2] = 0.5  # all tied
+    targets[:, 3] = True  # all positive
+    ref = sklearn_ap(scores, targets.astype(int))
+    ap = M.average_precision(scores, targets)
+    np.testing.assert_allclose(ap, ref, rtol=0, atol=1e-9)
+    assert ap[1] == 0.0 and ap[3] == 1.0
+    assert ap[2] == pytest.approx(targets[:, 2].mean(), abs=1e-15)  # one step: P = Npos / N
+    # float32 copies of the same scores, and the same data as a torch tensor
+    np.testing.assert_allclose(M.average_precision(scores.astype(np.float32), targets), ref, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(M.average_precision(torch.from_numpy(scores), targets), ref, rtol=0, atol=1e-9)
+
+
+def test_ap_heavy_ties_across_column_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # columns are sorted a few at a time to bound memory; chunks of 1, 2 and 3 columns must
+    # give the same values as one chunk (and as scikit-learn)
+    from spmlkit.metrics import ranking
+
+    scores, targets = _heavy_ties_case(np.random.default_rng(210), 500, 7)
+    ref = sklearn_ap(scores, targets.astype(int))
+    for columns in (1, 2, 3, 100):
+        monkeypatch.setattr(ranking, "_SORT_CHUNK_ENTRIES", 500 * columns)
+        np.testing.assert_allclose(M.average_precision(scores, targets), ref, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_ap_heavy_ties_logits_and_probabilities(dtype: type) -> None:
+    # logits of both signs beyond +-2 (in float64 the general argsort path, in float32 the
+    # packed one), rounded to 1 decimal for heavy ties; their sigmoid ranks alike wherever
+    # float64 keeps distinct logits distinct, so AP must agree with scikit-learn on both
+    rng = np.random.default_rng(220)
+    logits = np.round(rng.normal(size=(3000, 6)) * 4, 1).astype(dtype)
+    logits[:, 0] = rng.normal(size=3000).astype(dtype) * 3  # continuous; sigmoid still strict
+    targets = rng.random((3000, 6)) < 0.04
+    targets[:, 1] = False
+    ref = sklearn_ap(logits, targets.astype(int))
+    ap = M.average_precision(logits, targets)
+    np.testing.assert_allclose(ap, ref, rtol=0, atol=1e-9)
+    probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    np.testing.assert_allclose(M.average_precision(probs, targets), sklearn_ap(probs, targets.astype(int)), atol=1e-9)
+    np.testing.assert_allclose(M.average_precision(probs, targets), ap, atol=1e-9)
+
+
+def test_ap_signed_zero_ties_and_single_row() -> None:
+    # -0.0 and +0.0 are the same score: one tie group, precision 1/2 for the positive
+    np.testing.assert_allclose(M.average_precision(np.array([[-0.0], [0.0]]), np.array([[1], [0]])), [0.5])
+    np.testing.assert_allclose(M.average_precision(np.array([[0.0], [-0.0]]), np.array([[1], [0]])), [0.5])
+    # one example: AP 1 where it is positive, 0 where the class has no positive
+    np.testing.assert_array_equal(M.average_precision(np.array([[0.3, -7.0, 0.3]]), np.array([[1, 0, 1]])), [1.0, 0.0, 1.0])
+    # no example at all is refused, as before
+    with pytest.raises(ValueError, match="is empty"):
+        M.average_precision(np.zeros((0, 2)), np.zeros((0, 2)))
+
+
 def test_mean_average_precision_and_empty_classes() -> None:
     scores = np.array([[0.9, 0.1, 0.5], [0.2, 0.8, 0.4], [0.6, 0.7, 0.3]])
     targets = np.array([[1, 0, 0], [0, 1, 0], [1, 0, 0]])

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-#: Upper bound on the number of (class, bucket) histogram bins of ``average_precision``: its
-#: three bin-indexed arrays then take at most ~100 MB, whatever N and C are.
+#: Bounded the (class, bucket) histogram of an earlier ``average_precision``, which now sorts
+#: and bounds its memory with ``ranking._SORT_CHUNK_ENTRIES``; kept for the metric modules
+#: that still import the name.
 _MAX_HISTOGRAM_BINS = 1 << 22
 
 ArrayLike = Any  # numpy array, torch tensor, or anything np.asarray understands
