@@ -55,10 +55,32 @@ def load_predictor(checkpoint: str | Path, device: str = "cpu"):
             raise ValueError(f"{path} is not an spmlkit run checkpoint (no {key!r}); pass a run folder or its best.pt")
     cfg = ckpt["config"]
     model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False, lgconv=cfg.get("lgconv", False))
+    _check_weights_fit(path, ckpt, model)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     spec = ckpt.get("transform") or {"kind": "imagenet", "size": cfg["image_size"]}
     return model, list(ckpt["class_names"]), float(ckpt.get("threshold", 0.5)), spec
+
+
+def _check_weights_fit(path: Path, ckpt: dict, model: torch.nn.Module) -> None:
+    """Refuse, in one line, a checkpoint whose weights disagree with its own config or class names.
+
+    The model is rebuilt from the saved config and class-name count; a file edited by hand
+    or assembled from two runs fails in ``load_state_dict`` with torch's multi-line size
+    mismatch, which says nothing about which file is wrong or what to use instead.
+    """
+    from .training.run_dir import num_outputs, weight_mismatches
+
+    problems = weight_mismatches(ckpt["model"], model)
+    if not problems:
+        return
+    held, listed = num_outputs(ckpt["model"]), len(ckpt["class_names"])
+    if held is not None and held != listed:
+        what = f"model weights for {held} classes but {listed} class names"
+    else:
+        what = f"model weights that do not fit its config (backbone {ckpt['config'].get('backbone')!r})"
+    raise ValueError(f"{path} holds {what} ({'; '.join(problems[:3])}); the file was changed after training or "
+                     "mixes two runs: predict with the best.pt written by `spmlkit train`, or train the run again")
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +15,34 @@ __all__ = ["add_parsers"]
 def add_parsers(sub: Any) -> None:
     from .train import add_run_options
 
-    p = sub.add_parser("prepare", help="read a dataset from its official layout into spmlkit's prepared form")
-    p.add_argument("dataset", choices=("voc2012", "voc2007", "coco2014", "nuswide", "cub"))
-    p.add_argument("--root", required=True, help="folder where the dataset was downloaded and unpacked")
-    p.add_argument("--out", help="output folder (default: <root>/spmlkit-prepared/<dataset>[-<variant>])")
-    p.add_argument("--check", action="store_true", help="open every image and report unreadable ones")
+    p = sub.add_parser(
+        "prepare", help="read a benchmark from its official layout, or your own images, into spmlkit's prepared form",
+        description="Benchmarks: spmlkit prepare voc2012 --root DIR. Your own images: spmlkit prepare folder --root "
+                    "DIR (DIR/<label>/<image>) or spmlkit prepare csv --labels FILE --images DIR (columns image,"
+                    "positives[,negatives], label names separated by ';').")
+    p.add_argument("dataset", choices=(*_BENCHMARKS, *_USER_FORMS),
+                   help="a benchmark, or your own images: folder (a folder per label) or csv (a labels file)")
+    p.add_argument("--root", help="benchmarks: folder where the dataset was downloaded and unpacked; folder: the "
+                                  "folder holding one folder per label, DIR/<label>/<image>")
+    p.add_argument("--out", help="output folder (default: <root>/spmlkit-prepared/<dataset>[-<variant>]; csv: "
+                                 "<images>/spmlkit-prepared/csv)")
+    p.add_argument("--check", action="store_true",
+                   help="benchmarks: open every image and report unreadable ones; folder/csv: check everything and "
+                        "list every problem, writing nothing (exit status 1 when there is one)")
     p.add_argument("--variant", help="coco2014: spml (default) or pu_mlc (all images, JSON order)")
     p.add_argument("--mode", help="nuswide: formatted (EM authors' lists) or raw (official distribution)")
     p.add_argument("--no-expect-counts", action="store_true", help="nuswide: do not insist on the published counts")
+    own = p.add_argument_group("your own images (folder, csv)")
+    own.add_argument("--labels", help="csv: the labels file (.csv or .tsv), header image,positives[,negatives]")
+    own.add_argument("--images", help="csv: the folder the image paths of --labels are relative to")
+    own.add_argument("--classes", help="csv: a file of class names, one per line (default: every name of the "
+                                       "positives column, sorted)")
+    own.add_argument("--test-root", help="a fully labelled test set as folders, DIR2/<label>/<image> (an image's "
+                                         "labels: every folder it appears in)")
+    own.add_argument("--test-labels", help="a fully labelled test set as a labels file (its positives column lists "
+                                           "every label of an image)")
+    own.add_argument("--test-images", help="the folder the paths of --test-labels are relative to (default: --root "
+                                           "or --images)")
     p.set_defaults(func=run_prepare)
 
     p = sub.add_parser("extract", help="extract backbone features once (memory-mapped) for feature runs")
@@ -42,12 +63,27 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=run_predict)
 
 
+_BENCHMARKS = ("voc2012", "voc2007", "coco2014", "nuswide", "cub")
+_USER_FORMS = ("folder", "csv")
+#: options of each kind of `prepare`: one given to the wrong kind is refused rather than ignored
+_ONLY_FOR = {
+    "variant": _BENCHMARKS, "mode": _BENCHMARKS, "no_expect_counts": _BENCHMARKS,
+    "labels": ("csv",), "images": ("csv",), "classes": ("csv",), "root": (*_BENCHMARKS, "folder"),
+    "test_root": _USER_FORMS, "test_labels": _USER_FORMS, "test_images": _USER_FORMS,
+}
+_REQUIRED = {"folder": ("root",), "csv": ("labels", "images")}
+
+
 def run_prepare(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from ..data.formats import default_prepared_dir, prepare
     from ..errors import user_input
 
+    with user_input():
+        _check_prepare_options(args)
+    if args.dataset in _USER_FORMS:
+        return _prepare_own(args)
     out = Path(args.out) if args.out else default_prepared_dir(args.dataset, args.root, args.variant)
     options: dict[str, Any] = {}
     if args.variant:
@@ -67,6 +103,83 @@ def run_prepare(args: argparse.Namespace) -> int:
         screen.print(f"[yellow]{len(result.bad_images)} unreadable images[/yellow] (listed in {out / 'bad_images.txt'})")
         return 1
     return 0
+
+
+def _check_prepare_options(args: argparse.Namespace) -> None:
+    """Each kind of `prepare` takes its own options; a missing or misplaced one is named with its fix."""
+    given = [name for name in _ONLY_FOR if getattr(args, name) not in (None, False)]
+    wrong = [name for name in given if args.dataset not in _ONLY_FOR[name]]
+    if wrong:
+        flags = ", ".join("--" + name.replace("_", "-") for name in wrong)
+        raise ValueError(f"{flags} do{'es' if len(wrong) == 1 else ''} not apply to `spmlkit prepare "
+                         f"{args.dataset}`; {_usage(args.dataset)}")
+    missing = [name for name in _REQUIRED.get(args.dataset, ("root",)) if getattr(args, name) is None]
+    if missing:
+        flags = " and ".join("--" + name for name in missing)
+        raise ValueError(f"`spmlkit prepare {args.dataset}` needs {flags}; {_usage(args.dataset)}")
+
+
+def _usage(dataset: str) -> str:
+    if dataset == "folder":
+        return ("use: spmlkit prepare folder --root DIR [--out OUT] [--test-root DIR2 | --test-labels FILE "
+                "[--test-images DIR2]] [--check]")
+    if dataset == "csv":
+        return ("use: spmlkit prepare csv --labels FILE --images DIR [--classes FILE] [--out OUT] [--test-labels "
+                "FILE [--test-images DIR2] | --test-root DIR2] [--check]")
+    return f"use: spmlkit prepare {dataset} --root DIR [--out OUT] [--check]"
+
+
+def _prepare_own(args: argparse.Namespace) -> int:
+    """`spmlkit prepare folder|csv`: read the user's images; with --check list every problem and write nothing."""
+    from rich.markup import escape
+    from rich.progress import Progress
+
+    from ..data.formats import read_csv_labels, read_folder
+    from ..data.formats.user_data import default_user_out, write_user_data
+    from ..errors import user_input
+
+    screen = console()
+    tests = {"test_root": args.test_root, "test_labels": args.test_labels, "test_images": args.test_images}
+    with Progress(console=screen, disable=not screen.is_terminal) as progress, user_input():
+        task = progress.add_task("opening images", total=None)
+
+        def step(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        if args.dataset == "folder":
+            out = Path(args.out) if args.out else default_user_out(Path(args.root).expanduser().resolve(), "folder")
+            data = read_folder(args.root, out=out, progress=step, **tests)
+        else:
+            out = Path(args.out) if args.out else default_user_out(Path(args.images).expanduser().resolve(), "csv")
+            data = read_csv_labels(args.labels, args.images, classes=args.classes, out=out, progress=step, **tests)
+    if args.check:
+        _report(screen, data)
+        if data.problems:
+            screen.print(f"[red]{len(data.problems)} problem{'s' if len(data.problems) > 1 else ''}[/red] "
+                         "(nothing written):", highlight=False)
+            for problem in data.problems:
+                screen.print(f"  {escape(problem)}", highlight=False)
+            return 1
+        screen.print(f"no problem found: {data.summary()}. Nothing written; run again without --check to write "
+                     f"{out}", markup=False, highlight=False)
+        return 0
+    with user_input():  # any problem: the first one as the error line, nothing written
+        result = write_user_data(data, out)
+    _report(screen, data)
+    screen.print(f"prepared {result.dataset}: {data.summary()} -> {out}", markup=False, highlight=False)
+    screen.print(f"train with: spmlkit train --prepared {shlex.quote(str(out))} --method em_apl", markup=False,
+                 highlight=False)
+    return 0
+
+
+def _report(screen: Any, data: Any) -> None:
+    """What was read (notes) and what deserves a look (warnings), before the verdict."""
+    from rich.markup import escape
+
+    for note in data.notes:
+        screen.print(note, markup=False, highlight=False)
+    for warning in data.warnings:
+        screen.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
 
 
 def run_extract(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ _OPTIONS = {
     "num_workers": "num_workers", "optimizer": "optimizer", "head_lr_mult": "head_lr_mult",
     "linear_init_epochs": "linear_init_epochs", "weight_decay": "weight_decay", "out": "out",
     "pretrained": "pretrained", "lgconv": "lgconv", "head": "head", "subset": "subset", "features": "dataset",
+    "batch_statistics": "batch_statistics",
 }
 
 
@@ -57,6 +59,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--amp", choices=("auto", "none", "bf16", "fp16"))
     p.add_argument("--num-workers", type=int)
+    p.add_argument("--batch-statistics", choices=("global", "process"),
+                   help="under torchrun: loss statistics over the whole global batch or each process's slice "
+                        "(default: the method's; PU-MLC: process)")
     p.add_argument("--out", help="run folder (default runs/<dataset>/<method>/seed<seed>)")
 
 
@@ -93,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from ..training import train
 
     out = console()
+    out.quiet = os.environ.get("RANK", "0") != "0"  # under torchrun, one process reports
     with user_input():
         config = resolve_from_args(args)
     out.print(f"[bold]spmlkit train[/bold]: {config.method} on {config.dataset} ({config.observation}), "
@@ -114,7 +120,25 @@ def run(args: argparse.Namespace) -> int:
     if not res.finished:
         out.print(f"stopped after epoch {len(res.history)} as asked; continue with --resume --out {res.out}")
         return 0
-    test = "no labelled test set" if res.test_map != res.test_map else f"test mAP {100 * res.test_map:.2f}%"
-    out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  ({res.seconds:.1f} s); "
+    if res.test_map == res.test_map:  # a labelled test set: mAP and the F1 at the method's threshold
+        from ..methods import get_method
+
+        t = get_method(config.method).threshold
+        f1 = res.test_metrics
+        test = f"test mAP {100 * res.test_map:.2f}%" + (
+            f", F1 at {t:g}: per-class {100 * f1[f'CF1@{t:g}']:.2f}%, overall {100 * f1[f'OF1@{t:g}']:.2f}%"
+            if f"CF1@{t:g}" in f1 and f"OF1@{t:g}" in f1 else "")
+        out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  ({res.seconds:.1f} s); "
+                  f"outputs in {res.out}")
+        return 0
+    # users' data without a labelled test set: say plainly what the numbers above are, and are not
+    if config.val_frac == 0:
+        selected = "no validation split, so the last epoch was kept"
+    elif config.val_variant == "observed":
+        selected = "model selected on the observed labels of the validation split"
+    else:
+        selected = "model selected on the clean labels of the validation split"
+    out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%  ({res.seconds:.1f} s); "
               f"outputs in {res.out}")
+    out.print(f"no labelled test set: no clean metric exists; {selected}")
     return 0

@@ -17,12 +17,15 @@ from typing import Callable, Sequence
 import torch
 from torch.utils.data import Dataset
 
+from ..errors import InputError
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "build_transform",
     "transform_from_spec",
     "ImageFileDataset",
+    "UnreadableImageError",
     "collate_skip_bad",
 ]
 
@@ -65,13 +68,38 @@ def transform_from_spec(spec: dict) -> Callable:
     raise ValueError(f"unknown image transform spec {spec!r}")
 
 
+class UnreadableImageError(InputError):
+    """An image of the training or test list cannot be read: the user's data, not a bug.
+
+    Raised inside ``__getitem__``, which may run in a DataLoader worker. The worker sends
+    only the exception's type and formatted traceback to the main process, where torch
+    rebuilds it as ``UnreadableImageError("Caught ... Original Traceback ...")``; this class
+    recovers the original one-line message from that text, so that ``spmlkit`` still prints
+    one line naming the file instead of a worker's traceback.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self._original_message(message))
+
+    @classmethod
+    def _original_message(cls, message: str) -> str:
+        """The message raised in the worker when ``message`` is torch's re-raise text, else ``message``."""
+        if not (message.startswith("Caught ") and "\nOriginal Traceback" in message):
+            return message
+        prefix = f"{cls.__module__}.{cls.__qualname__}: "
+        lines = [line[len(prefix):] for line in message.splitlines() if line.startswith(prefix)]
+        return lines[-1] if lines else message
+
+
 class ImageFileDataset(Dataset):
     """Images from a list of file paths; item ``i`` is ``(transform(image_i), i)``.
 
     With ``skip_bad=True`` an unreadable image yields ``(None, i)`` and the error is recorded
     in :attr:`errors` (in the worker that read it); :func:`collate_skip_bad` drops such items
     so one broken file never stops a batch. Training uses ``skip_bad=False``: the training set
-    was validated by ``spmlkit prepare`` and silently dropping examples would change results.
+    was validated by ``spmlkit prepare`` and silently dropping examples would change results;
+    there an unreadable image raises :class:`UnreadableImageError` naming the file and the
+    ``spmlkit prepare --check`` scan that finds all of them at once.
     """
 
     def __init__(self, paths: Sequence[str | Path], transform: Callable, *, skip_bad: bool = False):
@@ -93,7 +121,12 @@ class ImageFileDataset(Dataset):
             return self.transform(image), index
         except Exception as exc:  # PIL raises many types for broken files
             if not self.skip_bad:
-                raise OSError(f"cannot read image {path}: {exc}") from exc
+                reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+                raise UnreadableImageError(
+                    f"cannot read image {path} ({reason}); find every unreadable image with `spmlkit prepare "
+                    "DATASET --root DIR --check` (it lists them in the prepared folder's bad_images.txt), then "
+                    "re-download them (replace each with a readable copy) and prepare again"
+                ) from exc
             self.errors[index] = f"{type(exc).__name__}: {exc}"
             return None, index
 

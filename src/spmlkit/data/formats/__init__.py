@@ -6,6 +6,13 @@ the reference selection and ordering so that the bit-exact split and observation
 (docs/protocol.md, "Train/val split" and "Observed labels") give the published splits,
 checks the images, and writes the small prepared form documented in :mod:`.prepared`; :func:`load_prepared` reads it back, validated.
 
+Users' own partially labelled images come in two forms (docs/protocol.md, "Your own data"):
+a folder per label (:func:`read_folder` / :func:`prepare_folder`, :mod:`.folder`) or a
+labels file (:func:`read_csv_labels` / :func:`prepare_csv`, :mod:`.csv_labels`), each with
+an optional fully labelled test list in either form (:mod:`.user_prepare`). They are
+prepared into the same form, marked ``observation: given`` with their observed {-1, 0, 1}
+labels (:data:`USER_DATASETS` names them in ``meta.json``).
+
 Example::
 
     from spmlkit.data.formats import prepare, load_prepared
@@ -42,11 +49,14 @@ from .prepared import (
     recorded_variant,
     write_prepared,
 )
+from .user_data import USER_DATASETS, UserData, UserDataError, default_user_out
+from .user_prepare import prepare_csv, prepare_folder, read_csv_labels, read_folder
 from .voc import VOC_CLASSES, parse_voc2007, parse_voc2012
 
 __all__ = [
     "DATASETS",
     "FORMAT_VERSION",
+    "USER_DATASETS",
     "VOC_CLASSES",
     "AnnotationError",
     "BadImage",
@@ -56,12 +66,18 @@ __all__ = [
     "PreparedDataset",
     "PreparedFormatError",
     "PreparedMismatchError",
+    "UserData",
+    "UserDataError",
     "dataset_options",
     "dataset_variants",
     "default_prepared_dir",
     "load_prepared",
     "parse",
     "prepare",
+    "prepare_csv",
+    "prepare_folder",
+    "read_csv_labels",
+    "read_folder",
     "recorded_variant",
 ]
 
@@ -115,9 +131,17 @@ def default_prepared_dir(dataset: str, root: str | Path, variant: str | None = N
     different image lists: sharing one folder let a run prepared for one paper silently
     train on the other paper's list.
 
+    Users' own data (:data:`USER_DATASETS`) goes to ``<root>/spmlkit-prepared/folder`` or
+    ``.../csv``, ``root`` being the image folder (``--root`` of the folder form, ``--images``
+    of the CSV form); it has no variants.
+
     Raises:
         ValueError: ``dataset`` is unknown, or ``variant`` is not one of its variants.
     """
+    if dataset in USER_DATASETS:
+        if variant is not None:
+            raise ValueError(f"{dataset} (your own data) has no variants, got variant {variant!r}; drop --variant")
+        return default_user_out(root, dataset)
     variants = dataset_variants(dataset)
     folder = Path(root) / _PREPARED_FOLDER
     if variant is None or (variants and variant == variants[0]):

@@ -15,6 +15,22 @@ Layout of ``out/`` (format version 1)::
     test_labels.npy    uint8 0/1 matrix [N_test, C]
     bad_images.txt     only after a check=True run: "path<TAB>reason" per unreadable image
 
+Users' own data (``spmlkit prepare folder`` / ``spmlkit prepare csv``; docs/protocol.md,
+"Your own data") has no full train labels: it records what was observed instead, and may
+have no test list. Such a folder has ``meta["observation"] == "given"`` and, in place of
+``train_labels.npy``::
+
+    train_observed.npy int8 {-1, 0, 1} matrix [N_train, C]: +1 an observed positive, -1 an
+                       observed negative, 0 unknown (docs/protocol.md, "Label encoding")
+
+``test_images.txt`` and ``test_labels.npy`` (full 0/1 labels) are written only when the
+user gave a fully labelled test set; without one ``counts["test"]`` is 0, the two files are
+absent and :class:`PreparedDataset` has ``test_images == []`` and ``test_labels is None``.
+``train_labels.npy`` is deliberately not written: an older spmlkit that does not know
+``observation`` then stops on the missing file instead of taking observed positives for
+full labels. Benchmark folders are written exactly as before (same files, same bytes, same
+``meta.json`` keys), so the format version stays 1.
+
 "train" is the official train list, which the reference protocol (docs/protocol.md,
 "Train/val split") later divides into train and val; "test" is the official test list (VOC
 2012 ``val``, COCO ``val2014``). Row order is the reference order of each dataset, which the
@@ -77,6 +93,8 @@ FORMAT_VERSION = 1
 
 META = "meta.json"
 BAD_IMAGES = "bad_images.txt"
+OBSERVED = "train_observed.npy"  # users' own data: the {-1, 0, 1} labels it was given
+_DATA_FILES = frozenset({"train_images.txt", "train_labels.npy", OBSERVED, "test_images.txt", "test_labels.npy"})
 _SPLITS = ("train", "test")
 _BAD_EXAMPLES = 20
 
@@ -101,17 +119,23 @@ class PreparedDataset:
     ``train_images[i]`` is a path relative to ``root`` and ``train_labels[i]`` its uint8 0/1
     label row (likewise for test). ``meta`` is the parsed ``meta.json``; ``bad_images`` is
     what a ``check=True`` run found (empty otherwise).
+
+    Users' own data (``meta["observation"] == "given"``) knows only what was observed:
+    ``observed`` is its int8 {-1, 0, 1} matrix and ``train_labels`` is None, so that nothing
+    downstream can mistake observed positives for full labels. Without a labelled test set
+    ``test_images`` is empty and ``test_labels`` None.
     """
 
     dataset: str
     class_names: list[str]
     train_images: list[str]
-    train_labels: np.ndarray
+    train_labels: np.ndarray | None
     test_images: list[str]
-    test_labels: np.ndarray
+    test_labels: np.ndarray | None
     root: Path
     meta: dict[str, Any] = field(default_factory=dict)
     bad_images: list[BadImage] = field(default_factory=list)
+    observed: np.ndarray | None = None
 
     @property
     def num_classes(self) -> int:
@@ -122,15 +146,15 @@ class PreparedDataset:
         """Relative image paths of ``split`` ("train" or "test")."""
         return self._pick(split)[0]
 
-    def labels(self, split: str) -> np.ndarray:
-        """uint8 0/1 label matrix of ``split`` ("train" or "test")."""
+    def labels(self, split: str) -> np.ndarray | None:
+        """uint8 0/1 label matrix of ``split`` ("train" or "test"); None where the data has none."""
         return self._pick(split)[1]
 
     def paths(self, split: str) -> list[Path]:
         """Absolute image paths of ``split`` (``root / relative path``)."""
         return [self.root / rel for rel in self._pick(split)[0]]
 
-    def _pick(self, split: str) -> tuple[list[str], np.ndarray]:
+    def _pick(self, split: str) -> tuple[list[str], np.ndarray | None]:
         if split == "train":
             return self.train_images, self.train_labels
         if split == "test":
@@ -167,9 +191,9 @@ def write_prepared(
     dataset: str,
     class_names: Sequence[str],
     train_images: Sequence[str],
-    train_labels: np.ndarray,
-    test_images: Sequence[str],
-    test_labels: np.ndarray,
+    train_labels: np.ndarray | None = None,
+    test_images: Sequence[str] | None = None,
+    test_labels: np.ndarray | None = None,
     root: str | Path,
     selection: Sequence[str] = (),
     options: dict[str, Any] | None = None,
@@ -177,6 +201,7 @@ def write_prepared(
     images_exist_checked: bool = True,
     bad_images: Sequence[BadImage] | None = None,
     variant: str | None = None,
+    train_observed: np.ndarray | None = None,
 ) -> PreparedDataset:
     """Write the prepared form to ``out`` (created if needed) and return it in memory.
 
@@ -184,23 +209,54 @@ def write_prepared(
     removed); a list, even empty, writes ``bad_images.txt``. ``variant`` is recorded as
     ``meta["variant"]`` (None for datasets without variants) so that a later load can tell
     the variants of one dataset apart.
+
+    A benchmark passes ``train_labels`` and its test list. Users' own data passes
+    ``train_observed`` (the {-1, 0, 1} labels it was given) instead of ``train_labels``, and
+    ``test_images``/``test_labels`` only if it has a fully labelled test set; the folder is
+    then marked ``observation: given`` (see the module docstring for why no
+    ``train_labels.npy`` is written). Data files of a previous preparation that this one does
+    not write are removed, so a folder never mixes two datasets.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     class_names = [str(c) for c in class_names]
-    splits = {
-        "train": (list(train_images), np.ascontiguousarray(train_labels, dtype=np.uint8)),
-        "test": (list(test_images), np.ascontiguousarray(test_labels, dtype=np.uint8)),
-    }
+    given = train_observed is not None
+    if given == (train_labels is not None):
+        raise ValueError("write_prepared needs exactly one of train_labels (full 0/1 labels, a benchmark) and "
+                         "train_observed ({-1, 0, 1} observed labels, users' own data)")
+    if (test_images is None) != (test_labels is None):
+        raise ValueError("test_images and test_labels go together: give both (a labelled test list) or neither")
+    if test_images is None and not given:
+        raise ValueError("a benchmark needs its official test list: give test_images and test_labels")
+    train_list = list(train_images)
+    # the full 0/1 label matrices, per split that has them (a benchmark: both; users' data: the test list if any)
+    splits: dict[str, tuple[list[str], np.ndarray]] = {}
+    if train_labels is not None:
+        splits["train"] = (train_list, np.ascontiguousarray(train_labels, dtype=np.uint8))
+    if test_images is not None:
+        splits["test"] = (list(test_images), np.ascontiguousarray(test_labels, dtype=np.uint8))
     for name, (images, labels) in splits.items():
         if labels.shape != (len(images), len(class_names)):
             raise ValueError(f"{name} labels must have shape ({len(images)}, {len(class_names)}), got {labels.shape}")
+    observed = None
+    if given:
+        raw = np.asarray(train_observed)
+        if raw.shape != (len(train_list), len(class_names)):
+            raise ValueError(f"train_observed must have shape ({len(train_list)}, {len(class_names)}), got {raw.shape}")
+        if raw.size and not np.isin(raw, (-1, 0, 1)).all():
+            raise ValueError("train_observed must contain only -1 (negative), 0 (unknown) and 1 (positive)")
+        observed = np.ascontiguousarray(raw, dtype=np.int8)
 
+    out.mkdir(parents=True, exist_ok=True)
     (out / META).unlink(missing_ok=True)  # an interrupted run must not leave a loadable mix
-    payloads = {}
+    payloads = {"train_images.txt": _list_bytes(train_list)}
+    if observed is not None:
+        payloads[OBSERVED] = _npy_bytes(observed)
     for name, (images, labels) in splits.items():
-        payloads[f"{name}_images.txt"] = _list_bytes(images)
+        if name == "test":
+            payloads["test_images.txt"] = _list_bytes(images)
         payloads[f"{name}_labels.npy"] = _npy_bytes(labels)
+    for stale in sorted(_DATA_FILES - payloads.keys()):
+        (out / stale).unlink(missing_ok=True)
     for filename, data in payloads.items():
         atomic_write_bytes(out / filename, data)
 
@@ -210,7 +266,15 @@ def write_prepared(
     else:
         atomic_write_bytes(out / BAD_IMAGES, "".join(f"{b.path}\t{b.reason}\n" for b in bad).encode("utf-8"))
 
-    counts = {name: len(images) for name, (images, _) in splits.items()}
+    counts = {"train": len(train_list), "test": len(splits["test"][0]) if "test" in splits else 0}
+    user_keys: dict[str, Any] = {}
+    if observed is not None:
+        rows = max(len(train_list), 1)
+        user_keys = {
+            "observation": "given",
+            "observed_per_image": {"positives": float((observed == 1).sum() / rows),
+                                   "negatives": float((observed == -1).sum() / rows)},
+        }
     meta: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "dataset": dataset,
@@ -218,6 +282,7 @@ def write_prepared(
         "class_names": class_names,
         "num_classes": len(class_names),
         "counts": counts,
+        **user_keys,
         "positives_per_image": {
             name: (float(labels.sum(axis=1).mean()) if len(images) else 0.0)
             for name, (images, labels) in splits.items()
@@ -245,13 +310,14 @@ def write_prepared(
     return PreparedDataset(
         dataset=dataset,
         class_names=class_names,
-        train_images=splits["train"][0],
-        train_labels=splits["train"][1],
-        test_images=splits["test"][0],
-        test_labels=splits["test"][1],
+        train_images=train_list,
+        train_labels=splits["train"][1] if "train" in splits else None,
+        test_images=splits["test"][0] if "test" in splits else [],
+        test_labels=splits["test"][1] if "test" in splits else None,
         root=Path(meta["root"]),
         meta=meta,
         bad_images=bad or [],
+        observed=observed,
     )
 
 
@@ -374,7 +440,9 @@ def load_prepared(
 
     Checks the format version, the checksums, that each label matrix is uint8 0/1 with one
     row per listed image and one column per class name. ``root`` overrides the recorded
-    dataset folder (for data moved since preparation).
+    dataset folder (for data moved since preparation). A folder of users' own data
+    (``observation: given``) gives ``observed`` (int8 {-1, 0, 1}, checked) with
+    ``train_labels`` None, and an empty test list when it was prepared without one.
 
     ``expect_dataset`` / ``expect_variant``, when given, must equal the recorded dataset and
     variant (:func:`recorded_variant`; None for datasets without variants), else a
@@ -391,27 +459,49 @@ def load_prepared(
     if not isinstance(class_names, list) or not all(isinstance(c, str) for c in class_names):
         raise PreparedFormatError(f"{out / META}: class_names must be a list of strings")
     hashes = meta["files"] if isinstance(meta["files"], dict) else {}
-    loaded: dict[str, tuple[list[str], np.ndarray]] = {}
+    observation = meta.get("observation")
+    if observation not in (None, "given"):
+        raise PreparedFormatError(
+            f"{out / META} records observation {observation!r}, which this spmlkit does not know (it reads "
+            "benchmark folders and 'given', users' own labels); re-run prepare with this spmlkit or upgrade it"
+        )
+    given = observation == "given"
+    observed: np.ndarray | None = None
+    loaded: dict[str, tuple[list[str], np.ndarray | None]] = {}
     for split in _SPLITS:
+        if given and split == "test" and "test_images.txt" not in hashes:  # users' data without a test set
+            if meta["counts"]["test"] != 0:
+                raise PreparedFormatError(f"{out / META} counts {meta['counts']['test']} test images but lists no "
+                                          "test files; re-run prepare")
+            loaded[split] = ([], None)
+            continue
         images = _read_checked(out, f"{split}_images.txt", hashes.get(f"{split}_images.txt"))
         image_list = images.decode("utf-8").splitlines()
-        raw = _read_checked(out, f"{split}_labels.npy", hashes.get(f"{split}_labels.npy"))
+        label_file = OBSERVED if given and split == "train" else f"{split}_labels.npy"
+        raw = _read_checked(out, label_file, hashes.get(label_file))
         try:
             labels = np.load(io.BytesIO(raw), allow_pickle=False)
         except ValueError as err:
-            raise PreparedFormatError(f"{out / f'{split}_labels.npy'} is not a readable .npy file ({err})") from err
+            raise PreparedFormatError(f"{out / label_file} is not a readable .npy file ({err})") from err
         expected = (meta["counts"][split], len(class_names))
-        if labels.dtype != np.uint8 or labels.ndim != 2:
+        dtype = np.dtype(np.int8 if label_file == OBSERVED else np.uint8)
+        if labels.dtype != dtype or labels.ndim != 2:
             raise PreparedFormatError(
-                f"{out / f'{split}_labels.npy'} must be a 2-D uint8 matrix, got {labels.ndim}-D {labels.dtype}"
+                f"{out / label_file} must be a 2-D {dtype} matrix, got {labels.ndim}-D {labels.dtype}"
             )
         if labels.shape != expected or len(image_list) != expected[0]:
             raise PreparedFormatError(
                 f"{split} split of {out} is inconsistent: {len(image_list)} listed images, labels of shape "
                 f"{labels.shape}, meta.json expects ({expected[0]}, {expected[1]}); re-run prepare"
             )
+        if label_file == OBSERVED:
+            if labels.size and not np.isin(labels, (-1, 0, 1)).all():
+                raise PreparedFormatError(f"{out / label_file} contains values other than -1, 0 and 1")
+            observed = labels
+            loaded[split] = (image_list, None)
+            continue
         if labels.size and labels.max() > 1:
-            raise PreparedFormatError(f"{out / f'{split}_labels.npy'} contains values other than 0 and 1")
+            raise PreparedFormatError(f"{out / label_file} contains values other than 0 and 1")
         loaded[split] = (image_list, labels)
 
     bad: list[BadImage] = []
@@ -430,4 +520,5 @@ def load_prepared(
         root=Path(root) if root is not None else Path(meta["root"]),
         meta=meta,
         bad_images=bad,
+        observed=observed,
     )
