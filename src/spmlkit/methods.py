@@ -48,6 +48,10 @@ class Method:
     #: constant: EPR's and ROLE's expected number of positives per example is the dataset's
     #: true mean (docs/methods.md, "epr"); a value set by the user or a preset wins
     data_defaults: tuple[str, ...] = ()
+    #: under torch.distributed, whose batch the loss's statistics are computed on by default:
+    #: "global" (the whole global batch, as one process) or "process" (each process's slice,
+    #: what PU-MLC's two-GPU code does for its temperature, prior and mixup)
+    batch_statistics: str = "global"
 
 
 def _m(*args: Any, **kwargs: Any) -> Method:
@@ -89,7 +93,7 @@ METHODS: dict[str, Method] = {
            "Li, Wang, Chen (OPML)", labeling="opml_correction", labeling_kwargs={"rho": 0.02, "start_epoch": 5},
            regularizers=(("highrank", {}),)),
         _m("pu_mlc", "pu_mlc", "variational PU learning with re-balancing and mixup",
-           "Yuan, Zhang, Huang, ICME 2024", mixup=True),
+           "Yuan, Zhang, Huang, ICME 2024", mixup=True, batch_statistics="process"),
     ]
 }
 

@@ -28,9 +28,12 @@ pretrained tag for a name; pass ``timm:<model>.<tag>`` to choose one.
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 from torch import nn
@@ -44,7 +47,11 @@ _EXAMPLES = (
 _SYNTAX = "'<source>:<model>' with source one of 'torchvision', 'timm', 'small'"
 
 #: widths of the four stages of each named small network
-SMALL_MODELS: dict[str, tuple[int, int, int, int]] = {"cnn": (16, 32, 64, 128)}
+SMALL_MODELS: dict[str, tuple[int, int, int, int]] = {"cnn": (16, 32, 64, 128), "cnn-gn": (16, 32, 64, 128)}
+#: small models normalised per sample (GroupNorm) instead of per batch: their forward pass does
+#: not depend on how a batch is split over processes, which makes data-parallel runs equal a
+#: one-process run to rounding (docs/architecture.md, "Distributed training")
+_GROUP_NORM_MODELS = {"cnn-gn"}
 
 
 def create_backbone(
@@ -135,7 +142,18 @@ def _torchvision_backbone(
             f"e.g. {_EXAMPLES})"
         )
     chosen = torchvision_weights(model, weights) if pretrained else None
-    net = tv.models.get_model(model, weights=chosen)
+    try:
+        net = tv.models.get_model(model, weights=chosen)
+    except OSError as err:  # URLError, DNS and connection failures are all OSError
+        if chosen is None:
+            raise
+        cached = _torch_hub_cache_file(chosen.url)
+        if cached.is_file():  # the weights are there; the failure is something else
+            raise
+        raise ValueError(_offline_message(
+            f"the pretrained weights {type(chosen).__name__}.{chosen.name} of 'torchvision:{model}'",
+            err, f"download {chosen.url} elsewhere and put the file at {cached} (torch hub's checkpoint folder, "
+            "torch.hub.get_dir()/checkpoints; set TORCH_HOME to use another)")) from err
     m = tv.models
     if isinstance(net, m.ResNet):
         # Children up to layer4, as the base code does; avgpool and fc dropped.
@@ -154,6 +172,27 @@ def _torchvision_backbone(
         "family, VGG, DenseNet, MobileNetV2/V3, EfficientNet); use its timm version, "
         f"e.g. 'timm:{model}'"
     )
+
+
+def _torch_hub_cache_file(url: str) -> Path:
+    """The file ``torch.hub.load_state_dict_from_url`` reads ``url`` from (and downloads it to).
+
+    Same rule as torch hub: ``torch.hub.get_dir()/checkpoints/<last URL component>``, computed
+    at call time so that TORCH_HOME set by the user (or a test) is honoured.
+    """
+    filename = os.path.basename(urlparse(url).path)
+    return Path(torch.hub.get_dir()) / "checkpoints" / filename
+
+
+def _offline_message(what: str, err: BaseException, remedy: str) -> str:
+    """One line: which weights could not be had, why, and the two ways out.
+
+    Offline machines (clusters, containers) are common, and the download's own traceback
+    neither names the cache file nor mentions that training without the weights is possible.
+    """
+    reason = " ".join(str(getattr(err, "reason", None) or err).split())
+    return (f"{what} are not cached and cannot be downloaded ({type(err).__name__}: {reason}); "
+            f"train without them with --no-pretrained (pretrained: false in a config file), or {remedy}")
 
 
 def _probe_channels(body: nn.Module) -> int:
@@ -203,8 +242,47 @@ def _timm_backbone(model: str, *, pretrained: bool) -> tuple[nn.Module, int]:
             f"unknown timm model {model!r}; similar names: {close or 'none'} "
             f"(syntax {_SYNTAX}, e.g. {_EXAMPLES})"
         )
-    net = timm.create_model(model, pretrained=pretrained, num_classes=0, global_pool="")
+    try:
+        net = timm.create_model(model, pretrained=pretrained, num_classes=0, global_pool="")
+    except OSError as err:  # huggingface_hub's LocalEntryNotFoundError, URLError: both OSError
+        if not pretrained:
+            raise
+        where = _timm_weights_location(model)
+        if where is None:  # the weights are cached, so the failure is not the download
+            raise
+        raise ValueError(_offline_message(f"the pretrained weights of 'timm:{model}'", err, where)) from err
     return TimmFeatures(net), int(net.num_features)
+
+
+def _timm_weights_location(model: str) -> str | None:
+    """Where timm looks for ``model``'s pretrained weights, or None when they are cached there.
+
+    timm fetches from the Hugging Face Hub when the model's pretrained config names a repo
+    (``hf_hub_id``), and from a plain URL through torch hub otherwise; the user must know
+    which cache to fill, so the message names the one timm will actually read.
+    """
+    from timm.models import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(model)
+    hf_hub_id = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
+    url = getattr(cfg, "url", None) if cfg is not None else None
+    if hf_hub_id:
+        from huggingface_hub import constants, try_to_load_from_cache
+
+        repo = hf_hub_id.split("@", 1)[0]
+        names = [getattr(cfg, "hf_hub_filename", None) or "model.safetensors", "pytorch_model.bin"]
+        if any(isinstance(try_to_load_from_cache(repo, name), str) for name in names):
+            return None
+        folder = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}"
+        return (f"download the Hugging Face repo {repo} (e.g. `hf download {repo}` on a machine with internet) "
+                f"into the Hugging Face cache, so that {folder} holds it (set HF_HOME to use another cache)")
+    if url:
+        cached = _torch_hub_cache_file(url)
+        if cached.is_file():
+            return None
+        return (f"download {url} elsewhere and put the file at {cached} (torch hub's checkpoint folder, "
+                "torch.hub.get_dir()/checkpoints; set TORCH_HOME to use another)")
+    return "make the weights available to timm in its cache (Hugging Face cache or torch.hub.get_dir()/checkpoints)"
 
 
 # -------------------------------------------------------------------------------- small
@@ -229,7 +307,7 @@ class SmallResNet(nn.Module):
     and bias 0, drawn from the global torch RNG (seed it for reproducibility).
     """
 
-    def __init__(self, widths: Sequence[int] = (16, 32, 64, 128), stem_stride: int = 2) -> None:
+    def __init__(self, widths: Sequence[int] = (16, 32, 64, 128), stem_stride: int = 2, norm: str = "batch") -> None:
         super().__init__()
         tv = _import_torchvision()
         BasicBlock = tv.models.resnet.BasicBlock
@@ -240,24 +318,25 @@ class SmallResNet(nn.Module):
             raise ValueError(f"widths must be a non-empty sequence of positive ints, got {widths}")
         if stem_stride not in (1, 2):
             raise ValueError(f"stem_stride must be 1 or 2, got {stem_stride}")
+        if norm not in ("batch", "group"):
+            raise ValueError(f"norm must be 'batch' or 'group', got {norm!r}")
+        norm_layer = nn.BatchNorm2d if norm == "batch" else (lambda c: nn.GroupNorm(min(8, c), c))
         self.out_channels = widths[-1]
-        self.stem = Conv2dNormActivation(3, widths[0], kernel_size=3, stride=stem_stride)
+        self.stem = Conv2dNormActivation(3, widths[0], kernel_size=3, stride=stem_stride, norm_layer=norm_layer)
         stages = []
         c_in = widths[0]
         for i, c_out in enumerate(widths):
             stride = 1 if i == 0 else 2
             shortcut = None
             if stride != 1 or c_in != c_out:
-                shortcut = nn.Sequential(
-                    nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out)
-                )
-            stages.append(BasicBlock(c_in, c_out, stride=stride, downsample=shortcut))
+                shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), norm_layer(c_out))
+            stages.append(BasicBlock(c_in, c_out, stride=stride, downsample=shortcut, norm_layer=norm_layer))
             c_in = c_out
         self.stages = nn.Sequential(*stages)
         for mod in self.modules():
             if isinstance(mod, nn.Conv2d):
                 nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(mod, nn.BatchNorm2d):
+            elif isinstance(mod, (nn.BatchNorm2d, nn.GroupNorm)):
                 nn.init.ones_(mod.weight)
                 nn.init.zeros_(mod.bias)
 
@@ -275,5 +354,5 @@ def _small_backbone(model: str, *, pretrained: bool) -> tuple[nn.Module, int]:
             f"'small:{model}' is trained from scratch and has no pretrained weights; "
             "use pretrained=False"
         )
-    net = SmallResNet(SMALL_MODELS[model])
+    net = SmallResNet(SMALL_MODELS[model], norm="group" if model in _GROUP_NORM_MODELS else "batch")
     return net, net.out_channels

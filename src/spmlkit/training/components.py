@@ -11,7 +11,7 @@ never by probing for attributes; the contracts are described in docs/architectur
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -98,8 +98,11 @@ class MethodComponents:
         for reg in self.regularizers:
             reg.set_epoch(epoch, num_epochs)
 
-    def training_loss(self, model: nn.Module, x: torch.Tensor, logits: torch.Tensor, batch: LabelBatch,
-                      generator: torch.Generator) -> torch.Tensor:
+    def training_loss(self, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, logits: torch.Tensor,
+                      batch: LabelBatch, generator: torch.Generator,
+                      parameters: Callable[[], Iterable[nn.Parameter]]) -> torch.Tensor:
+        """The method's loss of one step. ``forward`` maps inputs to logits (PU-MLC's mixup term
+        needs an extra forward pass); ``parameters`` are the model's (L1/L2 penalties)."""
         device = logits.device
         labels = batch.labels.to(device)
         pseudo = losses.PseudoLabels(batch.pseudo.mask.to(device), batch.pseudo.target.to(device))
@@ -108,14 +111,14 @@ class MethodComponents:
         for reg in self.regularizers:
             value = value + reg(logits, labels, pseudo=pseudo, index=index)
         if self.penalty is not None:
-            value = value + self._weight_penalty(model)
+            value = value + self._weight_penalty(parameters())
         if self.method.mixup:
-            value = value + self.mixup_weight * pu_mixup_consistency(model, x, logits, labels, generator=generator)
+            value = value + self.mixup_weight * pu_mixup_consistency(forward, x, logits, labels, generator=generator)
         return value
 
-    def _weight_penalty(self, model: nn.Module) -> torch.Tensor:
+    def _weight_penalty(self, parameters: Iterable[nn.Parameter]) -> torch.Tensor:
         kind, lam = self.penalty
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in parameters if p.requires_grad]
         norm = sum(p.abs().sum() for p in params) if kind == "l1" else sum((p * p).sum() for p in params)
         return lam * norm
 

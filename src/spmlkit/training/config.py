@@ -80,6 +80,10 @@ class RunConfig:
     num_workers: int = 0
     eval_batch_size: int | None = None
     num_threads: int | None = None  # torch CPU threads for this run (None: leave as is)
+    #: under torch.distributed: "global" (the loss sees the whole global batch, equal to one
+    #: process), "process" (each process's own slice, as PU-MLC's code) or None (the method's
+    #: default); docs/architecture.md, "Distributed training"
+    batch_statistics: str | None = None
     out: str | None = None  # run folder; None keeps everything in memory (sweeps of feature runs)
     # ---- digits-mosaic generator
     mosaic_train: int = 2000
@@ -93,6 +97,8 @@ class RunConfig:
         _choice("optimizer", self.optimizer, ("adam", "sgd"))
         _choice("amp", self.amp, ("auto", "none", "bf16", "fp16"))
         _choice("head", self.head, ("linear", "mlp"))
+        if self.batch_statistics is not None:
+            _choice("batch_statistics", self.batch_statistics, ("global", "process"))
         for name in ("image_size", "batch_size", "epochs", "hidden"):
             _positive_int(name, getattr(self, name))
         for name in ("subset", "eval_batch_size", "num_threads"):

@@ -28,8 +28,8 @@ PHASE1_SEED_OFFSET = 10_000
 def linear_init(config: RunConfig, resolved: ResolvedMethod, model: torch.nn.Module, comp: MethodComponents,
                 source: ImageSource, state: LabelState, val_targets: np.ndarray, truth_train: np.ndarray,
                 device: torch.device) -> None:
-    feats_tr = source.features(model, source.train_eval_loader)
-    feats_va = source.features(model, source.val_loader)
+    feats_tr = source.features(model, "train")
+    feats_va = source.features(model, "val")
     labels = state.observed.numpy()
     phase1 = build_components(resolved, num_train=len(labels), num_classes=labels.shape[1], observed=labels,
                               expected_num_pos=expected_positives(labels, truth_train),

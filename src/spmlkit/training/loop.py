@@ -31,6 +31,7 @@ from torch import nn
 from .. import metrics
 from ..labels import LabelState
 from .components import MethodComponents
+from .distributed import Distributed
 from .sources import DataSource
 
 __all__ = ["LoopParts", "LoopHooks", "LoopState", "LoopResult", "StoppingRule", "run_loop"]
@@ -38,7 +39,13 @@ __all__ = ["LoopParts", "LoopHooks", "LoopState", "LoopResult", "StoppingRule", 
 
 @dataclass
 class LoopParts:
-    """Everything one epoch touches."""
+    """Everything one epoch touches.
+
+    ``model`` is the plain module (its state is what checkpoints hold); ``train_model`` is what
+    the training step calls (the same module, or its DistributedDataParallel wrapper).
+    ``global_batch``: the loss sees the whole global batch (gathered logits) rather than this
+    process's slice (:mod:`spmlkit.training.distributed`); in one process the two coincide.
+    """
 
     model: nn.Module
     source: DataSource
@@ -49,6 +56,20 @@ class LoopParts:
     device: torch.device | str = "cpu"
     autocast: Callable[[], Any] | None = None
     scaler: Any = None
+    dist: Distributed = field(default_factory=Distributed)
+    train_model: nn.Module | None = None
+    global_batch: bool = True
+
+    def __post_init__(self) -> None:
+        if self.train_model is None:
+            self.train_model = self.model
+
+    def mixup_forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The extra forward pass of PU-MLC's mixup term over ``inputs`` (the whole global batch's
+        mixed inputs in global mode: each process forwards its slice, the logits are gathered)."""
+        if not (self.dist.enabled and self.global_batch):
+            return self.model(inputs)
+        return self.dist.gather_rows(self.model(inputs[self.dist.shard(len(inputs))]).float(), len(inputs))
 
 
 @dataclass
@@ -132,11 +153,17 @@ def train_epoch(parts: LoopParts, epoch: int, on_step: Callable[[int], None] | N
     total = torch.zeros((), dtype=torch.float64, device=parts.device)
     steps = seen = 0
     for x, idx in parts.source.train_batches(parts.generator):
-        batch = state.batch(idx)
         x = x.to(parts.device, non_blocking=True)
         with parts.autocast() if parts.autocast else _null():
-            logits = model(x)
-        loss = comp.training_loss(model, x, logits.float(), batch, parts.generator)
+            logits = parts.train_model(x).float()
+        if parts.global_batch:  # the loss of the whole global batch (identity in one process)
+            logits = parts.dist.gather_rows(logits, len(idx))
+            if comp.method.mixup:
+                x = parts.dist.gather_rows(x, len(idx))
+            batch = state.batch(idx)
+        else:  # the loss of this process's slice, averaged over processes by DDP
+            batch = state.batch(idx[parts.dist.shard(len(idx))])
+        loss = comp.training_loss(parts.mixup_forward, x, logits, batch, parts.generator, model.parameters)
         _step(parts, loss)
         comp.after_step(state, batch, epoch)
         total += loss.detach().double()

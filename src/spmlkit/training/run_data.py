@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -19,6 +19,9 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from .config import RunConfig
+
+if TYPE_CHECKING:  # the data formats are imported when an image run needs them
+    from ..data.formats import PreparedDataset
 
 __all__ = ["RunData", "RunSplit", "ImageData", "check_dataset", "load_run_data", "load_image_data", "is_feature_run",
            "split_and_observe", "standardize"]
@@ -129,7 +132,15 @@ def load_run_data(config: RunConfig) -> RunData:
     else:
         config.check_source("images")
         images = load_image_data(config)
-        data = RunData("images", images.name, images.class_names, images.Y_train, images.Y_test, images=images)
+        observed = None
+        if images.Y_train is None:
+            # users' own data (observation "given"): ImageData carries full labels only, so the observed
+            # {-1, 0, 1} labels are read from the same prepared folder, validated like the rest
+            from ..data.formats import load_prepared
+
+            observed = load_prepared(_prepared_dir(config)).observed
+        data = RunData("images", images.name, images.class_names, images.Y_train, images.Y_test, images=images,
+                       observed=observed)
     if config.subset is not None:
         if config.subset > data.num_train:
             raise ValueError(f"subset {config.subset} is larger than the {data.num_train} training rows of {data.name}")
@@ -218,17 +229,29 @@ def load_image_data(config: RunConfig) -> ImageData:
     :mod:`spmlkit.data.digits_mosaic`); a benchmark dataset is read from its prepared folder
     (``config.prepared``, default under ``<root>/spmlkit-prepared/``), created with
     ``spmlkit prepare`` semantics on first use.
+
+    Users' own data (``spmlkit prepare folder|csv``, dataset "folder" or "csv") is never
+    prepared on the fly (its options are not run options): it needs its prepared folder. Its
+    ``Y_train`` is None (only observed labels exist; :func:`load_run_data` reads them) and
+    its ``Y_test`` is None when it was prepared without a labelled test set.
     """
     if config.dataset in ("digits-mosaic", "digits_mosaic"):
         return _digits_mosaic(config)
-    from ..data.formats import load_prepared, prepare
+    from ..data.formats import USER_DATASETS, load_prepared, prepare
 
-    check_dataset(config)
+    user_data = config.dataset in USER_DATASETS
+    if not user_data:
+        check_dataset(config)
     from ..data.images import ImageFileDataset, build_transform
 
     prepared_dir = _prepared_dir(config)
     expect = None if config.dataset == "prepared" else config.dataset
     if not (prepared_dir / "meta.json").is_file():
+        if user_data:
+            raise FileNotFoundError(
+                f"no prepared data at {prepared_dir}; prepare your images first (`spmlkit prepare folder --root DIR` "
+                "or `spmlkit prepare csv --labels FILE --images DIR`) and pass the folder it reports with --prepared"
+            )
         if expect is None or not config.root:
             raise FileNotFoundError(
                 f"no prepared dataset at {prepared_dir}; run `spmlkit prepare {config.dataset} --root DIR` "
@@ -238,18 +261,59 @@ def load_image_data(config: RunConfig) -> ImageData:
         options = {"variant": config.dataset_variant} if config.dataset_variant else {}
         prepare(config.dataset, config.root, prepared_dir, **options)
     ds = load_prepared(prepared_dir, expect_dataset=expect, expect_variant=config.dataset_variant)
+    _refuse_bad_images(config, ds, prepared_dir)
     size = config.image_size
     train_paths, test_paths = [str(p) for p in ds.paths("train")], [str(p) for p in ds.paths("test")]
     transform = build_transform(size, train=False)
     return ImageData(
         name=ds.dataset,
         class_names=tuple(ds.class_names),
-        Y_train=np.asarray(ds.train_labels),
-        Y_test=np.asarray(ds.test_labels),
+        Y_train=None if ds.observed is not None else np.asarray(ds.train_labels),  # users' data: observed only
+        Y_test=None if ds.test_labels is None else np.asarray(ds.test_labels),  # None: no labelled test set
         train_dataset=lambda: ImageFileDataset(train_paths, transform),
         test_dataset=lambda: ImageFileDataset(test_paths, transform),
         paths={"train": train_paths, "test": test_paths},
         transform_spec={"kind": "imagenet", "size": size},
+    )
+
+
+_SHOW_BAD = 3
+
+
+def _refuse_bad_images(config: RunConfig, ds: PreparedDataset, prepared_dir: Path) -> None:
+    """Stop before the first epoch when ``spmlkit prepare --check`` found unreadable images in the run's lists.
+
+    Training reads every listed image (``skip_bad=False``: dropping examples would change
+    the results), so a listed bad image would otherwise crash the run mid-epoch, possibly
+    hours in. Only images of the lists this run reads count: the official train list (its
+    first ``config.subset`` rows when set) and the test list.
+    """
+    import shlex
+
+    from ..data.formats.prepared import BAD_IMAGES
+
+    if not ds.bad_images:
+        return
+    train_rows = ds.train_images if config.subset is None else ds.train_images[: config.subset]
+    used = set(train_rows) | set(ds.test_images)
+    bad = [b for b in ds.bad_images if b.path in used]
+    if not bad:
+        return
+    shown = ", ".join(str(ds.root / b.path) for b in bad[:_SHOW_BAD])
+    more = f" and {len(bad) - _SHOW_BAD} more" if len(bad) > _SHOW_BAD else ""
+    dataset = config.dataset if config.dataset != "prepared" else ds.dataset
+    variant = ds.meta.get("variant") or config.dataset_variant
+    command = " ".join([
+        "spmlkit prepare", dataset, *(["--variant", shlex.quote(variant)] if variant else []),
+        "--root", shlex.quote(config.root) if config.root else "DIR",
+        *(["--out", shlex.quote(str(prepared_dir))] if config.prepared else []), "--check",
+    ])
+    raise ValueError(
+        f"{len(bad)} image{'s' if len(bad) != 1 else ''} of the {ds.dataset} lists this run trains and tests on "
+        f"cannot be read ({shown}{more}; the full list with reasons is in {prepared_dir / BAD_IMAGES}); "
+        f"re-download {'them' if len(bad) != 1 else 'it'} (replace each with a readable copy), then prepare again "
+        f"with `{command}`"
+        + ("" if config.root else " (DIR: the folder the dataset was unpacked into)") + " before training"
     )
 
 

@@ -81,6 +81,10 @@ class RunDirectory:
         if diff:
             raise ValueError(f"--resume: the run in {self.path} was started with different settings "
                              f"({', '.join(diff)}); resume with the same config or start a new run folder")
+        # the best epoch's snapshot travels with the checkpoint, so that under torch.distributed
+        # rank 0 alone reads the folder and hands both to every process
+        best = load_checkpoint(self.best)
+        ckpt["best_snapshot"] = {k: best[k] for k in ("model", "components", "label_state")}
         return ckpt
 
     # ------------------------------------------------------------------ per epoch
@@ -107,12 +111,36 @@ class RunDirectory:
         atomic_write_json(self.path / "result.json", record)
 
     # ------------------------------------------------------------------ resume
+    def check_compatible(self, ckpt: dict[str, Any], model: torch.nn.Module) -> None:
+        """Refuse, in one line, a ``last.pt`` whose model weights do not fit this run's model.
+
+        The settings are compared when the run starts, but the class count comes from the
+        data (a re-prepared dataset, a copied run folder), and torch reports a size mismatch
+        as a multi-line RuntimeError that names neither the file nor the way out.
+        """
+        problems = weight_mismatches(ckpt.get("model", {}), model)
+        if not problems:
+            return
+        held, wanted = num_outputs(ckpt.get("model", {})), num_outputs(model.state_dict())
+        what = (f"a model for {held} classes, but this run has {wanted} classes" if held != wanted
+                else "the weights of another model than this run builds")
+        raise ValueError(f"--resume: {self.last} holds {what} ({'; '.join(problems[:3])}); resume it with the data "
+                         "and backbone it was written for, or start the run afresh (another --out, or --overwrite "
+                         "to replace this one)")
+
     def restore(self, ckpt: dict[str, Any], parts: LoopParts) -> LoopState:
         """Load ``last.pt`` into the run's objects and rebuild the loop state (with the best snapshot)."""
-        parts.model.load_state_dict(ckpt["model"])
-        parts.optimizer.load_state_dict(ckpt["optimizer"])
-        parts.components.load_state_dict(ckpt["components"])
-        parts.state.load_state_dict(ckpt["label_state"])
+        self.check_compatible(ckpt, parts.model)
+        for name, target, key in (("model", parts.model, "model"), ("optimizer", parts.optimizer, "optimizer"),
+                                  ("method components", parts.components, "components"),
+                                  ("label state", parts.state, "label_state")):
+            try:
+                target.load_state_dict(ckpt[key])
+            except (RuntimeError, ValueError, KeyError) as exc:  # size mismatches, missing entries
+                reason = " ".join(str(exc).split())
+                raise ValueError(f"--resume: the {name} saved in {self.last} does not fit this run ({reason}); "
+                                 "resume with the data and settings it was written for, or start the run afresh "
+                                 "(another --out, or --overwrite)") from exc
         parts.generator.set_state(ckpt["generator"])
         torch.set_rng_state(ckpt["torch_rng"])
         np.random.set_state(ckpt["numpy_rng"])
@@ -120,8 +148,7 @@ class RunDirectory:
         ls = LoopState(epoch=loop["epoch"], history=loop["history"], best_val_map=loop["best_val_map"],
                        best_epoch=loop["best_epoch"], bad_epochs=loop["bad_epochs"],
                        stopped_early=loop["stopped_early"])
-        best = load_checkpoint(self.best)
-        ls.best_snapshot = {k: best[k] for k in ("model", "components", "label_state")}
+        ls.best_snapshot = ckpt["best_snapshot"]
         return ls
 
     def tensorboard(self):
@@ -131,6 +158,34 @@ class RunDirectory:
         except Exception:  # tensorboard not installed: logs are optional
             return None
         return SummaryWriter(str(self.path / "tensorboard"))
+
+
+def weight_mismatches(state: dict[str, Any], model: torch.nn.Module) -> list[str]:
+    """What keeps ``state`` from loading into ``model``: ``"key: file [..], model [..]"`` per difference.
+
+    Checked before ``load_state_dict`` so that a checkpoint of another model is reported as
+    the user's file not fitting (one line each), not as torch's multi-line size-mismatch error.
+    """
+    own = model.state_dict()
+    problems = [f"{k}: file {list(v.shape)}, model {list(own[k].shape)}" for k, v in state.items()
+                if k in own and hasattr(v, "shape") and tuple(v.shape) != tuple(own[k].shape)]
+    missing = [k for k in own if k not in state]
+    extra = [k for k in state if k not in own]
+    if missing:
+        problems.append(f"missing in the file: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    if extra:
+        problems.append(f"not in the model: {', '.join(extra[:3])}{' ...' if len(extra) > 3 else ''}")
+    return problems
+
+
+def num_outputs(state: dict[str, Any]) -> int | None:
+    """The number of classes a state dict predicts: the rows of its last 2-D weight (the classifier).
+
+    Both model kinds (``SPMLNet``'s ``head`` and ``FeatureHead``'s last linear layer) register
+    the classifier last, so this needs no knowledge of which kind the state came from.
+    """
+    weights = [v for k, v in state.items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
+    return int(weights[-1].shape[0]) if weights else None
 
 
 def log_scalars(writer: Any, record: dict[str, float], step: int) -> None:

@@ -2,7 +2,9 @@
 
 Both sources draw the epoch's order (and, for images, the horizontal flips) in the main
 process from the run's one seeded generator, so a run's random stream does not depend on
-the number of loader workers, and a resumed run continues it exactly. Predictions for
+the number of loader workers or of processes, and a resumed run continues it exactly. Under
+torch.distributed every process draws the same global batches and loads only its slice
+(:mod:`spmlkit.training.distributed`); predictions are sharded and gathered in index order. Predictions for
 label algorithms and selection are made in eval mode, without augmentation, in index
 order (docs/protocol.md, "Quirks of the official code", on APL's pass).
 """
@@ -16,6 +18,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .distributed import Distributed
+
 __all__ = ["DataSource", "FeatureSource", "ImageSource", "predict_proba"]
 
 
@@ -26,7 +30,8 @@ class DataSource(Protocol):
     track_train: bool
 
     def train_batches(self, generator: torch.Generator) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-        """Yield ``(inputs, train-split indices)`` for one epoch, shuffled with ``generator``."""
+        """Yield ``(inputs of this process's slice, train-split indices of the whole global batch)``
+        for one epoch, shuffled with ``generator``."""
 
     def predict_train(self, model: nn.Module) -> torch.Tensor:
         """Probabilities ``[N_train, C]`` in index order, eval mode, no augmentation."""
@@ -56,26 +61,31 @@ class FeatureSource:
 
     track_train = True
 
-    def __init__(self, X_train: torch.Tensor, X_val: torch.Tensor, X_test: torch.Tensor | None, batch_size: int):
+    def __init__(self, X_train: torch.Tensor, X_val: torch.Tensor, X_test: torch.Tensor | None, batch_size: int,
+                 dist: Distributed | None = None):
         self.X_train, self.X_val, self.X_test, self.batch_size = X_train, X_val, X_test, batch_size
+        self.dist = dist or Distributed()
 
     def train_batches(self, generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.X_train)
         perm = torch.randperm(n, generator=generator)
         for start in range(0, n, self.batch_size):
             idx = perm[start : start + self.batch_size]
-            yield self.X_train[idx], idx
+            yield self.X_train[idx[self.dist.shard(len(idx))]], idx
+
+    def _predict(self, model: nn.Module, X: torch.Tensor) -> torch.Tensor:
+        return self.dist.gather_predictions(lambda rows: predict_proba(model, X[rows]), len(X))
 
     def predict_train(self, model: nn.Module) -> torch.Tensor:
-        return predict_proba(model, self.X_train)
+        return self._predict(model, self.X_train)
 
     def predict_val(self, model: nn.Module) -> torch.Tensor:
-        return predict_proba(model, self.X_val)
+        return self._predict(model, self.X_val)
 
     def predict_test(self, model: nn.Module) -> torch.Tensor:
         if self.X_test is None:
             raise ValueError("this feature source has no test rows")
-        return predict_proba(model, self.X_test)
+        return self._predict(model, self.X_test)
 
 
 class _Indexed(Dataset):
@@ -93,6 +103,19 @@ class _Indexed(Dataset):
         if flip:
             x = torch.flip(x, dims=(-1,))
         return x, i
+
+
+class _IndexedPlain(Dataset):
+    """Rows ``rows`` of ``base`` (evaluation: no flips)."""
+
+    def __init__(self, base: Dataset, rows: np.ndarray):
+        self.base, self.rows = base, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.base[int(self.rows[i])][0], i
 
 
 class _EpochBatches(Sampler):
@@ -115,52 +138,72 @@ class ImageSource:
 
     def __init__(self, train_dataset: Dataset, test_dataset: Dataset, train_idx: np.ndarray, val_idx: np.ndarray, *,
                  batch_size: int, eval_batch_size: int | None, hflip: bool, num_workers: int,
-                 device: torch.device, channels_last: bool):
-        self.device, self.hflip, self.batch_size = device, hflip, batch_size
+                 device: torch.device, channels_last: bool, num_classes: int, dist: Distributed | None = None):
+        self.device, self.hflip, self.batch_size, self.num_classes = device, hflip, batch_size, num_classes
+        self.dist = dist or Distributed()
         self.channels_last = channels_last and device.type == "cuda"
         self.n = len(train_idx)
         common = dict(num_workers=num_workers, pin_memory=device.type == "cuda", persistent_workers=num_workers > 0)
         self.sampler = _EpochBatches()
         self.train_loader = DataLoader(_Indexed(train_dataset, train_idx), batch_sampler=self.sampler, **common)
         eval_bs = eval_batch_size or max(batch_size, 64)
-        self.train_eval_loader = DataLoader(_Indexed(train_dataset, train_idx), batch_size=eval_bs, **common)
-        self.val_loader = DataLoader(_Indexed(train_dataset, val_idx), batch_size=eval_bs, **common)
-        self.test_loader = DataLoader(test_dataset, batch_size=eval_bs, num_workers=num_workers)
+        self.train_eval_loader = self._shard_loader(train_dataset, train_idx, eval_bs, common)
+        self.val_loader = self._shard_loader(train_dataset, val_idx, eval_bs, common)
+        test_rows = np.arange(len(test_dataset))
+        self.test_loader = self._shard_loader(test_dataset, test_rows, eval_bs, {"num_workers": num_workers})
+        self.sizes = {"train": len(train_idx), "val": len(val_idx), "test": len(test_rows)}
         self.autocast: Callable[[], Any] | None = None
+
+    def _shard_loader(self, dataset: Dataset, rows: np.ndarray, batch_size: int, common: dict) -> DataLoader:
+        """This process's contiguous share of ``rows``, in index order."""
+        return DataLoader(_IndexedPlain(dataset, np.asarray(rows)[self.dist.shard(len(rows))]), batch_size=batch_size,
+                          **common)
 
     def train_batches(self, generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         perm = torch.randperm(self.n, generator=generator).tolist()
         flips = (torch.rand(self.n, generator=generator) < 0.5).tolist() if self.hflip else [False] * self.n
         bs = self.batch_size
-        self.sampler.batches = [[(i, flips[i]) for i in perm[s : s + bs]] for s in range(0, self.n, bs)]
-        for x, idx in self.train_loader:
+        batches = [perm[s : s + bs] for s in range(0, self.n, bs)]
+        self.sampler.batches = [[(i, flips[i]) for i in b[self.dist.shard(len(b))]] for b in batches]
+        for batch, (x, _) in zip(batches, self.train_loader):
             if self.channels_last:
                 x = x.to(memory_format=torch.channels_last)
-            yield x, idx
+            yield x, torch.as_tensor(batch)
 
     @torch.no_grad()
-    def predict(self, model: nn.Module, loader: DataLoader) -> torch.Tensor:
+    def _local_predictions(self, model: nn.Module, loader: DataLoader) -> torch.Tensor:
         was = model.training
         model.eval()
         out = []
         for x, _ in loader:
             x = x.to(self.device, non_blocking=True)
             with self.autocast() if self.autocast else torch.autocast("cpu", enabled=False):
-                out.append(torch.sigmoid(model(x).float()).cpu())
+                out.append(torch.sigmoid(model(x).float()))
         model.train(was)
-        return torch.cat(out) if out else torch.zeros(0, 0)
+        return torch.cat(out) if out else torch.zeros(0, self.num_classes, device=self.device)
+
+    def predict(self, model: nn.Module, loader: DataLoader, split: str) -> torch.Tensor:
+        """Every process predicts its share of ``split``; all get the whole split, in index order."""
+        return self.dist.gather_predictions(lambda rows: self._local_predictions(model, loader), self.sizes[split]).cpu()
 
     def predict_train(self, model: nn.Module) -> torch.Tensor:
-        return self.predict(model, self.train_eval_loader)
+        return self.predict(model, self.train_eval_loader, "train")
 
     def predict_val(self, model: nn.Module) -> torch.Tensor:
-        return self.predict(model, self.val_loader)
+        return self.predict(model, self.val_loader, "val")
 
     def predict_test(self, model: nn.Module) -> torch.Tensor:
-        return self.predict(model, self.test_loader)
+        return self.predict(model, self.test_loader, "test")
 
     @torch.no_grad()
-    def features(self, model: nn.Module, loader: DataLoader) -> torch.Tensor:
-        """Pooled backbone features (eval mode, no augmentation): LinearInit's phase-1 inputs."""
+    def features(self, model: nn.Module, split: str) -> torch.Tensor:
+        """Pooled backbone features of ``split`` (eval mode, no augmentation, gathered in index
+        order): LinearInit's phase-1 inputs."""
+        loader = {"train": self.train_eval_loader, "val": self.val_loader}[split]
         model.eval()
-        return torch.cat([model.features(x.to(self.device)).float().cpu() for x, _ in loader])
+
+        def local(rows: slice) -> torch.Tensor:
+            out = [model.features(x.to(self.device)).float() for x, _ in loader]
+            return torch.cat(out) if out else torch.zeros(0, model.feat_dim, device=self.device)
+
+        return self.dist.gather_predictions(local, self.sizes[split]).cpu()

@@ -25,12 +25,13 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..errors import user_input
+from ..errors import InputError, user_input
 from ..labels import LabelState, validate_observed
 from ..methods import resolve_hparams
 from .components import build_components, expected_positives, method_label_matrix
 from .config import RunConfig
 from .device import autocast_factory, num_threads, resolve_device
+from .distributed import Distributed
 from .evaluation import evaluate_test, unobserved_analysis
 from .linear_init import linear_init
 from .loop import LoopHooks, LoopParts, LoopState, StoppingRule, run_loop
@@ -65,32 +66,42 @@ def train(
     if stop_after is not None and stop_after < 1:
         raise ValueError(f"stop_after must be a positive number of epochs, got {stop_after!r}")
     t0 = time.perf_counter()
-    with user_input():  # everything read from the user's options and files is checked before any work
-        resolve_hparams(config.method, config.hparams)
-        data = load_run_data(config) if data is None else data
-        run_dir = RunDirectory(config.out) if config.out else None
-        ckpt = run_dir.start(config, resume=resume, overwrite=overwrite) if run_dir else None
-    with num_threads(config.num_threads):
-        result = _run(config, data, run_dir, ckpt, stop_after, LoopHooks(on_epoch=on_epoch, on_step=on_step))
-    result.seconds = time.perf_counter() - t0
-    if run_dir is not None and result.finished:
-        run_dir.write_result(result.to_record())
-    return result
+    dist = Distributed.from_environment(config.device)
+    try:
+        with user_input():  # everything read from the user's options and files is checked before any work
+            resolve_hparams(config.method, config.hparams)
+            data = load_run_data(config) if data is None else data
+            run_dir = RunDirectory(config.out) if config.out else None
+            # rank 0 alone touches the folder; every process gets its answer (or its refusal)
+            ckpt = dist.on_main(lambda: run_dir.start(config, resume=resume, overwrite=overwrite)) if run_dir else None
+        if not dist.is_main:
+            on_epoch = None  # one process reports
+        with num_threads(config.num_threads):
+            result = _run(config, data, run_dir, ckpt, stop_after, LoopHooks(on_epoch=on_epoch, on_step=on_step),
+                          dist)
+        result.seconds = time.perf_counter() - t0
+        if run_dir is not None and result.finished and dist.is_main:
+            run_dir.write_result(result.to_record())
+        dist.barrier()
+        return result
+    finally:
+        dist.close()
 
 
-def _device(config: RunConfig, data: RunData) -> torch.device:
+def _device(config: RunConfig, data: RunData, dist: Distributed) -> torch.device:
     # feature runs are a few matrix products per step: the CPU unless a device is named
     if data.kind == "features" and config.device == "auto":
         return torch.device("cpu")
-    return resolve_device(config.device)
+    return dist.device(resolve_device(config.device))
 
 
 def _run(config: RunConfig, data: RunData, run_dir: RunDirectory | None, ckpt: dict | None,
-         stop_after: int | None, hooks: LoopHooks) -> RunResult:
+         stop_after: int | None, hooks: LoopHooks, dist: Distributed) -> RunResult:
     resolved = resolve_hparams(config.method, config.hparams)
     method = resolved.method
+    global_batch = (config.batch_statistics or method.batch_statistics) == "global"
     with user_input():
-        device = _device(config, data)
+        device = _device(config, data, dist)
         split = split_and_observe(config, data)
         train_labels = method_label_matrix(method, split.observed, split.truth_train)
         validate_observed(train_labels, where=f"the training labels of {data.name}")
@@ -111,26 +122,33 @@ def _run(config: RunConfig, data: RunData, run_dir: RunDirectory | None, ckpt: d
         comp = build_components(resolved, num_train=len(tr), num_classes=data.num_classes, observed=train_labels,
                                 expected_num_pos=expected_positives(train_labels, truth_train),
                                 epochs=config.epochs, seed=config.seed).to(device)
-    source = _source(config, data, tr, va, device)
+    if dist.enabled and not global_batch and comp.loss.corrects_labels:
+        raise InputError(f"{method.name} corrects labels during each step; with per-process batch statistics the "
+                         "processes' label states would drift apart: use --batch-statistics global")
+    source = _source(config, data, tr, va, device, dist)
     autocast, scaler = autocast_factory(config.amp, device) if data.kind == "images" else (None, None)
     if isinstance(source, ImageSource):
         source.autocast = autocast
     generator = torch.Generator().manual_seed(config.seed)
     if ckpt is None and config.linear_init_epochs > 0:
         linear_init(config, resolved, model, comp, source, state, val_targets, truth_train, device)
+    train_model = dist.wrap(model)  # synchronised batch norms replace the plain ones in ``model``
     groups = model.param_groups(config.lr, config.head_lr_mult) + comp.param_groups(config.lr)
-    parts = LoopParts(model, source, state, comp, _optimizer(config, groups), generator, device, autocast, scaler)
-    ls = run_dir.restore(ckpt, parts) if ckpt is not None else LoopState()
+    parts = LoopParts(model, source, state, comp, _optimizer(config, groups), generator, device, autocast, scaler,
+                      dist=dist, train_model=train_model, global_batch=global_batch)
+    with user_input():  # a last.pt written for another number of classes or another model
+        ls = run_dir.restore(ckpt, parts) if ckpt is not None else LoopState()
     resumed_from = ls.epoch
     rule = StoppingRule(config.patience, config.min_delta, config.stop_drop)
     stop_epoch = None if stop_after is None else ls.epoch + stop_after
-    writer = run_dir.tensorboard() if run_dir else None
+    writer = run_dir.tensorboard() if run_dir and dist.is_main else None
     extra_best = {"class_names": list(data.class_names), "threshold": method.threshold,
                   "transform": data.images.transform_spec if data.images else {"kind": "features"}}
 
     def on_epoch_end(loop_state: LoopState) -> None:
-        if run_dir is not None:
+        if run_dir is not None and dist.is_main:
             run_dir.save_epoch(loop_state, parts, config, extra_best)
+        dist.barrier()  # nobody runs ahead of the checkpoint a resume would start from
         if writer is not None:
             log_scalars(writer, loop_state.history[-1], loop_state.epoch)
         if stop_epoch is not None and stop_epoch <= loop_state.epoch < config.epochs and not loop_state.stopped_early:
@@ -176,18 +194,19 @@ def _evaluate(config, method, data, source, parts, loop, val_targets, truth_trai
     )
 
 
-def _source(config: RunConfig, data: RunData, tr: np.ndarray, va: np.ndarray, device: torch.device):
+def _source(config: RunConfig, data: RunData, tr: np.ndarray, va: np.ndarray, device: torch.device,
+            dist: Distributed):
     if data.kind == "features":
         X_val = data.X_train[va] if data.X_val is None else data.X_val
         X_test = data.X_test if data.X_test is not None else data.X_train[:0]
         mats = (data.X_train[tr], X_val, X_test)
         mats = standardize(*mats) if config.standardize else tuple(np.asarray(X, dtype=np.float32) for X in mats)
         Xtr, Xva, Xte = (as_tensor(X).to(device) for X in mats)
-        return FeatureSource(Xtr, Xva, Xte, config.batch_size)
+        return FeatureSource(Xtr, Xva, Xte, config.batch_size, dist)
     images = data.images
     return ImageSource(images.train_dataset(), images.test_dataset(), tr, va, batch_size=config.batch_size,
                        eval_batch_size=config.eval_batch_size, hflip=config.hflip, num_workers=config.num_workers,
-                       device=device, channels_last=config.channels_last)
+                       device=device, channels_last=config.channels_last, num_classes=data.num_classes, dist=dist)
 
 
 def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:

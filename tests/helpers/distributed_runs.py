@@ -1,0 +1,38 @@
+"""Train several small digits-mosaic runs in one process group (launched by torchrun), or in one
+process when no torchrun environment is set. Used by tests/test_distributed.py:
+
+    python tests/helpers/distributed_runs.py OUT METHOD[:k=v,...] ...          (one process)
+    torchrun --nproc_per_node 2 tests/helpers/distributed_runs.py OUT ...       (two processes)
+
+One launch for all methods keeps the test fast: torch and the mosaic data load once.
+"""
+
+import sys
+
+from spmlkit.experiments.presets import resolve_config
+from spmlkit.training import train
+from spmlkit.training.distributed import Distributed
+
+
+def main(out: str, specs: list[str]) -> None:
+    group = Distributed.from_environment("cpu")  # joined once: every run below finds it open and leaves it
+    for spec in specs:
+        method, _, extra = spec.partition(":")
+        values = dict(kv.split("=", 1) for kv in extra.split(",") if kv)
+        stop_after = int(values.pop("stop_after")) if "stop_after" in values else None
+        resume = values.pop("resume", "0") == "1"
+        name = values.pop("name", method)
+        hparams = {k[3:]: float(v) if "." in v else int(v) for k, v in values.items() if k.startswith("hp.")}
+        settings = {k: v for k, v in values.items() if not k.startswith("hp.")}
+        config = resolve_config({
+            "dataset": "digits-mosaic", "method": method, "backbone": "small:cnn-gn", "mosaic_train": 240,
+            "mosaic_test": 60, "hflip": True, "batch_size": 33, "epochs": int(settings.pop("epochs", 2)),
+            "optimizer": "sgd", "lr": float(settings.pop("lr", 0.01)), "num_threads": 1, "hparams": hparams, "out": f"{out}/{name}",
+            **settings,
+        })
+        train(config, stop_after=stop_after, resume=resume)
+    group.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
