@@ -127,3 +127,10 @@ def test_runs_csv_has_the_fixed_threshold_columns_for_every_method(tmp_path):
     runs = pd.read_csv(out / "runs.csv")
     cols = [c for c in runs.columns if "@0.75" in c or "@0.5" in c]
     assert cols and not runs[cols].isna().any().any()
+
+
+def test_a_refused_method_leaves_no_run_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *QUICK, "--method", "bce", "--observation", "given", "--out", str(run)]) == 2
+    assert not run.exists()
+    assert main(["train", *QUICK, "--method", "an", "--out", str(run)]) == 0   # the folder is free to use

@@ -36,7 +36,7 @@ from .evaluation import evaluate_test, unobserved_analysis
 from .linear_init import linear_init
 from .loop import LoopHooks, LoopParts, LoopState, StoppingRule, run_loop
 from .result import RunResult
-from .run_data import RunData, as_tensor, load_run_data, split_and_observe, standardize
+from .run_data import RunData, RunSplit, as_tensor, load_run_data, split_and_observe, standardize
 from .run_dir import RunDirectory, log_scalars
 from .sources import FeatureSource, ImageSource
 
@@ -71,14 +71,15 @@ def train(
         with user_input():  # everything read from the user's options and files is checked before any work
             resolve_hparams(config.method, config.hparams)
             data = load_run_data(config) if data is None else data
+            split, train_labels = _protocol(config, data)  # refusals here leave no run folder behind
             run_dir = RunDirectory(config.out) if config.out else None
             # rank 0 alone touches the folder; every process gets its answer (or its refusal)
             ckpt = dist.on_main(lambda: run_dir.start(config, resume=resume, overwrite=overwrite)) if run_dir else None
         if not dist.is_main:
             on_epoch = None  # one process reports
         with num_threads(config.num_threads):
-            result = _run(config, data, run_dir, ckpt, stop_after, LoopHooks(on_epoch=on_epoch, on_step=on_step),
-                          dist)
+            result = _run(config, data, split, train_labels, run_dir, ckpt, stop_after,
+                          LoopHooks(on_epoch=on_epoch, on_step=on_step), dist)
         result.seconds = time.perf_counter() - t0
         if run_dir is not None and result.finished and dist.is_main:
             run_dir.write_result(result.to_record())
@@ -95,19 +96,25 @@ def _device(config: RunConfig, data: RunData, dist: Distributed) -> torch.device
     return dist.device(resolve_device(config.device))
 
 
-def _run(config: RunConfig, data: RunData, run_dir: RunDirectory | None, ckpt: dict | None,
-         stop_after: int | None, hooks: LoopHooks, dist: Distributed) -> RunResult:
+def _protocol(config: RunConfig, data: RunData) -> tuple[RunSplit, np.ndarray]:
+    """The protocol's split and the label matrix the method trains on, checked once per run."""
+    method = resolve_hparams(config.method, config.hparams).method
+    split = split_and_observe(config, data)
+    train_labels = method_label_matrix(method, split.observed, split.truth_train)
+    validate_observed(train_labels, where=f"the training labels of {data.name}")
+    if not (train_labels != 0).any():
+        raise ValueError(f"the training rows of {data.name} carry no observed label at all under observation "
+                         f"{config.observation!r}; there is nothing to learn from")
+    return split, train_labels
+
+
+def _run(config: RunConfig, data: RunData, split: RunSplit, train_labels: np.ndarray, run_dir: RunDirectory | None,
+         ckpt: dict | None, stop_after: int | None, hooks: LoopHooks, dist: Distributed) -> RunResult:
     resolved = resolve_hparams(config.method, config.hparams)
     method = resolved.method
     global_batch = (config.batch_statistics or method.batch_statistics) == "global"
     with user_input():
         device = _device(config, data, dist)
-        split = split_and_observe(config, data)
-        train_labels = method_label_matrix(method, split.observed, split.truth_train)
-        validate_observed(train_labels, where=f"the training labels of {data.name}")
-        if not (train_labels != 0).any():
-            raise ValueError(f"the training rows of {data.name} carry no observed label at all under observation "
-                             f"{config.observation!r}; there is nothing to learn from")
     tr, va, truth_train, val_targets = split.train_idx, split.val_idx, split.truth_train, split.val_targets
 
     torch.manual_seed(config.seed)  # the model's initial weights
