@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .data.feature_dir import FEATURES_KIND, FORMAT_VERSION
+from .errors import InputError
 from .io import atomic_write_text
 
 __all__ = ["extract_features"]
@@ -56,6 +57,10 @@ def extract_features(
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(config.device)
     data = load_image_data(config)
+    if data.Y_train is None:
+        raise InputError(f"{data.name}: spmlkit extract writes feature folders of benchmark datasets with full labels; "
+                         "a prepared folder of your own images (observed labels only) is trained on the images "
+                         "directly: spmlkit train --prepared FOLDER")
     torch.manual_seed(config.seed)  # reproducible features from a randomly initialised backbone
     model = build_model(config.backbone, len(data.class_names), pretrained=config.pretrained, lgconv=config.lgconv)
     model.to(device).eval()
