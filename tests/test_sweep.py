@@ -103,7 +103,7 @@ def test_report_command_writes_tables_and_every_figure(tmp_path):
     assert (out / "table.tex").read_text().count(r"\pm") >= 3
     thresholds = pd.read_csv(out / "thresholds.csv")
     assert set(thresholds["method"]) == {"bce", "an", "em_apl"}
-    assert thresholds.loc[thresholds.method == "an", "OF1 @0.75"].iloc[0] == "–"      # fixed 0.75 only for EM
+    assert thresholds.loc[thresholds.method == "an", "OF1 @0.75"].iloc[0] != "–"      # 0.5 and 0.75 for every method
     assert thresholds.loc[thresholds.method == "em_apl", "OF1 @val (global t)"].iloc[0] != "–"
     figures = {p.stem.split("_yeast")[0] for p in (out / "figures").glob("*.png")}
     assert {"densities", "wasserstein_vs_an", "ap_gain_vs_an", "pseudo_labels", "training_curves"} <= figures

@@ -68,6 +68,7 @@ class _SweepProgress:
 
         self.screen, self.name, self.where, self.jobs = screen, name, where, jobs
         self.failures: list[dict[str, Any]] = []
+        self.recorded = 0
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=screen, disable=quiet)
         self.task = self.progress.add_task(name, total=None)
@@ -77,10 +78,15 @@ class _SweepProgress:
         self.screen.print(f"{self.name}: {total} runs, {done} already finished in {self.where}, {self.jobs} worker(s)")
 
     def on_result(self, rec: dict[str, Any]) -> None:
+        self.recorded += 1
         if rec["status"] == "failed":
             self.failures.append(rec)
         self.progress.update(self.task, advance=1,
                              description=f"{rec['method']:>8} lr={rec['lr']:g} seed={rec['seed']}")
+
+    def on_skip(self, run: dict[str, Any], reason: str) -> None:
+        """A run another sweep finished or holds: not ours to run, so it counts as done here."""
+        self.progress.update(self.task, advance=1)
 
     def print_failures(self) -> None:
         for rec in self.failures:
@@ -133,21 +139,37 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
+    """Exit status: 0 all ran, 1 some runs failed, 2 bad input or every run failed, 130 Ctrl-C,
+    143 SIGTERM (both stop within seconds; finished runs are kept, the same command resumes)."""
+    import sys
+
     from ..errors import InputError, user_input
-    from ..experiments.sweep import load_sweep, run_sweep as sweep
+    from ..experiments.sweep import SweepTerminated, load_sweep, sigterm_stops_sweep
+    from ..experiments.sweep import run_sweep as sweep
 
     with user_input():
         spec = load_sweep(args.config)
     screen = console()
-    tracker = _SweepProgress(screen, f"sweep {spec.name}", args.quiet, args.store or spec.store, args.jobs)
-    with tracker.progress:
-        result = sweep(spec, jobs=args.jobs, store_path=args.store, max_runs=args.max_runs,
-                       retry_failed=args.retry_failed, on_result=tracker.on_result, on_start=tracker.on_start)
+    where = args.store or spec.store
+    tracker = _SweepProgress(screen, f"sweep {spec.name}", args.quiet, where, args.jobs)
+    try:
+        with sigterm_stops_sweep(), tracker.progress:
+            result = sweep(spec, jobs=args.jobs, store_path=args.store, max_runs=args.max_runs,
+                           retry_failed=args.retry_failed, on_result=tracker.on_result, on_start=tracker.on_start,
+                           on_skip=tracker.on_skip)
+    except KeyboardInterrupt as exc:
+        tracker.print_failures()
+        what = "terminated (SIGTERM)" if isinstance(exc, SweepTerminated) else "interrupted"
+        print(f"spmlkit sweep: {what}; {tracker.recorded} run(s) finished and recorded in {where}, runs in progress "
+              "were stopped. Run the same command again to resume", file=sys.stderr)
+        return 143 if isinstance(exc, SweepTerminated) else 130
     tracker.print_failures()
-    screen.print(f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} finished; "
+    held = f", {result.held} left to the other sweep(s) holding them" if result.held else ""
+    screen.print(f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} finished{held}; "
                  f"store: {result.store}. Next: `spmlkit report --store {result.store}`")
     if result.ran and result.failed == result.ran:
-        raise InputError(f"every one of the {result.ran} runs failed; the errors are listed above")
+        raise InputError(f"every one of the {result.ran} runs failed (the errors are listed above); fix the "
+                         f"settings in {args.config}, then run again with --retry-failed")
     return 1 if result.failed else 0
 
 

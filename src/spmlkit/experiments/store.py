@@ -17,6 +17,22 @@ Concurrency: every call opens its own connection (``timeout=30`` s busy wait), t
 in WAL mode (readers never block the writer) and writes take the write lock up front
 (``BEGIN IMMEDIATE``), so a write is one atomic transaction and concurrent writers queue
 instead of failing on a lock upgrade.
+
+Leases: several sweeps may share one store (on one machine, or on several machines that see
+the same file). So that they split a grid instead of each running all of it, a sweep
+*claims* a run before starting it: table ``leases`` (``run_id`` primary key, ``owner`` =
+``host:pid:token``, ``expires_at`` in Unix seconds) gets a row in the same write
+transaction that checks the run is not finished and not leased by someone else
+(:meth:`ResultsStore.claim`). The owner renews its leases while the run is in progress
+(:meth:`ResultsStore.renew`) and drops the lease in the transaction that writes the run's
+record (``add(record, release_lease=owner)``) or when the run is given up
+(:meth:`ResultsStore.release`). A lease whose owner stopped renewing it expires and may be
+taken over; so may a lease whose owner is a process of this host that no longer exists (a
+killed sweep), without waiting for the expiry. Requirements: clocks of machines sharing a
+store agree to well within the lease duration (NTP), host names differ between machines, and
+the file system has working POSIX locks -- SQLite on NFS/SMB mounts often has broken or
+disabled locking, which makes any two writers (leases and records alike) corrupt the file;
+use a local disk, or one sweep per store there.
 """
 
 from __future__ import annotations
@@ -24,8 +40,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
+import socket
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
@@ -35,7 +54,8 @@ if TYPE_CHECKING:
     import pandas
 from ..io import to_jsonable
 
-__all__ = ["ResultsStore", "git_commit", "package_version", "SCALAR_COLUMNS", "JSON_COLUMNS", "REQUIRED_KEYS"]
+__all__ = ["ResultsStore", "git_commit", "package_version", "new_owner_id", "SCALAR_COLUMNS", "JSON_COLUMNS",
+           "REQUIRED_KEYS", "CLAIMED", "FINISHED", "HELD"]
 
 #: scalar columns and their SQLite types, in table order
 SCALAR_COLUMNS: dict[str, str] = {
@@ -95,6 +115,34 @@ def package_version() -> str:
 
     return __version__
 
+
+
+#: outcomes of :meth:`ResultsStore.claim`
+CLAIMED, FINISHED, HELD = "claimed", "finished", "held"
+
+
+def new_owner_id() -> str:
+    """``host:pid:token``, the lease owner id of one sweep. The host and pid let another sweep
+    on the same host see that a killed owner is gone (and take its leases over at once); the
+    random token keeps two sweeps of one process (called one after the other) apart."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _owner_is_gone(owner: str) -> bool:
+    """True only when ``owner`` is a process of *this* host that no longer exists. A process
+    of another host, or one we cannot check, counts as alive: its lease then ends by expiry,
+    which is slower but never lets two sweeps run the same run."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: it exists, under another user
+        return False
+    return False
 
 
 def _scalar(key: str, value: Any) -> Any:
@@ -203,6 +251,8 @@ class ResultsStore:
             con.execute("PRAGMA journal_mode=WAL")  # persistent: set once for the file
             con.execute(f"CREATE TABLE IF NOT EXISTS runs (\n  {cols}\n)")
             con.execute("CREATE INDEX IF NOT EXISTS runs_group ON runs (dataset, observation, method)")
+            con.execute("CREATE TABLE IF NOT EXISTS leases (\n  run_id TEXT PRIMARY KEY,\n  owner TEXT NOT NULL,\n"
+                        "  expires_at REAL NOT NULL,\n  claimed_at REAL NOT NULL\n)")
 
     def __repr__(self) -> str:
         return f"ResultsStore({str(self.path)!r})"
@@ -215,21 +265,25 @@ class ResultsStore:
 
     # ------------------------------------------------------------------ writing
 
-    def add(self, record: Mapping[str, Any]) -> None:
+    def add(self, record: Mapping[str, Any], *, release_lease: str | None = None) -> None:
         """Insert ``record``, replacing a stored run with the same ``run_id``.
 
         The record is validated first (required keys, status, fractions in [0, 1], an error
         message for failed runs); the write is one transaction, so readers see either the
-        old or the new record, never half of one.
+        old or the new record, never half of one. ``release_lease`` (an owner id) drops that
+        owner's lease on the run in the same transaction, so no other sweep ever sees the run
+        neither recorded nor leased.
         """
-        self.add_many([record])
+        self.add_many([record], release_lease=release_lease)
 
-    def add_many(self, records: Iterable[Mapping[str, Any]]) -> None:
-        """Insert or replace several records in one transaction (all or none)."""
-        rows = []
+    def add_many(self, records: Iterable[Mapping[str, Any]], *, release_lease: str | None = None) -> None:
+        """Insert or replace several records in one transaction (all or none); with
+        ``release_lease``, that owner's leases on these runs go in the same transaction."""
+        rows, ids = [], []
         for rec in records:
             _validate(rec)
             rows.append(_row(rec))
+            ids.append((rec["run_id"], release_lease))
         if not rows:
             return
         marks = ", ".join("?" for _ in _ALL_COLUMNS)
@@ -238,10 +292,87 @@ class ResultsStore:
             con.execute("BEGIN IMMEDIATE")
             try:
                 con.executemany(sql, rows)
+                if release_lease is not None:
+                    con.executemany("DELETE FROM leases WHERE run_id = ? AND owner = ?", ids)
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
             con.execute("COMMIT")
+
+    # ------------------------------------------------------------------ leases
+
+    def claim(self, run_id: str, owner: str, *, duration: float, redo_failed_until: str | None = None) -> str:
+        """Try to take the run ``run_id`` for ``owner`` for ``duration`` seconds.
+
+        Returns :data:`CLAIMED` (the lease is ours: run it, then ``add(record,
+        release_lease=owner)`` or :meth:`release`), :data:`FINISHED` (a record with status
+        ``ok``, or ``failed``, is stored: nothing to do) or :data:`HELD` (another owner holds a
+        live lease). With ``redo_failed_until`` (an ISO time like the records'
+        ``finished_at``) a failure recorded at or before that time does not count as finished,
+        so ``--retry-failed`` runs it again while a failure that a concurrent sweep records
+        later is not retried twice. Check and claim are one write transaction, so of two
+        sweeps claiming the same run at once exactly one gets it.
+        """
+        if duration <= 0:
+            raise ValueError(f"lease duration must be positive, got {duration!r} s")
+        now = time.time()
+        with closing(self._connect()) as con:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                outcome = self._claim_in(con, run_id, owner, now, duration, redo_failed_until)
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        return outcome
+
+    @staticmethod
+    def _claim_in(con: sqlite3.Connection, run_id: str, owner: str, now: float, duration: float,
+                  redo_failed_until: str | None) -> str:
+        """The body of :meth:`claim`, inside its transaction."""
+        row = con.execute("SELECT status, finished_at FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is not None and row["status"] == "ok":
+            return FINISHED
+        if row is not None and row["status"] == "failed":
+            recorded = row["finished_at"]
+            if redo_failed_until is None or (recorded is not None and recorded > redo_failed_until):
+                return FINISHED
+        lease = con.execute("SELECT owner, expires_at FROM leases WHERE run_id = ?", (run_id,)).fetchone()
+        if lease is not None:
+            if lease["owner"] != owner and lease["expires_at"] > now and not _owner_is_gone(lease["owner"]):
+                return HELD
+            con.execute("DELETE FROM leases WHERE run_id = ?", (run_id,))  # expired, orphaned, or ours
+        try:
+            con.execute("INSERT INTO leases (run_id, owner, expires_at, claimed_at) VALUES (?, ?, ?, ?)",
+                        (run_id, owner, now + duration, now))
+        except sqlite3.IntegrityError:  # cannot happen under the write lock; never run twice if it does
+            return HELD
+        return CLAIMED
+
+    def renew(self, owner: str, *, duration: float) -> int:
+        """Extend every lease of ``owner`` to ``duration`` seconds from now; the number of
+        leases renewed. A lease that is not renewed before it expires may be taken over."""
+        with closing(self._connect()) as con:
+            cur = con.execute("UPDATE leases SET expires_at = ? WHERE owner = ?", (time.time() + duration, owner))
+            return cur.rowcount
+
+    def release(self, owner: str, run_id: str | None = None) -> int:
+        """Drop ``owner``'s lease on ``run_id`` (all of its leases when None), e.g. when a run
+        is given up unfinished; the number of leases dropped. Another owner's lease stays."""
+        with closing(self._connect()) as con:
+            if run_id is None:
+                cur = con.execute("DELETE FROM leases WHERE owner = ?", (owner,))
+            else:
+                cur = con.execute("DELETE FROM leases WHERE owner = ? AND run_id = ?", (owner, run_id))
+            return cur.rowcount
+
+    def leases(self) -> list[dict[str, Any]]:
+        """The current leases (``run_id``, ``owner``, ``expires_at``, ``claimed_at``), expired
+        ones included, oldest claim first: who is running what right now."""
+        with closing(self._connect()) as con:
+            rows = con.execute(
+                "SELECT run_id, owner, expires_at, claimed_at FROM leases ORDER BY claimed_at").fetchall()
+        return [dict(r) for r in rows]
 
     def delete(self, run_id: str) -> bool:
         """Remove a run; True if it existed."""

@@ -20,27 +20,48 @@ stopped, losing at most the runs in progress (image runs even resume from their 
 checkpoint). A run that raises is recorded with its error and the sweep goes on. With
 ``jobs > 1`` runs execute in worker processes, one run each; only the main process writes
 the store.
+
+Several sweeps may work on one store at once (``spmlkit sweep`` started twice, on one
+machine or on several that share the file): each claims a run in the store before starting
+it (a lease, renewed while the run is in progress; :mod:`spmlkit.experiments.store`), so
+together they run each grid point once, and each reports how many runs it left to the
+others. The store must sit on a file system with working locks (not most NFS/SMB mounts).
+
+Stopping: Ctrl-C or SIGTERM (under :func:`sigterm_stops_sweep`, as ``spmlkit sweep`` runs)
+stop the sweep within seconds -- runs not started are cancelled, the workers terminated,
+finished runs recorded, leases released -- and the same command resumes. Workers never
+outlive the sweep: killed even with SIGKILL, its workers exit too (:func:`_worker_init`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import datetime as _dt
 import hashlib
 import itertools
 import json
 import os
+import signal
+import sqlite3
+import sys
+import threading
+import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import user_input
 from ..training import RunConfig, train
 from .presets import resolve_config
-from .store import ResultsStore, git_commit, package_version
+from .store import CLAIMED, FINISHED, ResultsStore, git_commit, new_owner_id, package_version
 
-__all__ = ["SweepSpec", "load_sweep", "expand", "run_config", "run_sweep", "execute_run"]
+__all__ = ["SweepSpec", "SweepResult", "SweepTerminated", "load_sweep", "expand", "run_config", "run_sweep",
+           "execute_run", "sigterm_stops_sweep", "LEASE_SECONDS", "RENEW_SECONDS"]
 
 _GRID_KEYS = {"name", "datasets", "methods", "seeds", "lrs", "batch_sizes", "observations", "hparams", "settings",
               "store", "val_variant", "dataset", "method"}
@@ -78,7 +99,80 @@ class SweepSpec:
                 raise ValueError(f"sweep {self.name!r}: {key} must not be empty")
 
 
+#: the grid axes: a scalar or a list of these, and an example for the error message
+_AXES: dict[str, tuple[str, str]] = {
+    "datasets": ("str", "[yeast]"), "methods": ("str", "[an, em]"), "observations": ("str", "[single_positive]"),
+    "seeds": ("int", "[0, 1, 2]"), "batch_sizes": ("int", "[64]"), "lrs": ("number", "[0.001, 0.01]"),
+}
+#: the singular spelling a sweep file may use for an axis
+_SINGULAR = {"dataset": "datasets", "method": "methods"}
+_KIND_WORDS = {"str": "a non-empty string", "int": "an integer", "number": "a number"}
+
+
+def _axis_value(value: Any, kind: str) -> Any:
+    """One value of a grid axis, checked (and for ``lrs`` converted), so that a wrong type is
+    one clear message from the file check instead of a traceback inside ``expand`` or the
+    trainer; None when ``value`` does not fit."""
+    if kind == "str" and isinstance(value, str) and value:
+        return value
+    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind == "number" and isinstance(value, str):  # PyYAML reads `1e-3` (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _check_sweep_types(data: dict[str, Any], p: Path) -> dict[str, Any]:
+    """The sweep file's values with every type checked: an axis may be a scalar or a list
+    (``method: an`` and ``methods: [an]`` alike); the rest must be strings or mappings.
+    Wrong types raise ``ValueError``, not ``TypeError``: they are the user's input, which
+    :func:`~spmlkit.errors.user_input` turns into one line."""
+    for single, plural in _SINGULAR.items():
+        if single in data and plural in data:
+            raise ValueError(f"sweep file {p}: give either `{single}` or `{plural}`, not both")
+        if single in data:
+            data[plural] = data.pop(single)
+    for key, (kind, example) in _AXES.items():
+        if key not in data:
+            continue
+        is_list = isinstance(data[key], list)
+        values = data[key] if is_list else [data[key]]
+        if not values:
+            raise ValueError(f"sweep file {p}: {key} must not be empty; e.g. `{key}: {example}`")
+        checked = []
+        for i, value in enumerate(values):
+            ok = _axis_value(value, kind)
+            if ok is None:
+                where = f"{key}[{i}]" if is_list else key
+                raise ValueError(f"sweep file {p}: {where} must be {_KIND_WORDS[kind]}, got {type(value).__name__} "
+                                 f"{value!r}; write one value or a list, e.g. `{key}: {example}`")
+            checked.append(ok)
+        data[key] = checked
+    for key in ("name", "store", "val_variant"):
+        if key in data and not (isinstance(data[key], str) and data[key]):
+            raise ValueError(f"sweep file {p}: {key} must be a non-empty string, got {data[key]!r}")
+    if "settings" in data and not isinstance(data["settings"], dict):
+        raise ValueError(f"sweep file {p}: settings must be a mapping of trainer settings, got "
+                         f"{type(data['settings']).__name__} {data['settings']!r}; e.g. `settings: {{epochs: 20}}`")
+    hparams = data.get("hparams", {})
+    if not isinstance(hparams, dict):
+        raise ValueError(f"sweep file {p}: hparams must map method names to their grids, got "
+                         f"{type(hparams).__name__} {hparams!r}; e.g. `hparams: {{em: {{alpha: [0.1, 0.2]}}}}`")
+    for method, grid in hparams.items():
+        if not isinstance(grid, dict):
+            raise ValueError(f"sweep file {p}: hparams.{method} must map hyperparameter names to a value or a "
+                             f"list of values, got {type(grid).__name__} {grid!r}; e.g. `{method}: {{alpha: [0.1]}}`")
+    return data
+
+
 def load_sweep(path: str | Path) -> SweepSpec:
+    """Read and check a sweep file; every mistake in it is a ``ValueError`` naming the file,
+    the key and the fix (the CLI prints it as one line)."""
     from ..training.config import load_config_file
 
     p = Path(path)
@@ -86,17 +180,14 @@ def load_sweep(path: str | Path) -> SweepSpec:
     unknown = sorted(set(data) - _GRID_KEYS)
     if unknown:
         raise ValueError(f"sweep file {p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(_GRID_KEYS))}")
-    if "dataset" in data:
-        data["datasets"] = [data.pop("dataset")]
-    if "method" in data:
-        data["methods"] = [data.pop("method")]
-    for key in ("datasets", "methods", "seeds", "lrs", "batch_sizes", "observations"):
-        if key in data and not isinstance(data[key], list):
-            data[key] = [data[key]]
-    spec = SweepSpec(**data)
+    data = _check_sweep_types(data, p)
+    data.setdefault("name", p.stem)
+    try:
+        spec = SweepSpec(**data)
+    except ValueError as exc:
+        raise ValueError(f"sweep file {p}: {exc}") from None
     if not Path(spec.store).is_absolute():
         spec.store = str(p.resolve().parent / spec.store)
-    spec.name = data.get("name", p.stem)
     return spec
 
 
@@ -181,13 +272,156 @@ def _train(run: dict[str, Any], runs_dir: str | None) -> dict[str, Any]:
                                    "class_names", "analysis")}
 
 
+#: how long a claimed run stays ours without renewal, and how often the sweep renews it
+LEASE_SECONDS = 120.0
+RENEW_SECONDS = 30.0
+#: how long a terminated worker gets to exit before it is killed
+_WORKER_EXIT_SECONDS = 5.0
+#: how often a worker checks that the sweep that started it still exists
+_PARENT_POLL_SECONDS = 1.0
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
 @dataclass
 class SweepResult:
+    """What one ``run_sweep`` call did. ``skipped`` counts runs found finished (before the
+    start or, with a concurrent sweep, when their turn came); ``held`` counts runs skipped
+    because another sweep holds their lease; ``owner`` is this sweep's lease owner id, also
+    stored in each of its records as ``owner``."""
+
     total: int
     skipped: int
     ran: int
     failed: int
     store: Path
+    held: int = 0
+    owner: str = ""
+
+
+class SweepTerminated(KeyboardInterrupt):
+    """SIGTERM received (see :func:`sigterm_stops_sweep`). A ``KeyboardInterrupt`` so that a
+    terminated sweep cleans up exactly like one stopped with Ctrl-C."""
+
+
+@contextlib.contextmanager
+def sigterm_stops_sweep() -> Iterator[None]:
+    """While active, SIGTERM raises :class:`SweepTerminated` in the main thread.
+
+    The default SIGTERM action ends the process at once: the run in progress is lost (which
+    resuming repairs) but the workers are orphaned until they notice, and the leases of the
+    runs in progress stay until they expire. Raised as an exception, SIGTERM instead goes
+    through :func:`run_sweep`'s cleanup: workers terminated, finished runs recorded, leases
+    released. Outside the main thread (where Python cannot set handlers) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SweepTerminated(f"terminated by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _worker_init(sweep_pid: int, death_signal: bool = True) -> None:
+    """Pool initializer: a worker must never outlive the sweep that started it.
+
+    A worker orphaned by a killed sweep would wait for work forever, holding its memory (about
+    half a GB with torch loaded). Linux ends it through ``prctl(PR_SET_PDEATHSIG, SIGTERM)``
+    the moment its parent dies; elsewhere (or if prctl is unavailable) a daemon thread exits
+    the process when its parent changes. Ctrl-C is ignored here: it reaches the whole
+    process group, and the sweep (main process) decides what to stop and terminates the
+    workers itself; SIGTERM gets its default action back (a forked worker inherits the
+    sweep's handler from :func:`sigterm_stops_sweep`). ``death_signal=False`` leaves the
+    fallback alone (the tests check it that way).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if death_signal and sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):  # no libc symbol: the thread below still covers it
+            pass
+    parent = os.getppid()  # the sweep itself, or the start method's fork server
+    if parent != sweep_pid and not _process_exists(sweep_pid):  # it died before prctl took effect
+        os._exit(1)
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), name="spmlkit-orphan-watch", daemon=True).start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    """Worker thread: exit the process once its parent is gone (it is then re-parented)."""
+    while True:
+        time.sleep(_PARENT_POLL_SECONDS)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _process_exists(pid: int) -> bool:
+    """Whether ``pid`` names a process (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists under another user
+        return True
+    return True
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the workers now: a run in progress is lost (the
+    next sweep runs it again), which is what stopping a sweep means. ``shutdown`` alone would
+    wait for the runs in progress to finish, minutes for an image run."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # private, but stable since 3.3
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + _WORKER_EXIT_SECONDS
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(1.0)
+
+
+class _Heartbeat:
+    """Renews this sweep's leases from a daemon thread while runs are in progress, so that a
+    run longer than the lease is not taken over by another sweep. A failed renewal (the store
+    busy past its timeout) is kept in ``error`` and retried at the next beat; the lease
+    duration is several beats long for that reason."""
+
+    def __init__(self, store: ResultsStore, owner: str, lease_seconds: float, every: float) -> None:
+        self.store, self.owner, self.lease_seconds, self.every = store, owner, lease_seconds, every
+        self.error: Exception | None = None
+        self._stop = threading.Event()
+        self._started = False
+        self._thread = threading.Thread(target=self._loop, name="spmlkit-lease-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Start beating (once; later calls do nothing). The pool forks its workers before
+        this is called, so no worker is forked while this thread may hold a lock."""
+        if not self._started and not self._stop.is_set():
+            self._started = True
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating. The join is short: a beat stuck on a busy store must not delay a
+        Ctrl-C, and a late beat is harmless (it renews only leases this sweep still has)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.store.renew(self.owner, duration=self.lease_seconds)
+            except sqlite3.Error as exc:
+                self.error = exc
 
 
 def run_sweep(
@@ -199,15 +433,35 @@ def run_sweep(
     retry_failed: bool = False,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
+    on_skip: Callable[[dict[str, Any], str], None] | None = None,
+    lease_seconds: float = LEASE_SECONDS,
+    renew_seconds: float = RENEW_SECONDS,
 ) -> SweepResult:
     """Run every unfinished run of ``spec``.
 
     ``max_runs`` stops after that many runs (time slicing); ``retry_failed`` runs failed runs
     again (by default a recorded failure counts as finished, so a broken setting is not
-    retried forever).
+    retried forever). Each run is claimed in the store before it starts (a lease of
+    ``lease_seconds``, renewed every ``renew_seconds``), so sweeps sharing a store split the
+    grid; a run finished or leased by another sweep meanwhile is skipped and reported to
+    ``on_skip(run, "finished" | "held")``.
+
+    Stopping: ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM under :func:`sigterm_stops_sweep`)
+    cancels the runs not started, terminates the workers, records every run that had
+    finished, releases this sweep's leases and re-raises, within seconds. The store is
+    consistent whenever the process dies: a record is one transaction, and leases of a dead
+    sweep are taken over.
     """
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    if not 0 < renew_seconds < lease_seconds:
+        raise ValueError(f"the lease renewal interval ({renew_seconds} s) must be positive and shorter than the "
+                         f"lease ({lease_seconds} s); by default leases last {LEASE_SECONDS:g} s, renewed every "
+                         f"{RENEW_SECONDS:g} s")
     store = ResultsStore(store_path or spec.store)
     runs = expand(spec)
+    started_at = _now()
+
     def finished(run_id: str) -> bool:
         if retry_failed:
             rec = store.get(run_id)
@@ -218,28 +472,118 @@ def run_sweep(
         for run in runs:
             run_config(run)
     unfinished = [r for r in runs if not finished(r["run_id"])]
-    todo = unfinished if max_runs is None else unfinished[:max_runs]
     already = len(runs) - len(unfinished)
     if on_start:
         on_start(len(runs), already)
     runs_dir = str(Path(store.path).parent / f"{spec.name}-runs")
-    failed = 0
+    owner = new_owner_id()
+    sweep = _SweepState(store, owner, unfinished, max_runs, started_at if retry_failed else None, lease_seconds,
+                        _Heartbeat(store, owner, lease_seconds, renew_seconds), on_result, on_skip)
+    try:
+        if jobs <= 1:
+            sweep.run_here(runs_dir)
+        else:
+            sweep.run_in_pool(runs_dir, jobs)
+    finally:
+        sweep.give_up()
+    return SweepResult(total=len(runs), skipped=already + sweep.found_finished, ran=sweep.ran, failed=sweep.failed,
+                       store=Path(store.path), held=sweep.held, owner=owner)
 
-    def record(rec: dict[str, Any]) -> None:
-        nonlocal failed
-        store.add(rec)
-        failed += rec["status"] == "failed"
-        if on_result:
-            on_result(rec)
 
-    if jobs <= 1:
-        for run in todo:
-            record(execute_run(run, runs_dir))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            pending = {pool.submit(execute_run, run, runs_dir) for run in todo}
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+class _SweepState:
+    """The bookkeeping of one ``run_sweep`` call: which runs are claimed, what is recorded.
+
+    Runs are claimed one at a time, only when a worker is free, so that a concurrent sweep
+    on the same store gets the runs this one has not started yet.
+    """
+
+    def __init__(self, store: ResultsStore, owner: str, candidates: list[dict[str, Any]], max_runs: int | None,
+                 redo_failed_until: str | None, lease_seconds: float, heartbeat: _Heartbeat,
+                 on_result: Callable[[dict[str, Any]], None] | None,
+                 on_skip: Callable[[dict[str, Any], str], None] | None) -> None:
+        self.store, self.owner, self.heartbeat = store, owner, heartbeat
+        self._candidates = iter(candidates)
+        self._budget = max_runs
+        self._redo_failed_until, self._lease_seconds = redo_failed_until, lease_seconds
+        self._on_result, self._on_skip = on_result, on_skip
+        self.ran = self.failed = self.found_finished = self.held = 0
+        self._unrecorded: dict[str, dict[str, Any]] = {}  # finished in a worker, not yet in the store
+
+    def claim_next(self) -> dict[str, Any] | None:
+        """The next run this sweep may start (its lease taken), or None when there is none."""
+        while self._budget is None or self.ran < self._budget:
+            run = next(self._candidates, None)
+            if run is None:
+                return None
+            outcome = self.store.claim(run["run_id"], self.owner, duration=self._lease_seconds,
+                                       redo_failed_until=self._redo_failed_until)
+            if outcome == CLAIMED:
+                self.ran += 1
+                return run
+            if outcome == FINISHED:
+                self.found_finished += 1
+            else:
+                self.held += 1
+            if self._on_skip:
+                self._on_skip(run, outcome)
+        return None
+
+    def record(self, rec: dict[str, Any]) -> None:
+        """Store a finished run's record and drop its lease in one transaction."""
+        self._unrecorded[rec["run_id"]] = rec
+        rec["owner"] = self.owner
+        self.store.add(rec, release_lease=self.owner)
+        del self._unrecorded[rec["run_id"]]
+        self.failed += rec["status"] == "failed"
+        if self._on_result:
+            self._on_result(rec)
+
+    def give_up(self) -> None:
+        """After the sweep ends, normally or not: store runs that finished but were not
+        recorded yet (an interrupt between a worker's result and its write), then drop every
+        lease still held, so the runs left unfinished are free for the next sweep at once."""
+        self.heartbeat.stop()
+        try:
+            for rec in list(self._unrecorded.values()):
+                rec["owner"] = self.owner
+                self.store.add(rec, release_lease=self.owner)
+                self._unrecorded.pop(rec["run_id"], None)
+        finally:
+            self.store.release(self.owner)
+
+    def run_here(self, runs_dir: str) -> None:
+        """``jobs=1``: every run in this process, one after the other."""
+        self.heartbeat.start()
+        while (run := self.claim_next()) is not None:
+            self.record(execute_run(run, runs_dir))
+
+    def run_in_pool(self, runs_dir: str, jobs: int) -> None:
+        """``jobs>1``: one run per worker process, at most ``jobs`` claimed at a time."""
+        pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init, initargs=(os.getpid(),))
+        in_flight: dict[Future[dict[str, Any]], dict[str, Any]] = {}
+        try:
+            while True:
+                while len(in_flight) < jobs and (run := self.claim_next()) is not None:
+                    in_flight[pool.submit(execute_run, run, runs_dir)] = run
+                self.heartbeat.start()
+                if not in_flight:
+                    break
+                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    record(fut.result())
-    return SweepResult(total=len(runs), skipped=already, ran=len(todo), failed=failed, store=Path(store.path))
+                    run = in_flight[fut]
+                    try:
+                        rec = fut.result()
+                    except BrokenProcessPool as exc:
+                        raise RuntimeError(
+                            f"a worker process died while running {run['run_id']} ({run['method']}, seed "
+                            f"{run['seed']}): killed, or out of memory? Finished runs are recorded; run the sweep "
+                            "again to resume, with fewer --jobs if memory is short") from exc
+                    self.record(rec)
+                    del in_flight[fut]  # only now: an interrupt before this line still finds it below
+        except BaseException:
+            _stop_workers(pool)
+            for fut in in_flight:  # finished before the stop but not handled yet
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    self._unrecorded[in_flight[fut]["run_id"]] = fut.result()
+            raise
+        pool.shutdown(wait=True)
