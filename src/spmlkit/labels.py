@@ -125,8 +125,8 @@ class LabelState:
         """Labels and pseudo-labels for the examples ``index`` (in that order)."""
         idx = torch.as_tensor(index, dtype=torch.long)
         kind = self.kind[idx]
-        labels = self.observed[idx].to(torch.float32)
-        labels[kind == Kind.CORRECTED] = 1.0
+        # torch.where rather than masked assignment: no data-dependent nonzero() in the hot path
+        labels = torch.where(kind == Kind.CORRECTED, 1.0, self.observed[idx].to(torch.float32))
         pseudo_mask = kind == Kind.PSEUDO_NEGATIVE
         target = torch.where(pseudo_mask, self.target[idx], torch.zeros((), dtype=torch.float32))
         return LabelBatch(labels=labels, pseudo=PseudoLabels(pseudo_mask, target), index=idx)

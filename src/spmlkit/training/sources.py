@@ -69,9 +69,11 @@ class FeatureSource:
     def train_batches(self, generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.X_train)
         perm = torch.randperm(n, generator=generator)
+        shuffled = self.X_train[perm]  # one gather per epoch; each batch is then a view
         for start in range(0, n, self.batch_size):
             idx = perm[start : start + self.batch_size]
-            yield self.X_train[idx[self.dist.shard(len(idx))]], idx
+            rows = self.dist.shard(len(idx))
+            yield shuffled[start + rows.start : start + rows.stop], idx
 
     def _predict(self, model: nn.Module, X: torch.Tensor) -> torch.Tensor:
         return self.dist.gather_predictions(lambda rows: predict_proba(model, X[rows]), len(X))
