@@ -134,3 +134,30 @@ def test_a_refused_method_leaves_no_run_folder(tmp_path, capsys):
     assert main(["train", *QUICK, "--method", "bce", "--observation", "given", "--out", str(run)]) == 2
     assert not run.exists()
     assert main(["train", *QUICK, "--method", "an", "--out", str(run)]) == 0   # the folder is free to use
+
+
+def test_more_user_mistakes_are_one_line(tmp_path, capsys):
+    def one_line(args, *needles):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        for needle in needles:
+            assert needle in err, (needle, err)
+
+    one_line(["train", *QUICK, "--device", "tpu"], "tpu", "cpu")
+    not_a_store = tmp_path / "notes.db"
+    not_a_store.write_text("just text")
+    one_line(["report", "--store", str(not_a_store)], "not a results store")
+    one_line(["report", "--store", str(tmp_path / "missing.db")], "not found")
+    (tmp_path / "sweep.yaml").write_text("methods: [an\n")
+    one_line(["sweep", str(tmp_path / "sweep.yaml")], "does not parse")
+    one_line(["predict", "--checkpoint", str(tmp_path), "--images", str(tmp_path), "--threshold", "1.5"],
+             "--threshold", "[0, 1]")
+    out = tmp_path / "bench"
+    assert main(["benchmark", "--methods", "an", "--seeds", "0", "--lrs", "1e-3", "--epochs", "1", "--subset", "100",
+                 "--jobs", "1", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    one_line(["report", "--store", str(out / "results.db"), "--formats", "pdf"], "pdf", "md, tex, csv")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    one_line(["report", "--store", str(out / "results.db"), "--out", str(a_file)], "existing file")
