@@ -14,7 +14,7 @@ LAYERS = {
     "data": 2, "models": 2,
     "training": 3,
     "experiments": 4,
-    "cli": 5, "estimator": 5, "extract": 5, "predict": 5, "__main__": 5,
+    "cli": 5, "estimator": 5, "extract": 5, "predict": 5, "export": 5, "__main__": 5,
 }
 
 

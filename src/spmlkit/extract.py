@@ -47,6 +47,7 @@ def extract_features(
     ``config`` is a :class:`~spmlkit.training.config.RunConfig` (dataset, root/prepared,
     backbone, pretrained, image_size, batch size, device, num_workers are used).
     """
+    from .data.images import loader_workers
     from .models import build_model
     from .training.device import resolve_device
     from .training.run_data import load_image_data
@@ -67,7 +68,7 @@ def extract_features(
     bs = config.eval_batch_size or max(config.batch_size, 64)
     for split, dataset, labels in (("train", data.train_dataset(), data.Y_train),
                                    ("test", data.test_dataset(), data.Y_test)):
-        loader = DataLoader(dataset, batch_size=bs, shuffle=False, num_workers=config.num_workers,
+        loader = DataLoader(dataset, batch_size=bs, shuffle=False, num_workers=loader_workers(config.num_workers),
                             pin_memory=device.type == "cuda")
         tmp = out / f"{split}_features.npy.tmp"
         arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.dtype(dtype), shape=(len(dataset), model.feat_dim))

@@ -21,7 +21,7 @@ from .data.images import ImageFileDataset, collate_skip_bad, transform_from_spec
 from .io import atomic_write_text
 from .training.checkpoint import load_checkpoint
 
-__all__ = ["IMAGE_SUFFIXES", "find_images", "load_predictor", "predict_images", "Predictions"]
+__all__ = ["IMAGE_SUFFIXES", "find_images", "load_model", "load_predictor", "predict_images", "Predictions"]
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
@@ -42,9 +42,15 @@ def find_images(inputs: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-def load_predictor(checkpoint: str | Path, device: str = "cpu"):
-    """The model, class names, threshold and transform of a run's best checkpoint."""
-    from .models import build_model
+def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Module, dict, Path]:
+    """The trained network of a run folder (its best.pt) or checkpoint file, in eval mode.
+
+    Returns the model, the checkpoint (config, class names, threshold, ``"transform"``) and
+    the file read. Image runs rebuild their backbone + head without downloading weights;
+    feature runs their :class:`~spmlkit.models.FeatureHead`, whose input width is read from
+    the saved weights (checkpoints of older runs do not record it elsewhere).
+    """
+    from .models import FeatureHead, build_model
 
     path = Path(checkpoint)
     if path.is_dir():
@@ -54,11 +60,26 @@ def load_predictor(checkpoint: str | Path, device: str = "cpu"):
         if key not in ckpt:
             raise ValueError(f"{path} is not an spmlkit run checkpoint (no {key!r}); pass a run folder or its best.pt")
     cfg = ckpt["config"]
-    model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False, lgconv=cfg.get("lgconv", False))
+    if (ckpt.get("transform") or {}).get("kind") == "features":
+        widths = [v.shape[1] for k, v in ckpt["model"].items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
+        if not widths:
+            raise ValueError(f"{path} is a feature run without a linear layer's weights; the file was changed after "
+                             "training: use the best.pt written by `spmlkit train`, or train the run again")
+        model: torch.nn.Module = FeatureHead(int(widths[0]), len(ckpt["class_names"]), cfg.get("head", "linear"),
+                                             int(cfg.get("hidden", 256)), float(cfg.get("dropout", 0.0)))
+    else:
+        model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False,
+                            lgconv=cfg.get("lgconv", False))
     _check_weights_fit(path, ckpt, model)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
-    spec = ckpt.get("transform") or {"kind": "imagenet", "size": cfg["image_size"]}
+    return model, ckpt, path
+
+
+def load_predictor(checkpoint: str | Path, device: str = "cpu"):
+    """The model, class names, threshold and transform of a run's best checkpoint."""
+    model, ckpt, _ = load_model(checkpoint, device)
+    spec = ckpt.get("transform") or {"kind": "imagenet", "size": ckpt["config"]["image_size"]}
     return model, list(ckpt["class_names"]), float(ckpt.get("threshold", 0.5)), spec
 
 
@@ -78,7 +99,10 @@ def _check_weights_fit(path: Path, ckpt: dict, model: torch.nn.Module) -> None:
     if held is not None and held != listed:
         what = f"model weights for {held} classes but {listed} class names"
     else:
-        what = f"model weights that do not fit its config (backbone {ckpt['config'].get('backbone')!r})"
+        features = (ckpt.get("transform") or {}).get("kind") == "features"
+        model_of = (f"head {ckpt['config'].get('head')!r}" if features
+                    else f"backbone {ckpt['config'].get('backbone')!r}")
+        what = f"model weights that do not fit its config ({model_of})"
     raise ValueError(f"{path} holds {what} ({'; '.join(problems[:3])}); the file was changed after training or "
                      "mixes two runs: predict with the best.pt written by `spmlkit train`, or train the run again")
 
@@ -129,6 +153,9 @@ def predict_images(
     on_batch: Callable[[int], None] | None = None,
 ) -> Predictions:
     model, class_names, default_threshold, spec = load_predictor(checkpoint, device)
+    if spec.get("kind") == "features":
+        raise ValueError(f"{checkpoint} is a run on features, not images: `spmlkit predict` scores image files; "
+                         "score feature rows with SPMLClassifier, or with the model that `spmlkit export` writes")
     paths = find_images(images)
     dataset = ImageFileDataset(paths, transform_from_spec(spec), skip_bad=True)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,

@@ -13,7 +13,7 @@ import errno
 import sys
 from typing import Sequence
 
-from . import catalogue, data, experiments, train
+from . import catalogue, data, experiments, export, train
 
 __all__ = ["main", "build_parser"]
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiments.add_parsers(sub)
     train.add_parser(sub)
     data.add_parsers(sub)
+    export.add_parsers(sub)
     return parser
 
 

@@ -32,6 +32,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--variant", help="coco2014: spml (default) or pu_mlc (all images, JSON order)")
     p.add_argument("--mode", help="nuswide: formatted (EM authors' lists) or raw (official distribution)")
     p.add_argument("--no-expect-counts", action="store_true", help="nuswide: do not insist on the published counts")
+    p.add_argument("--cache-size", type=int, metavar="S",
+                   help="also write every image resized to S x S (raw uint8 pixels, 3*S*S bytes each) into "
+                        "OUT/image_cache; runs at --image-size <= S read it instead of decoding the original JPEGs "
+                        "every epoch (S equal to the run's --image-size gives bit-identical inputs; "
+                        'docs/protocol.md, "Pre-resized image cache")')
     own = p.add_argument_group("your own images (folder, csv)")
     own.add_argument("--labels", help="csv: the labels file (.csv or .tsv), header image,positives[,negatives]")
     own.add_argument("--images", help="csv: the folder the image paths of --labels are relative to")
@@ -99,6 +104,8 @@ def run_prepare(args: argparse.Namespace) -> int:
                          progress=lambda done, total: progress.update(task, completed=done, total=total), **options)
     screen.print(f"prepared {result.dataset}: {len(result.train_images)} train / {len(result.test_images)} test "
                  f"images, {result.num_classes} classes -> {out}")
+    if args.cache_size is not None:
+        _write_cache(screen, out, args.cache_size)
     if result.bad_images:
         screen.print(f"[yellow]{len(result.bad_images)} unreadable images[/yellow] (listed in {out / 'bad_images.txt'})")
         return 1
@@ -117,6 +124,28 @@ def _check_prepare_options(args: argparse.Namespace) -> None:
     if missing:
         flags = " and ".join("--" + name for name in missing)
         raise ValueError(f"`spmlkit prepare {args.dataset}` needs {flags}; {_usage(args.dataset)}")
+    if args.cache_size is not None and args.cache_size < 1:
+        raise ValueError(f"--cache-size must be a positive number of pixels (e.g. 448, the image size of the "
+                         f"papers' runs), got {args.cache_size}")
+    if args.cache_size is not None and args.check and args.dataset in _USER_FORMS:
+        raise ValueError(f"`spmlkit prepare {args.dataset} --check` writes nothing, so it has no images to cache; "
+                         "drop --cache-size, or drop --check to prepare the folder and its cache")
+
+
+def _write_cache(screen: Any, out: Path, size: int) -> None:
+    """``--cache-size``: resize every image of the prepared folder ``out`` once, with a progress bar."""
+    from rich.progress import Progress
+
+    from ..data.image_cache import write_image_cache
+    from ..errors import user_input
+
+    with Progress(console=screen, disable=not screen.is_terminal) as progress, user_input():
+        task = progress.add_task(f"resizing images to {size} x {size}", total=None)
+        cache = write_image_cache(out, size, progress=lambda done, total: progress.update(task, completed=done,
+                                                                                          total=total))
+    rows = sum(cache.counts.values())
+    screen.print(f"image cache: {rows} images at {size} x {size} ({rows * size * size * 3 / 1e9:.2f} GB) -> "
+                 f"{cache.folder}; runs at --image-size {size} or less read it", markup=False, highlight=False)
 
 
 def _usage(dataset: str) -> str:
@@ -167,6 +196,8 @@ def _prepare_own(args: argparse.Namespace) -> int:
         result = write_user_data(data, out)
     _report(screen, data)
     screen.print(f"prepared {result.dataset}: {data.summary()} -> {out}", markup=False, highlight=False)
+    if args.cache_size is not None:
+        _write_cache(screen, out, args.cache_size)
     screen.print(f"train with: spmlkit train --prepared {shlex.quote(str(out))} --method em_apl", markup=False,
                  highlight=False)
     return 0

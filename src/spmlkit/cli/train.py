@@ -20,7 +20,7 @@ _OPTIONS = {
     "num_workers": "num_workers", "optimizer": "optimizer", "head_lr_mult": "head_lr_mult",
     "linear_init_epochs": "linear_init_epochs", "weight_decay": "weight_decay", "out": "out",
     "pretrained": "pretrained", "lgconv": "lgconv", "head": "head", "subset": "subset", "features": "dataset",
-    "batch_statistics": "batch_statistics",
+    "batch_statistics": "batch_statistics", "decode": "decode", "compile": "compile", "loggers": "loggers",
 }
 
 
@@ -58,7 +58,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--linear-init-epochs", type=int, help="LinearInit: head-only epochs on frozen features first")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--amp", choices=("auto", "none", "bf16", "fp16"))
-    p.add_argument("--num-workers", type=int)
+    p.add_argument("--num-workers", type=int,
+                   help="image loader processes (default: automatic, from the CPUs available; 0: in the main "
+                        "process); results do not depend on it")
+    p.add_argument("--decode", choices=("cpu", "gpu"),
+                   help="where training JPEGs are decoded: cpu (PIL in the loader processes, the default) or gpu "
+                        "(nvJPEG, resized on the GPU; CUDA only)")
+    p.add_argument("--compile", action="store_true", default=None,
+                   help="torch.compile the model (faster steps after a compilation of a minute or more)")
     p.add_argument("--batch-statistics", choices=("global", "process"),
                    help="under torchrun: loss statistics over the whole global batch or each process's slice "
                         "(default: the method's; PU-MLC: process)")
@@ -71,6 +78,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     p.add_argument("--stop-after", type=int, help="stop this invocation after N epochs (resume later)")
+    p.add_argument("--logger", dest="loggers", action="append", metavar="NAME",
+                   help="also log every epoch's metrics to tensorboard | mlflow | wandb | a registered logger; "
+                        "repeatable")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run)
 
@@ -91,6 +101,17 @@ def resolve_from_args(args: argparse.Namespace):
     return config
 
 
+def _check_decode(config: Any) -> None:
+    """``--decode gpu`` needs CUDA: refused here, before a run folder is made, with what to use instead."""
+    if config.decode != "gpu":
+        return
+    import torch
+
+    if config.device == "cpu" or not torch.cuda.is_available():
+        where = "--device cpu was asked for" if config.device == "cpu" else "this machine has no CUDA device"
+        raise ValueError(f"--decode gpu decodes JPEGs on a CUDA GPU, but {where}; use --decode cpu (the default)")
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -101,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     out.quiet = os.environ.get("RANK", "0") != "0"  # under torchrun, one process reports
     with user_input():
         config = resolve_from_args(args)
+        _check_decode(config)
     out.print(f"[bold]spmlkit train[/bold]: {config.method} on {config.dataset} ({config.observation}), "
               f"{config.epochs} epochs, batch {config.batch_size}, lr {config.lr:g} -> {config.out}")
     table = Table(title=f"{config.method} on {config.dataset}")

@@ -77,7 +77,16 @@ class RunConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     amp: str = "auto"  # auto (bf16 on GPU, none on CPU) | none | bf16 | fp16
     channels_last: bool = True  # GPU only
-    num_workers: int = 0
+    #: DataLoader worker processes of image runs. None: automatic (the CPUs this process may
+    #: use, shared among the processes torchrun started on the node, minus one, at most 8;
+    #: spmlkit.data.images.loader_workers); 0: load in the main process. The (index, flip)
+    #: order is drawn in the main process, so results do not depend on this number
+    num_workers: int | None = None
+    #: where the training JPEGs are decoded: "cpu" (PIL in the loader workers) or "gpu"
+    #: (nvJPEG via torchvision.io.decode_jpeg, resized on the GPU; CUDA only)
+    decode: str = "cpu"
+    #: torch.compile the model's training forward (the first steps compile for a while)
+    compile: bool = False
     eval_batch_size: int | None = None
     num_threads: int | None = None  # torch CPU threads for this run (None: leave as is)
     #: under torch.distributed: "global" (the loss sees the whole global batch, equal to one
@@ -85,6 +94,9 @@ class RunConfig:
     #: default); docs/architecture.md, "Distributed training"
     batch_statistics: str | None = None
     out: str | None = None  # run folder; None keeps everything in memory (sweeps of feature runs)
+    #: where each epoch's metrics go besides metrics.csv: tensorboard | mlflow | wandb | a name
+    #: registered with training.loggers.register_logger (or an entry point "spmlkit.loggers")
+    loggers: list[str] = field(default_factory=list)
     # ---- digits-mosaic generator
     mosaic_train: int = 2000
     mosaic_test: int = 1000
@@ -97,6 +109,9 @@ class RunConfig:
         _choice("optimizer", self.optimizer, ("adam", "sgd"))
         _choice("amp", self.amp, ("auto", "none", "bf16", "fp16"))
         _choice("head", self.head, ("linear", "mlp"))
+        _choice("decode", self.decode, ("cpu", "gpu"))
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be true or false, got {self.compile!r}")
         if self.batch_statistics is not None:
             _choice("batch_statistics", self.batch_statistics, ("global", "process"))
         for name in ("image_size", "batch_size", "epochs", "hidden"):
@@ -106,8 +121,11 @@ class RunConfig:
                 _positive_int(name, getattr(self, name))
         for name in ("linear_init_epochs", "num_workers"):
             value = getattr(self, name)
+            if name == "num_workers" and value is None:  # automatic
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+                also = " or null (automatic)" if name == "num_workers" else ""
+                raise ValueError(f"{name} must be an integer >= 0{also}, got {value!r}")
         if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 0):
             raise ValueError(f"patience must be an integer >= 0 or null, got {self.patience!r}")
         _positive_number("lr", self.lr)
@@ -145,7 +163,7 @@ class RunConfig:
 #: options that only mean something for image runs
 IMAGE_ONLY = ("root", "prepared", "dataset_variant", "backbone", "pretrained", "lgconv", "image_size", "hflip",
               "head_lr_mult", "linear_init_epochs", "linear_init_lr", "amp", "channels_last", "num_workers",
-              "eval_batch_size", "mosaic_train", "mosaic_test")
+              "decode", "eval_batch_size", "mosaic_train", "mosaic_test")
 #: options that only mean something for feature runs
 FEATURE_ONLY = ("head", "hidden", "dropout", "standardize")
 

@@ -265,13 +265,18 @@ def load_image_data(config: RunConfig) -> ImageData:
     size = config.image_size
     train_paths, test_paths = [str(p) for p in ds.paths("train")], [str(p) for p in ds.paths("test")]
     transform = build_transform(size, train=False)
+    from ..data.image_cache import open_cache
+
+    # `spmlkit prepare --cache-size S` (S >= size): pre-resized pixels read instead of the files
+    cache = open_cache(prepared_dir, ds, size)
+    train_cache, test_cache = (cache.split("train"), cache.split("test")) if cache else (None, None)
     return ImageData(
         name=ds.dataset,
         class_names=tuple(ds.class_names),
         Y_train=None if ds.observed is not None else np.asarray(ds.train_labels),  # users' data: observed only
         Y_test=None if ds.test_labels is None else np.asarray(ds.test_labels),  # None: no labelled test set
-        train_dataset=lambda: ImageFileDataset(train_paths, transform),
-        test_dataset=lambda: ImageFileDataset(test_paths, transform),
+        train_dataset=lambda: ImageFileDataset(train_paths, transform, cache=train_cache),
+        test_dataset=lambda: ImageFileDataset(test_paths, transform, cache=test_cache),
         paths={"train": train_paths, "test": test_paths},
         transform_spec={"kind": "imagenet", "size": size},
     )

@@ -6,8 +6,14 @@ Layout (``config.out``)::
     metrics.csv/.json    one row per finished epoch
     last.pt              everything needed to resume: written atomically after every epoch
     best.pt              the best validation epoch: model, label state, config, class names,
-                         threshold and input transform (what ``spmlkit predict`` loads)
+                         threshold and input transform (what ``spmlkit predict`` and
+                         ``spmlkit export`` load)
     result.json          the final result (test metrics, analysis, history) once finished
+    tensorboard/         event files, when the run logs to TensorBoard (``loggers``)
+
+Both checkpoints hold only tensors, plain containers, numbers, strings, bools and None, so
+that they load with ``torch.load(..., weights_only=True)`` (:mod:`.checkpoint`): loading one
+never runs code.
 
 Nothing of an earlier run is replaced without the user asking: starting a run in a folder
 that already holds one is refused unless it is resumed (``resume=True``) or replaced on
@@ -17,7 +23,6 @@ purpose (``overwrite=True``).
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,13 +31,19 @@ import numpy as np
 import torch
 
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
-from .checkpoint import load_checkpoint
+from .checkpoint import load_checkpoint, numpy_rng_state, plain_checkpoint, set_numpy_rng_state
 from .config import RunConfig, save_config
 from .loop import LoopParts, LoopState
+from .run_data import feature_scaling
 
-__all__ = ["RunDirectory"]
+__all__ = ["RunDirectory", "feature_spec"]
 
 _RUN_FILES = ("config.yaml", "last.pt", "best.pt", "metrics.csv", "metrics.json", "result.json")
+#: settings that do not change what a run computes: a resume may change them
+#: settings a resumed run may change: where it is written, how it is logged, and how the machine
+#: feeds it (none of them changes a number: workers draw no randomness, the order and flips
+#: come from the run's own generator)
+_RESUME_FREE = ("out", "loggers", "num_workers", "eval_batch_size", "num_threads")
 
 
 class RunDirectory:
@@ -75,8 +86,9 @@ class RunDirectory:
         if not self.last.is_file():
             raise FileNotFoundError(f"--resume: no checkpoint at {self.last}; start the run without --resume")
         ckpt = load_checkpoint(self.last)
-        saved = {k: v for k, v in ckpt["config"].items() if k != "out"}
-        now = {k: v for k, v in config.to_dict().items() if k != "out"}
+        defaults = RunConfig().to_dict()  # a setting added since the run started counts as its default
+        saved = {k: ckpt["config"].get(k, defaults.get(k)) for k in defaults if k not in _RESUME_FREE}
+        now = {k: v for k, v in config.to_dict().items() if k not in _RESUME_FREE}
         diff = sorted(k for k in now if saved.get(k) != now[k])
         if diff:
             raise ValueError(f"--resume: the run in {self.path} was started with different settings "
@@ -91,14 +103,14 @@ class RunDirectory:
     def save_epoch(self, ls: LoopState, parts: LoopParts, config: RunConfig, extra_best: dict[str, Any]) -> None:
         """After every epoch: ``best.pt`` if this epoch is the best, ``last.pt``, the metrics."""
         if ls.best_epoch == ls.epoch:
-            atomic_torch_save({**ls.best_snapshot, "config": config.to_dict(), "epoch": ls.epoch,
-                               "val_map": ls.best_val_map, **extra_best}, self.best)
-        atomic_torch_save({
+            atomic_torch_save(plain_checkpoint({**ls.best_snapshot, "config": config.to_dict(), "epoch": ls.epoch,
+                                                "val_map": ls.best_val_map, **extra_best}, "best.pt"), self.best)
+        atomic_torch_save(plain_checkpoint({
             "model": parts.model.state_dict(), "optimizer": parts.optimizer.state_dict(),
             "components": parts.components.state_dict(), "label_state": parts.state.state_dict(),
             "generator": parts.generator.get_state(), "torch_rng": torch.get_rng_state(),
-            "numpy_rng": np.random.get_state(), "config": config.to_dict(), "loop": ls.progress(),
-        }, self.last)
+            "numpy_rng": numpy_rng_state(), "config": config.to_dict(), "loop": ls.progress(),
+        }, "last.pt"), self.last)
         self.write_metrics(ls.history)
 
     def write_metrics(self, history: list[dict[str, float]]) -> None:
@@ -143,7 +155,7 @@ class RunDirectory:
                                  "(another --out, or --overwrite)") from exc
         parts.generator.set_state(ckpt["generator"])
         torch.set_rng_state(ckpt["torch_rng"])
-        np.random.set_state(ckpt["numpy_rng"])
+        set_numpy_rng_state(ckpt["numpy_rng"])
         loop = ckpt["loop"]
         ls = LoopState(epoch=loop["epoch"], history=loop["history"], best_val_map=loop["best_val_map"],
                        best_epoch=loop["best_epoch"], bad_epochs=loop["bad_epochs"],
@@ -151,13 +163,21 @@ class RunDirectory:
         ls.best_snapshot = ckpt["best_snapshot"]
         return ls
 
-    def tensorboard(self):
-        """A TensorBoard writer when tensorboard is installed (``pip install "spmlkit[tensorboard]"``)."""
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except Exception:  # tensorboard not installed: logs are optional
-            return None
-        return SummaryWriter(str(self.path / "tensorboard"))
+
+def feature_spec(X_fit: np.ndarray, standardize: bool) -> dict[str, Any]:
+    """What a feature run's ``best.pt`` records about its inputs (its ``"transform"``).
+
+    The model of a feature run sees z-scored features, with the mean and std of the run's
+    own training rows; without them a deployed model (``spmlkit export``) could not be fed
+    new rows the way it was trained. Stored as float64 tensors, the precision the run
+    standardised in.
+    """
+    spec: dict[str, Any] = {"kind": "features", "dim": int(np.shape(X_fit)[1]), "standardize": bool(standardize)}
+    if standardize:
+        mean, std = feature_scaling(X_fit)
+        spec["mean"] = torch.from_numpy(np.asarray(mean, dtype=np.float64))
+        spec["std"] = torch.from_numpy(np.asarray(std, dtype=np.float64))
+    return spec
 
 
 def weight_mismatches(state: dict[str, Any], model: torch.nn.Module) -> list[str]:
@@ -186,9 +206,3 @@ def num_outputs(state: dict[str, Any]) -> int | None:
     """
     weights = [v for k, v in state.items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
     return int(weights[-1].shape[0]) if weights else None
-
-
-def log_scalars(writer: Any, record: dict[str, float], step: int) -> None:
-    for k, v in record.items():
-        if isinstance(v, (int, float)) and math.isfinite(v):
-            writer.add_scalar(k, v, step)

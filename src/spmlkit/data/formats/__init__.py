@@ -174,6 +174,7 @@ def prepare(
     check: bool = False,
     check_exists: bool = True,
     progress: ProgressCallback | None = None,
+    cache_size: int | None = None,
     **options: Any,
 ) -> PreparedDataset:
     """Read ``dataset`` from its official layout under ``root`` and write the prepared form to ``out``.
@@ -189,7 +190,14 @@ def prepare(
 
     The ``variant`` option is also recorded as ``meta["variant"]`` (None for datasets
     without variants); :func:`default_prepared_dir` gives each variant its own ``out``.
+
+    ``cache_size=S`` also writes every train and test image resized to ``S x S`` into
+    ``out/image_cache`` (:func:`spmlkit.data.image_cache.write_image_cache`), which runs at an
+    image size <= S then read instead of decoding the original JPEGs every epoch
+    (docs/protocol.md, "Pre-resized image cache").
     """
+    if cache_size is not None and (not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 1):
+        raise ValueError(f"cache_size must be a positive number of pixels, got {cache_size!r} (--cache-size)")
     parsed = parse(dataset, root, **options)
     all_images = parsed.train.images + parsed.test.images
     if check_exists and not parsed.images_checked:
@@ -205,7 +213,7 @@ def prepare(
             len(bad), len(all_images), shown, Path(out) / "bad_images.txt",
         )  # fmt: skip
     recorded = {**dataset_options(dataset), **parsed.details, **options}
-    return write_prepared(
+    result = write_prepared(
         out,
         dataset=dataset,
         class_names=parsed.class_names,
@@ -221,6 +229,12 @@ def prepare(
         bad_images=bad,
         variant=recorded.get("variant"),
     )
+    if cache_size is None:
+        return result
+    from ..image_cache import write_image_cache
+
+    write_image_cache(out, cache_size)
+    return load_prepared(out)  # with the cache recorded in its meta
 
 
 def _jsonable(value: Any) -> Any:

@@ -14,6 +14,8 @@ Layout of ``out/`` (format version 1)::
     train_labels.npy   uint8 0/1 matrix [N_train, C]; row i belongs to line i
     test_labels.npy    uint8 0/1 matrix [N_test, C]
     bad_images.txt     only after a check=True run: "path<TAB>reason" per unreadable image
+    image_cache/       only after ``prepare --cache-size S``: the images pre-resized to S x S
+                       (:mod:`spmlkit.data.image_cache`), recorded as ``meta["image_cache"]``
 
 Users' own data (``spmlkit prepare folder`` / ``spmlkit prepare csv``; docs/protocol.md,
 "Your own data") has no full train labels: it records what was observed instead, and may
@@ -47,8 +49,11 @@ docs/protocol.md, "Datasets"), ``reference_counts`` and ``matches_reference_coun
 selection rule and what it kept), ``options`` (reader options), ``check``
 ({"images_exist": bool, "verified": bool, "bad_images": int, "bad_examples": [...]}) and
 ``files`` (SHA-256 of each data file, verified on load so that a half-overwritten folder is
-detected). Folders written before ``variant`` was recorded are read with the variant found
-in ``options`` (null when there is none), so they need no re-preparation.
+detected). ``image_cache`` is present only in a folder prepared with a pre-resized cache
+(:func:`record_image_cache`; the cache is not among ``files``: hashing it would cost minutes per
+load), so folders without one keep exactly the keys above. Folders written before
+``variant`` was recorded are read with the variant found in ``options`` (null when there is
+none), so they need no re-preparation.
 
 The variant is recorded because two variants of one dataset have different rows (COCO 2014:
 82,081 annotated images for the SPML papers, all 82,783 for PU-MLC), and a run that silently
@@ -84,6 +89,7 @@ __all__ = [
     "PreparedFormatError",
     "PreparedMismatchError",
     "load_prepared",
+    "record_image_cache",
     "recorded_variant",
     "write_prepared",
 ]
@@ -356,6 +362,24 @@ def _read_meta(out: Path) -> dict[str, Any]:
     if not (isinstance(counts, dict) and all(isinstance(counts.get(s), int) for s in _SPLITS)):
         raise PreparedFormatError(f"{meta_path}: counts must map 'train' and 'test' to integers; re-run prepare")
     return meta
+
+
+def record_image_cache(out: str | Path, entry: dict[str, Any] | None) -> None:
+    """Set ``meta["image_cache"]`` of the prepared folder ``out`` to ``entry``, or remove it (None).
+
+    The cache (:mod:`spmlkit.data.image_cache`) is optional and written after the folder, so it
+    is recorded by rewriting ``meta.json`` atomically with only this key changed: a folder
+    without a cache keeps the exact keys and checksums it had.
+    """
+    out = Path(out)
+    meta = _read_meta(out)
+    if entry is None:
+        if "image_cache" not in meta:
+            return
+        del meta["image_cache"]
+    else:
+        meta["image_cache"] = entry
+    atomic_write_bytes(out / META, (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 def _read_checked(out: Path, filename: str, expected_hash: str | None) -> bytes:

@@ -1,0 +1,269 @@
+"""Where a run's numbers go besides ``metrics.csv``: TensorBoard, MLflow, Weights & Biases, your own.
+
+The trainer talks to one small interface, :class:`RunLogger`: ``log_config`` once when the
+run starts, ``log_metrics`` after every finished epoch (the record ``metrics.json`` gains,
+with the epoch as the step) and ``close`` at the end, whether the run finished, stopped as
+asked or failed. Under torch.distributed only rank 0 logs, as it alone writes the run folder.
+
+A run names its loggers in ``RunConfig.loggers`` (``--logger NAME``, repeatable). A name is
+looked up, in order, among
+
+* the loggers registered in this process with :func:`register_logger` (the built-ins
+  ``tensorboard``, ``mlflow`` and ``wandb`` are registered this way), then
+* the entry points of the group ``spmlkit.loggers`` of installed packages, so a package can
+  ship a logger without the user importing anything::
+
+      [project.entry-points."spmlkit.loggers"]
+      mylogger = "mypackage.logging:make_logger"
+
+A factory is called as ``factory(run_dir)`` with the run folder (a ``Path``, or None for a run
+kept in memory) and returns the logger. A registration lives in the process that made it:
+runs in other processes (sweep workers) find a plug-in through its entry point. The built-ins import their package only when
+selected; a missing package is refused before the run starts, in one line with the pip
+command, rather than after an hour of training.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["RunLogger", "LoggerFactory", "register_logger", "available_loggers", "check_loggers", "open_loggers",
+           "LoggerGroup", "ENTRY_POINT_GROUP"]
+
+ENTRY_POINT_GROUP = "spmlkit.loggers"
+
+
+@runtime_checkable
+class RunLogger(Protocol):
+    """What the trainer calls. Subclass it for the no-op defaults, or write any class with these methods."""
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        """The resolved run configuration (``RunConfig.to_dict()``), once, before the first epoch."""
+
+    def log_metrics(self, record: dict[str, Any], step: int) -> None:
+        """One finished epoch's record (train loss, val mAP, pseudo-label counts, timings), ``step`` = epoch."""
+
+    def close(self) -> None:
+        """Flush and release; called once, also when the run stops early or fails."""
+
+
+#: ``factory(run_dir)`` -> a logger; ``run_dir`` is the run folder or None (a run kept in memory)
+LoggerFactory = Callable[[Path | None], RunLogger]
+
+_REGISTRY: dict[str, LoggerFactory] = {}
+#: built-in loggers: the module they import, and the pip command that installs it
+_NEEDS: dict[str, tuple[str, str]] = {}
+
+
+def register_logger(name: str, factory: LoggerFactory, *, replace: bool = False) -> None:
+    """Make ``name`` usable in ``loggers`` / ``--logger`` for this process.
+
+    Registering a name twice is refused unless ``replace=True``, so two plug-ins cannot
+    silently shadow each other (or a built-in).
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a logger name must be a non-empty string, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"the factory of logger {name!r} must be callable (run_dir -> logger), got {factory!r}")
+    if name in _REGISTRY and not replace:
+        raise ValueError(f"a logger named {name!r} is already registered; pass replace=True to replace it")
+    _REGISTRY[name] = factory
+    _NEEDS.pop(name, None)
+
+
+def available_loggers() -> list[str]:
+    """Every name a run may use: registered in this process, then installed entry points."""
+    return sorted({*_REGISTRY, *(ep.name for ep in _entry_points())})
+
+
+def check_loggers(names: Sequence[str]) -> list[LoggerFactory]:
+    """The factory of each name, checked before the run starts (``ValueError`` in one line otherwise).
+
+    Refuses a value that is not a list of names, an unknown name (listing the known ones),
+    a name given twice, and a built-in whose package is not installed (with the pip command).
+    """
+    if isinstance(names, str) or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"loggers must be a list of logger names (e.g. [tensorboard]), got {names!r}")
+    twice = sorted({n for n in names if list(names).count(n) > 1})
+    if twice:
+        raise ValueError(f"loggers: {', '.join(twice)} given more than once; name each logger once")
+    return [_factory(name) for name in names]
+
+
+def _factory(name: str) -> LoggerFactory:
+    if name in _REGISTRY:
+        module, install = _NEEDS.get(name, (None, None))
+        if module is not None and not _installed(module):
+            raise ValueError(f"logger {name!r} needs the {module} package, which is not installed: "
+                             f"pip install {install}")
+        return _REGISTRY[name]
+    for ep in _entry_points():
+        if ep.name == name:
+            try:
+                factory = ep.load()
+            except Exception as exc:  # a broken plug-in: say which package, do not guess further
+                raise ValueError(f"logger {name!r} (entry point {ep.value} of group {ENTRY_POINT_GROUP}) cannot be "
+                                 f"loaded ({type(exc).__name__}: {exc}); reinstall or fix the package that "
+                                 "provides it") from None
+            if not callable(factory):
+                raise ValueError(f"logger {name!r} (entry point {ep.value}) is not a callable factory; its package "
+                                 "must point the entry point at a function run_dir -> logger")
+            return factory
+    raise ValueError(f"unknown logger {name!r}; available: {', '.join(available_loggers())} (register your own with "
+                     f"spmlkit.training.loggers.register_logger or an entry point of group {ENTRY_POINT_GROUP})")
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (mlflow and wandb take seconds)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def open_loggers(names: Sequence[str], run_dir: Path | None) -> LoggerGroup:
+    """Create the named loggers for a run in ``run_dir``; one object that forwards to all of them."""
+    loggers: list[RunLogger] = []
+    try:
+        for name, factory in zip(names, check_loggers(names)):
+            logger = factory(run_dir)
+            missing = [m for m in ("log_config", "log_metrics", "close") if not callable(getattr(logger, m, None))]
+            if missing:
+                raise TypeError(f"logger {name!r}: its factory returned {type(logger).__name__}, which lacks "
+                                f"{', '.join(missing)}; a logger needs log_config, log_metrics and close")
+            loggers.append(logger)
+    except BaseException:
+        LoggerGroup(loggers).close()
+        raise
+    return LoggerGroup(loggers)
+
+
+class LoggerGroup:
+    """Several loggers as one: each call goes to every logger, in the order the run named them."""
+
+    def __init__(self, loggers: Sequence[RunLogger] = ()) -> None:
+        self.loggers = list(loggers)
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        for logger in self.loggers:
+            logger.log_config(config)
+
+    def log_metrics(self, record: dict[str, Any], step: int) -> None:
+        for logger in self.loggers:
+            logger.log_metrics(dict(record), step)
+
+    def close(self) -> None:
+        """Close every logger, even when one fails to (the first failure is raised afterwards)."""
+        failure: BaseException | None = None
+        for logger in self.loggers:
+            try:
+                logger.close()
+            except Exception as exc:
+                failure = failure or exc
+        self.loggers = []
+        if failure is not None:
+            raise failure
+
+
+def _scalars(record: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers of a record: what a metrics backend can plot (NaN/inf and text are left out)."""
+    return {k: float(v) for k, v in record.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def _run_name(run_dir: Path | None) -> str | None:
+    """``<dataset>/<method>/<seed>``-like name from the run folder's last parts, for the tracking UIs."""
+    return None if run_dir is None else "/".join(Path(run_dir).resolve().parts[-3:])
+
+
+# ---------------------------------------------------------------------------- built-ins
+
+
+class TensorBoardLogger:
+    """Scalars per epoch into ``<run>/tensorboard`` (``tensorboard --logdir <run>``); the config as text."""
+
+    def __init__(self, run_dir: Path | None) -> None:
+        if run_dir is None:
+            raise ValueError("logger 'tensorboard' writes into the run folder, but this run keeps everything in "
+                             "memory: set out (--out), or use another logger")
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        text = json.dumps(config, indent=1, sort_keys=True, default=str)
+        self.writer.add_text("config", "".join(f"    {line}\n" for line in text.splitlines()))
+
+    def log_metrics(self, record: dict[str, Any], step: int) -> None:
+        for key, value in _scalars(record).items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()  # a killed run keeps every finished epoch, as metrics.csv does
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class MLflowLogger:
+    """An MLflow run (tracking URI and experiment from ``MLFLOW_TRACKING_URI`` / ``MLFLOW_EXPERIMENT_NAME``)."""
+
+    def __init__(self, run_dir: Path | None) -> None:
+        import mlflow
+
+        self.mlflow = mlflow
+        # inside a run the user already started, ours is its child rather than an error
+        self.run = mlflow.start_run(run_name=_run_name(run_dir), nested=mlflow.active_run() is not None)
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        params = {}
+        for key, value in config.items():
+            if isinstance(value, dict):  # hparams: one parameter each, so runs compare per hyperparameter
+                params.update({f"{key}.{k}": v for k, v in value.items()})
+            else:
+                params[key] = value
+        # MLflow keeps parameter values as strings of bounded length
+        self.mlflow.log_params({k: json.dumps(v, default=str)[:500] if not isinstance(v, str) else v[:500]
+                                for k, v in params.items()})
+
+    def log_metrics(self, record: dict[str, Any], step: int) -> None:
+        self.mlflow.log_metrics(_scalars(record), step=step)
+
+    def close(self) -> None:
+        self.mlflow.end_run()
+
+
+class WandbLogger:
+    """A Weights & Biases run (project and entity from ``WANDB_PROJECT`` / ``WANDB_ENTITY``, offline with
+    ``WANDB_MODE=offline``); its files go under the run folder."""
+
+    def __init__(self, run_dir: Path | None) -> None:
+        import wandb
+
+        self.run = wandb.init(name=_run_name(run_dir), dir=None if run_dir is None else str(run_dir))
+
+    def log_config(self, config: dict[str, Any]) -> None:
+        self.run.config.update(config, allow_val_change=True)
+
+    def log_metrics(self, record: dict[str, Any], step: int) -> None:
+        self.run.log(_scalars(record), step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+for _name, _cls, _module in (("tensorboard", TensorBoardLogger, "tensorboard"), ("mlflow", MLflowLogger, "mlflow"),
+                             ("wandb", WandbLogger, "wandb")):
+    register_logger(_name, _cls)
+    _NEEDS[_name] = (_module, f'"spmlkit[{_name}]"' if _name == "tensorboard" else _module)

@@ -1,0 +1,164 @@
+"""GPU-side speed options on a machine without a GPU: `--decode gpu` refused, the CPU path unchanged,
+the GPU decoder's arithmetic checked on the CPU, `--compile` training, Adam fused only on CUDA."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from spmlkit.cli import main
+from spmlkit.data.digits_mosaic import DigitsMosaicDataset, make_digits_mosaic
+from spmlkit.data.gpu_decode import EncodedImages, GpuDecoder, collate_encoded
+from spmlkit.data.images import IMAGENET_STD, ImageFileDataset, build_transform
+from spmlkit.errors import InputError
+from spmlkit.experiments.presets import DATASET_DEFAULTS
+from spmlkit.training import train
+from spmlkit.training.config import RunConfig, config_from_dict
+from spmlkit.training.sources import ImageSource
+from spmlkit.training.trainer import _optimizer
+
+CPU = torch.device("cpu")
+MOSAIC = {**DATASET_DEFAULTS["digits-mosaic"], "dataset": "digits-mosaic", "mosaic_train": 80, "mosaic_test": 20,
+          "method": "an", "epochs": 1, "batch_size": 32}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _photos(folder: Path, n: int = 6) -> list[Path]:
+    """JPEG crops of scikit-learn's two sample photographs, of various sizes, and one PNG."""
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    sources = [Image.fromarray(a) for a in load_sample_images().images]
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(n):
+        image = sources[k % 2].crop((20 * k, 10 * k, 20 * k + 300 + 17 * k, 10 * k + 200 + 11 * k))
+        path = folder / (f"{k}.png" if k == n - 1 else f"{k}.jpg")
+        image.save(path, **({} if path.suffix == ".png" else {"quality": 92}))
+        paths.append(path)
+    return paths
+
+
+def test_decode_gpu_is_refused_on_the_cpu_with_one_line(tmp_path, capsys):
+    code = main(["train", "--dataset", "digits-mosaic", "--decode", "gpu", "--device", "cpu", "--epochs", "1",
+                 "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--decode gpu decodes JPEGs on a CUDA GPU" in err and "--decode cpu" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+    if not torch.cuda.is_available():  # the automatic device of a machine without CUDA
+        assert main(["train", "--dataset", "digits-mosaic", "--decode", "gpu", "--epochs", "1"]) == 2
+        assert "this machine has no CUDA device" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="decode must be one of cpu, gpu"):
+        RunConfig(decode="tpu")
+
+
+def test_image_source_refuses_gpu_decoding_off_cuda(tmp_path):
+    paths = _photos(tmp_path / "img", 3)
+    files = ImageFileDataset(paths, build_transform(32, train=False))
+    with pytest.raises(InputError, match="this run's device is cpu"):
+        ImageSource(files, files, np.arange(2), np.arange(2, 3), batch_size=2, eval_batch_size=None, hflip=True,
+                    num_workers=0, device=CPU, channels_last=True, num_classes=2, decode="gpu")
+
+
+def test_cpu_batches_are_the_dataset_images_in_the_drawn_order_and_flips(tmp_path):
+    """The CPU path: batch k holds the transform of each drawn row, flipped where the draw says so."""
+    paths = _photos(tmp_path / "img", 6)
+    files = ImageFileDataset(paths, build_transform(24, train=False))
+    rows = np.array([5, 0, 3, 1])
+    source = ImageSource(files, files, rows, np.arange(0), batch_size=3, eval_batch_size=None, hflip=True,
+                         num_workers=0, device=CPU, channels_last=True, num_classes=2)
+    draws = torch.Generator().manual_seed(7)
+    perm = torch.randperm(4, generator=draws).tolist()
+    flips = (torch.rand(4, generator=draws) < 0.5).tolist()
+    got = list(source.train_batches(torch.Generator().manual_seed(7)))
+    assert [idx.tolist() for _, idx in got] == [perm[:3], perm[3:]]
+    for x, idx in got:
+        assert x.is_contiguous()  # channels-last is for CUDA only
+        for image, i in zip(x, idx.tolist()):
+            expected = files[int(rows[i])][0]
+            assert torch.equal(image, expected.flip(-1) if flips[i] else expected)
+
+
+def test_gpu_decoder_arithmetic_run_on_the_cpu_is_close_to_the_pil_path(tmp_path):
+    """torchvision decodes on the CPU too, which checks the GPU path's resize, flip and normalisation
+    here: libjpeg-turbo decodes as PIL does, so what differs is torch's antialiased bilinear resize
+    from PIL's, by about a grey level (nvJPEG adds its own rounding on a GPU)."""
+    paths = _photos(tmp_path / "img", 6)
+    size, rows = 56, np.arange(6)
+    reference = ImageFileDataset(paths, build_transform(size, train=False))
+    encoded = EncodedImages(paths, rows)
+    items = collate_encoded([encoded[(i, i % 2 == 1)] for i in range(6)])
+    assert [is_jpeg for _, is_jpeg, _, _ in items] == [True] * 5 + [False]  # the PNG came decoded by the worker
+    batch = GpuDecoder(size, CPU, encoded.path)(items)
+    assert batch.shape == (6, 3, size, size) and batch.dtype == torch.float32
+    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
+    for i in range(6):
+        expected = reference[i][0].flip(-1) if i % 2 == 1 else reference[i][0]
+        levels = ((batch[i] - expected) * std * 255).abs()
+        assert float(levels.mean()) < 1.0 and float(levels.max()) <= 40, i
+
+
+def test_gpu_decoder_names_an_unreadable_file(tmp_path):
+    from spmlkit.data.images import UnreadableImageError
+
+    paths = _photos(tmp_path / "img", 2)
+    paths[0].write_bytes(b"\xff\xd8 a truncated JPEG")
+    encoded = EncodedImages(paths, np.arange(2))
+    with pytest.raises(UnreadableImageError, match=f"cannot read image {paths[0]}"):
+        GpuDecoder(16, CPU, encoded.path)(collate_encoded([encoded[(0, False)], encoded[(1, False)]]))
+
+
+def _compiles() -> bool:
+    """Whether torch.compile works here at all (it needs a C++ compiler on the CPU)."""
+    if not hasattr(torch, "compile"):
+        return False
+    try:
+        return bool(torch.compile(lambda t: t * 2)(torch.ones(2)).sum() == 4)
+    except Exception:
+        return False
+
+
+def test_a_compiled_run_trains_and_keeps_plain_checkpoints(tmp_path):
+    if not _compiles():  # probed here, not at collection: a first compilation takes a while
+        pytest.skip("torch.compile is not available on this machine")
+    config = config_from_dict({**MOSAIC, "compile": True, "out": str(tmp_path / "run")})
+    result = train(config)
+    assert math.isfinite(result.history[0]["train_loss"]) and result.finished
+    from spmlkit.training.checkpoint import load_checkpoint
+
+    assert not any(k.startswith("_orig_mod") for k in load_checkpoint(tmp_path / "run" / "best.pt")["model"])
+
+
+def test_compile_and_decode_options_reach_the_config():
+    from spmlkit.cli import build_parser
+    from spmlkit.cli.train import resolve_from_args
+
+    args = build_parser().parse_args(["train", "--dataset", "digits-mosaic", "--compile", "--decode", "cpu"])
+    config = resolve_from_args(args)
+    assert config.compile is True and config.decode == "cpu"
+    assert RunConfig().compile is False and RunConfig().decode == "cpu"
+
+
+def test_adam_is_fused_only_on_cuda():
+    config = RunConfig()
+    cpu = _optimizer(config, [{"params": [torch.nn.Parameter(torch.zeros(3))]}])
+    assert not cpu.defaults.get("fused")  # the CPU keeps the default implementation: bit-identical results
+    if torch.cuda.is_available():
+        gpu = _optimizer(config, [{"params": [torch.nn.Parameter(torch.zeros(3, device="cuda"))]}])
+        assert gpu.defaults["fused"] is True
+
+
+def test_mosaic_batches_are_unchanged_by_the_new_loader_settings():
+    """The digits mosaic (in memory) through the CPU path: the same tensors as the dataset gives."""
+    mosaic = make_digits_mosaic(num_train=10, num_test=4, seed=0, image_size=16)
+    data = DigitsMosaicDataset(mosaic.train_images)
+    source = ImageSource(data, data, np.arange(10), np.arange(0), batch_size=4, eval_batch_size=None, hflip=False,
+                         num_workers=2, device=CPU, channels_last=True, num_classes=10)
+    seen = {int(i): x for batch, idx in source.train_batches(torch.Generator().manual_seed(0))
+            for x, i in zip(batch, idx)}
+    assert sorted(seen) == list(range(10)) and all(torch.equal(seen[i], data[i][0]) for i in seen)
