@@ -134,27 +134,73 @@ class _EpochBatches(Sampler):
 
 
 class ImageSource:
-    """Image loaders over the train/val rows of the official train list, and the test list."""
+    """Image loaders over the train/val rows of the official train list, and the test list.
+
+    ``num_workers``: loader processes (None: :func:`~spmlkit.data.images.loader_workers`
+    chooses from the CPUs available; 0: the main process). Workers only load what the main
+    process asks for: the (index, flip) batches are drawn here, so results do not depend on
+    their number. On CUDA, batches come in pinned memory and are copied to the GPU without
+    waiting (``non_blocking``) before the step needs them. ``decode="gpu"`` decodes the training
+    JPEGs with nvJPEG (:mod:`spmlkit.data.gpu_decode`; CUDA only); evaluation stays on the CPU.
+    """
 
     track_train = False
+    #: training batches each loader worker keeps ready: decoding times vary from image to image,
+    #: and a deeper queue absorbs the slow ones before the GPU waits
+    train_prefetch = 4
 
     def __init__(self, train_dataset: Dataset, test_dataset: Dataset, train_idx: np.ndarray, val_idx: np.ndarray, *,
-                 batch_size: int, eval_batch_size: int | None, hflip: bool, num_workers: int,
-                 device: torch.device, channels_last: bool, num_classes: int, dist: Distributed | None = None):
+                 batch_size: int, eval_batch_size: int | None, hflip: bool, num_workers: int | None,
+                 device: torch.device, channels_last: bool, num_classes: int, dist: Distributed | None = None,
+                 decode: str = "cpu"):
+        from ..data.images import loader_workers
+
         self.device, self.hflip, self.batch_size, self.num_classes = device, hflip, batch_size, num_classes
         self.dist = dist or Distributed()
         self.channels_last = channels_last and device.type == "cuda"
         self.n = len(train_idx)
-        common = dict(num_workers=num_workers, pin_memory=device.type == "cuda", persistent_workers=num_workers > 0)
+        self.num_workers = workers = loader_workers(num_workers)
+        common: dict[str, Any] = dict(num_workers=workers, pin_memory=device.type == "cuda",
+                                      persistent_workers=workers > 0)
+        prefetch = {"prefetch_factor": self.train_prefetch} if workers > 0 else {}
         self.sampler = _EpochBatches()
-        self.train_loader = DataLoader(_Indexed(train_dataset, train_idx), batch_sampler=self.sampler, **common)
+        self.decoder: Callable[[list], torch.Tensor] | None = None
+        if decode == "gpu":
+            from ..data.gpu_decode import collate_encoded
+
+            encoded = self._encoded(train_dataset, train_idx, device)
+            self.train_loader = DataLoader(encoded, batch_sampler=self.sampler, collate_fn=collate_encoded,
+                                           **common, **prefetch)
+        elif decode == "cpu":
+            self.train_loader = DataLoader(_Indexed(train_dataset, train_idx), batch_sampler=self.sampler, **common,
+                                           **prefetch)
+        else:
+            raise ValueError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
         eval_bs = eval_batch_size or max(batch_size, 64)
         self.train_eval_loader = self._shard_loader(train_dataset, train_idx, eval_bs, common)
         self.val_loader = self._shard_loader(train_dataset, val_idx, eval_bs, common)
         test_rows = np.arange(len(test_dataset))
-        self.test_loader = self._shard_loader(test_dataset, test_rows, eval_bs, {"num_workers": num_workers})
+        # read once, at the end of the run: workers that outlive it would only hold memory
+        self.test_loader = self._shard_loader(test_dataset, test_rows, eval_bs, {**common, "persistent_workers": False})
         self.sizes = {"train": len(train_idx), "val": len(val_idx), "test": len(test_rows)}
         self.autocast: Callable[[], Any] | None = None
+
+    def _encoded(self, train_dataset: Dataset, train_idx: np.ndarray, device: torch.device) -> Dataset:
+        """The training rows as file bytes for ``decode="gpu"``; sets :attr:`decoder`."""
+        from ..data.gpu_decode import EncodedImages, GpuDecoder
+        from ..data.images import transform_size
+        from ..errors import InputError
+
+        if device.type != "cuda":
+            raise InputError(f"--decode gpu decodes JPEGs on a CUDA GPU, but this run's device is {device}; use "
+                             "--decode cpu (the default)")
+        paths, size = getattr(train_dataset, "paths", None), transform_size(getattr(train_dataset, "transform", None))
+        if paths is None or size is None:
+            raise InputError(f"--decode gpu reads image files, but this dataset ({type(train_dataset).__name__}) has "
+                             "none (the digits mosaic is generated in memory); use --decode cpu (the default)")
+        encoded = EncodedImages(paths, np.asarray(train_idx))
+        self.decoder = GpuDecoder(size, device, encoded.path)
+        return encoded
 
     def _shard_loader(self, dataset: Dataset, rows: np.ndarray, batch_size: int, common: dict) -> DataLoader:
         """This process's contiguous share of ``rows``, in index order."""
@@ -167,9 +213,12 @@ class ImageSource:
         bs = self.batch_size
         batches = [perm[s : s + bs] for s in range(0, self.n, bs)]
         self.sampler.batches = [[(i, flips[i]) for i in b[self.dist.shard(len(b))]] for b in batches]
-        for batch, (x, _) in zip(batches, self.train_loader):
+        for batch, loaded in zip(batches, self.train_loader):
+            # on the device before the layout change: converting a pinned batch on the host would
+            # copy it into pageable memory, whose transfer can no longer overlap the running step
+            x = self.decoder(loaded) if self.decoder is not None else loaded[0].to(self.device, non_blocking=True)
             if self.channels_last:
-                x = x.to(memory_format=torch.channels_last)
+                x = x.contiguous(memory_format=torch.channels_last)
             yield x, torch.as_tensor(batch)
 
     @torch.no_grad()
@@ -179,6 +228,8 @@ class ImageSource:
         out = []
         for x, _ in loader:
             x = x.to(self.device, non_blocking=True)
+            if self.channels_last:  # the layout the model's weights have (as in training)
+                x = x.contiguous(memory_format=torch.channels_last)
             with self.autocast() if self.autocast else torch.autocast("cpu", enabled=False):
                 out.append(torch.sigmoid(model(x).float()))
         model.train(was)
