@@ -122,14 +122,32 @@ class LabelState:
         return labels
 
     def batch(self, index: torch.Tensor | np.ndarray) -> LabelBatch:
-        """Labels and pseudo-labels for the examples ``index`` (in that order)."""
+        """Labels and pseudo-labels for the examples ``index`` (in that order).
+
+        Three gathers from whole-set tables (:meth:`_tables`) rather than a gather and a
+        selection per matrix on every step: the same values, a third of the operations."""
         idx = torch.as_tensor(index, dtype=torch.long)
-        kind = self.kind[idx]
-        # torch.where rather than masked assignment: no data-dependent nonzero() in the hot path
-        labels = torch.where(kind == Kind.CORRECTED, 1.0, self.observed[idx].to(torch.float32))
-        pseudo_mask = kind == Kind.PSEUDO_NEGATIVE
-        target = torch.where(pseudo_mask, self.target[idx], torch.zeros((), dtype=torch.float32))
-        return LabelBatch(labels=labels, pseudo=PseudoLabels(pseudo_mask, target), index=idx)
+        labels, pseudo_mask, target = self._tables()
+        return LabelBatch(labels=labels[idx], pseudo=PseudoLabels(pseudo_mask[idx], target[idx]), index=idx)
+
+    def _tables(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(effective labels, pseudo-label mask, pseudo targets)`` of every example, ``[N, C]``.
+
+        Kept until the state changes: the cache remembers the tensors it was built from and
+        their version counters, which torch bumps on every in-place write (an update method, a
+        write through a view, :meth:`load_state_dict` replacing them), so it is never stale.
+        Selecting then gathering gives exactly what gathering then selecting gives."""
+        sources = (self.kind, self.target, self.observed)
+        versions = tuple(t._version for t in sources)
+        cached = getattr(self, "_cached_tables", None)
+        if cached is None or cached[1] != versions or any(a is not b for a, b in zip(cached[0], sources)):
+            # torch.where rather than masked assignment: no data-dependent nonzero()
+            labels = torch.where(self.kind == Kind.CORRECTED, 1.0, self.observed.to(torch.float32))
+            pseudo_mask = self.kind == Kind.PSEUDO_NEGATIVE
+            target = torch.where(pseudo_mask, self.target, torch.zeros((), dtype=torch.float32))
+            cached = (sources, versions, (labels, pseudo_mask, target))
+            self._cached_tables = cached
+        return cached[2]
 
     def count(self, kind: Kind) -> int:
         return int((self.kind == kind).sum())

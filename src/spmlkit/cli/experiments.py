@@ -6,9 +6,12 @@ import argparse
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._common import console, csv_list, positive_int
+
+if TYPE_CHECKING:
+    from ..experiments.ray_backend import RayOptions
 
 __all__ = ["add_parsers"]
 
@@ -39,10 +42,22 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser("sweep", help="run a grid of methods x hyperparameters x seeds into a results store")
     p.add_argument("config", help="sweep file (YAML/TOML/JSON), see spmlkit.experiments.sweep")
-    p.add_argument("--jobs", type=positive_int, default=1, help="parallel worker processes, one run each")
+    p.add_argument("--jobs", type=positive_int,
+                   help="parallel worker processes, one run each (default 1); with --backend ray, the most runs at "
+                        "once (default: as many as the cluster's CPUs hold)")
     p.add_argument("--store", help="results database (default: the sweep file's `store`)")
     p.add_argument("--max-runs", type=positive_int, help="stop after this many runs (resume later)")
     p.add_argument("--retry-failed", action="store_true", help="run recorded failures again")
+    p.add_argument("--backend", choices=("process", "ray"), default="process",
+                   help="process: worker processes on this machine (default); ray: one Ray task per run, on this "
+                        "machine or a Ray cluster (pip install \"spmlkit[ray]\")")
+    p.add_argument("--address", help="--backend ray: the Ray cluster to use (HEAD:6379, or auto); default: start "
+                                     "Ray on this machine")
+    p.add_argument("--gpus-per-run", type=float, help="--backend ray: GPUs of an image run (default 1 when the "
+                                                      "cluster has GPUs, else 0; feature runs use none)")
+    p.add_argument("--cpus-per-run", type=float, help="--backend ray: CPUs of a run (default 1)")
+    p.add_argument("--max-retries", type=int, help="--backend ray: times a run whose worker died is run again "
+                                                   "(default 2)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run_sweep)
 
@@ -63,7 +78,7 @@ def add_parsers(sub: Any) -> None:
 class _SweepProgress:
     """A rich progress bar fed by a sweep's callbacks; it remembers the failed runs."""
 
-    def __init__(self, screen: Any, name: str, quiet: bool, where: str, jobs: int):
+    def __init__(self, screen: Any, name: str, quiet: bool, where: str, jobs: int | str):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.screen, self.name, self.where, self.jobs = screen, name, where, jobs
@@ -149,14 +164,16 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     with user_input():
         spec = load_sweep(args.config)
+        ray_options = _ray_options(args)
     screen = console()
     where = args.store or spec.store
-    tracker = _SweepProgress(screen, f"sweep {spec.name}", args.quiet, where, args.jobs)
+    workers = (args.jobs or 1) if ray_options is None else (args.jobs or "Ray")
+    tracker = _SweepProgress(screen, f"sweep {spec.name}", args.quiet, where, workers)
     try:
         with sigterm_stops_sweep(), tracker.progress:
             result = sweep(spec, jobs=args.jobs, store_path=args.store, max_runs=args.max_runs,
                            retry_failed=args.retry_failed, on_result=tracker.on_result, on_start=tracker.on_start,
-                           on_skip=tracker.on_skip)
+                           on_skip=tracker.on_skip, backend=args.backend, ray_options=ray_options)
     except KeyboardInterrupt as exc:
         tracker.print_failures()
         what = "terminated (SIGTERM)" if isinstance(exc, SweepTerminated) else "interrupted"
@@ -171,6 +188,22 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise InputError(f"every one of the {result.ran} runs failed (the errors are listed above); fix the "
                          f"settings in {args.config}, then run again with --retry-failed")
     return 1 if result.failed else 0
+
+
+def _ray_options(args: argparse.Namespace) -> RayOptions | None:
+    """The sweep's :class:`~spmlkit.experiments.ray_backend.RayOptions`, or None for the
+    process backend; a Ray option without ``--backend ray`` is refused rather than ignored,
+    since the user expects it to do something."""
+    given = {name: getattr(args, name) for name in ("address", "gpus_per_run", "cpus_per_run", "max_retries")
+             if getattr(args, name) is not None}
+    if args.backend != "ray":
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise ValueError(f"{flags} only {'applies' if len(given) == 1 else 'apply'} to --backend ray")
+        return None
+    from ..experiments.ray_backend import RayOptions
+
+    return RayOptions(**given)
 
 
 def run_report(args: argparse.Namespace) -> int:

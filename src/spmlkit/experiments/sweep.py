@@ -18,8 +18,10 @@ Every grid point is one *run* with a stable id (a hash of its resolved settings)
 id is already in the store as finished are skipped, so a killed sweep resumes where it
 stopped, losing at most the runs in progress (image runs even resume from their last epoch
 checkpoint). A run that raises is recorded with its error and the sweep goes on. With
-``jobs > 1`` runs execute in worker processes, one run each; only the main process writes
-the store.
+``jobs > 1`` runs execute in worker processes; only the main process writes the store. A
+worker's task is a group of feature runs that differ only in seed and lr, trained as one
+stacked model (:func:`execute_runs`, :mod:`spmlkit.training.stacked`; the same numbers as one
+run at a time, each run with its own record), or a single run that cannot be stacked.
 
 Several sweeps may work on one store at once (``spmlkit sweep`` started twice, on one
 machine or on several that share the file): each claims a run in the store before starting
@@ -37,10 +39,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import datetime as _dt
+import functools
 import hashlib
 import itertools
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -53,15 +58,18 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import user_input
 from ..training import RunConfig, train
 from .presets import resolve_config
 from .store import CLAIMED, FINISHED, ResultsStore, git_commit, new_owner_id, package_version
 
+if TYPE_CHECKING:
+    from .ray_backend import RayOptions
+
 __all__ = ["SweepSpec", "SweepResult", "SweepTerminated", "load_sweep", "expand", "run_config", "run_sweep",
-           "execute_run", "sigterm_stops_sweep", "LEASE_SECONDS", "RENEW_SECONDS"]
+           "execute_run", "execute_runs", "sigterm_stops_sweep", "LEASE_SECONDS", "RENEW_SECONDS", "STACK_MAX"]
 
 _GRID_KEYS = {"name", "datasets", "methods", "seeds", "lrs", "batch_sizes", "observations", "hparams", "settings",
               "store", "val_variant", "dataset", "method"}
@@ -229,12 +237,7 @@ def execute_run(run: dict[str, Any], runs_dir: str | None = None) -> dict[str, A
 
     torch.set_num_threads(int(os.environ.get("SPMLKIT_RUN_THREADS", "1")))
     started, t0 = _now(), time.perf_counter()
-    record: dict[str, Any] = {
-        "run_id": run["run_id"], "sweep": run["sweep"], "dataset": run["dataset"], "method": run["method"],
-        "observation": run["observation"], "seed": run["seed"], "lr": run["lr"], "batch_size": run["batch_size"],
-        "hparams": run["hparams"], "config": run, "started_at": started, "spmlkit_version": package_version(),
-        "git_commit": git_commit(),
-    }
+    record = _record_head(run, started)
     try:
         record.update(_train(run, runs_dir))
         record["status"], record["error"] = "ok", None
@@ -245,6 +248,62 @@ def execute_run(run: dict[str, Any], runs_dir: str | None = None) -> dict[str, A
     record["seconds"] = time.perf_counter() - t0
     record["finished_at"] = _now()
     return record
+
+
+def _record_head(run: dict[str, Any], started: str) -> dict[str, Any]:
+    """The keys of a run's record that describe the run rather than its results."""
+    return {
+        "run_id": run["run_id"], "sweep": run["sweep"], "dataset": run["dataset"], "method": run["method"],
+        "observation": run["observation"], "seed": run["seed"], "lr": run["lr"], "batch_size": run["batch_size"],
+        "hparams": run["hparams"], "config": run, "started_at": started, "spmlkit_version": package_version(),
+        "git_commit": _process_git_commit(),
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def _process_git_commit() -> str | None:
+    """The commit of the code this process runs, asked once: ``git rev-parse`` is a subprocess
+    (milliseconds in a process holding torch), and the code imported here cannot change."""
+    return git_commit()
+
+
+def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None) -> list[dict[str, Any]]:
+    """Train runs that differ only in seed and lr as one stacked group
+    (:func:`~spmlkit.training.stacked.train_stacked`) and return each run's record, as
+    :func:`execute_run` would (never raises). The group shares the steps of its training,
+    nothing else: each run is still its own record with its own numbers, equal to its solo
+    run's. ``seconds`` is the group's time divided among its runs. A group that fails for any
+    reason is run again one run at a time through :func:`execute_run`, so every run gets its
+    own result or its own error."""
+    import time
+
+    import torch
+
+    from ..training.stacked import train_stacked
+
+    if len(runs) == 1:
+        return [execute_run(runs[0], runs_dir)]
+    torch.set_num_threads(int(os.environ.get("SPMLKIT_RUN_THREADS", "1")))
+    started, t0 = _now(), time.perf_counter()
+    try:
+        results = train_stacked([run_config(run, runs_dir) for run in runs])
+    except Exception:  # noqa: BLE001 - each run then meets its own error (or none) on its own
+        return [execute_run(run, runs_dir) for run in runs]
+    seconds, finished = (time.perf_counter() - t0) / len(runs), _now()
+    records = []
+    for run, res in zip(runs, results):
+        record = _record_head(run, started)
+        record.update(_result_fields(res))
+        record.update({"status": "ok", "error": None, "seconds": seconds, "finished_at": finished})
+        records.append(record)
+    return records
+
+
+def _group_key(run: dict[str, Any]) -> str:
+    """Runs of one sweep with equal keys differ only in seed and lr (everything else of a run
+    is the rest of its grid point), which is what stacking asks of a group."""
+    return json.dumps({k: v for k, v in run.items() if k not in ("seed", "lr", "run_id", "sweep")}, sort_keys=True,
+                      default=str)
 
 
 def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
@@ -267,6 +326,11 @@ def _train(run: dict[str, Any], runs_dir: str | None) -> dict[str, Any]:
     config = run_config(run, runs_dir)
     resume = config.out is not None and (Path(config.out) / "last.pt").is_file()
     res = train(config, resume=resume, overwrite=not resume)
+    return _result_fields(res)
+
+
+def _result_fields(res: Any) -> dict[str, Any]:
+    """The keys of a run's record that a :class:`~spmlkit.training.RunResult` fills."""
     record = res.to_record()
     return {k: record[k] for k in ("history", "best_epoch", "val_map", "test_map", "test_metrics", "test_ap",
                                    "class_names", "analysis")}
@@ -274,6 +338,8 @@ def _train(run: dict[str, Any], runs_dir: str | None) -> dict[str, Any]:
 
 #: how long a claimed run stays ours without renewal, and how often the sweep renews it
 LEASE_SECONDS = 120.0
+#: the most runs one worker trains stacked in one task (the process backend, jobs > 1)
+STACK_MAX = 16
 RENEW_SECONDS = 30.0
 #: how long a terminated worker gets to exit before it is killed
 _WORKER_EXIT_SECONDS = 5.0
@@ -427,7 +493,7 @@ class _Heartbeat:
 def run_sweep(
     spec: SweepSpec,
     *,
-    jobs: int = 1,
+    jobs: int | None = None,
     store_path: str | Path | None = None,
     max_runs: int | None = None,
     retry_failed: bool = False,
@@ -436,6 +502,8 @@ def run_sweep(
     on_skip: Callable[[dict[str, Any], str], None] | None = None,
     lease_seconds: float = LEASE_SECONDS,
     renew_seconds: float = RENEW_SECONDS,
+    backend: str = "process",
+    ray_options: RayOptions | None = None,
 ) -> SweepResult:
     """Run every unfinished run of ``spec``.
 
@@ -451,9 +519,23 @@ def run_sweep(
     finished, releases this sweep's leases and re-raises, within seconds. The store is
     consistent whenever the process dies: a record is one transaction, and leases of a dead
     sweep are taken over.
+
+    ``backend``: ``"process"`` runs here (``jobs`` worker processes, default 1); ``"ray"``
+    runs each run as a Ray task on this machine or a cluster (:mod:`spmlkit.experiments.ray_backend`,
+    placed by ``ray_options``; ``jobs``, when given, caps the runs in flight). This process
+    stays the only writer of the store either way, so everything above holds on both.
     """
-    if jobs < 1:
+    if backend not in ("process", "ray"):
+        raise ValueError(f"unknown sweep backend {backend!r}; choose process or ray")
+    if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
+    if backend == "ray":  # before any run is claimed: a missing Ray or a bad option is one line
+        from .ray_backend import RayOptions, import_ray
+
+        import_ray()
+        ray_options = ray_options or RayOptions()
+        if jobs is not None:
+            ray_options = dataclasses.replace(ray_options, jobs=jobs)
     if not 0 < renew_seconds < lease_seconds:
         raise ValueError(f"the lease renewal interval ({renew_seconds} s) must be positive and shorter than the "
                          f"lease ({lease_seconds} s); by default leases last {LEASE_SECONDS:g} s, renewed every "
@@ -480,7 +562,11 @@ def run_sweep(
     sweep = _SweepState(store, owner, unfinished, max_runs, started_at if retry_failed else None, lease_seconds,
                         _Heartbeat(store, owner, lease_seconds, renew_seconds), on_result, on_skip)
     try:
-        if jobs <= 1:
+        if backend == "ray":
+            from .ray_backend import run_on_ray
+
+            run_on_ray(sweep, runs_dir, ray_options)
+        elif (jobs or 1) <= 1:
             sweep.run_here(runs_dir)
         else:
             sweep.run_in_pool(runs_dir, jobs)
@@ -494,7 +580,9 @@ class _SweepState:
     """The bookkeeping of one ``run_sweep`` call: which runs are claimed, what is recorded.
 
     Runs are claimed one at a time, only when a worker is free, so that a concurrent sweep
-    on the same store gets the runs this one has not started yet.
+    on the same store gets the runs this one has not started yet. The process pool claims a
+    worker's task as a group of runs that can train stacked (:meth:`claim_group`); each run of
+    it still has its own lease and its own record.
     """
 
     def __init__(self, store: ResultsStore, owner: str, candidates: list[dict[str, Any]], max_runs: int | None,
@@ -508,11 +596,23 @@ class _SweepState:
         self._on_result, self._on_skip = on_result, on_skip
         self.ran = self.failed = self.found_finished = self.held = 0
         self._unrecorded: dict[str, dict[str, Any]] = {}  # finished in a worker, not yet in the store
+        self.candidates_left = len(candidates)
+        self._peeked: dict[str, Any] | None = None  # read by claim_group, not part of its group
+        self._stackable: dict[str, bool] = {}  # group key -> whether such runs can train stacked
+
+    def _next_candidate(self) -> dict[str, Any] | None:
+        """The next run of the grid not looked at yet (the one :meth:`claim_group` put back first)."""
+        run, self._peeked = self._peeked, None
+        if run is None:
+            run = next(self._candidates, None)
+        if run is not None:
+            self.candidates_left -= 1
+        return run
 
     def claim_next(self) -> dict[str, Any] | None:
         """The next run this sweep may start (its lease taken), or None when there is none."""
         while self._budget is None or self.ran < self._budget:
-            run = next(self._candidates, None)
+            run = self._next_candidate()
             if run is None:
                 return None
             outcome = self.store.claim(run["run_id"], self.owner, duration=self._lease_seconds,
@@ -527,6 +627,69 @@ class _SweepState:
             if self._on_skip:
                 self._on_skip(run, outcome)
         return None
+
+    def claim_group(self, size: int) -> list[dict[str, Any]]:
+        """The next runs this sweep may start as one stacked task (leases taken), at most
+        ``size``: the next candidate and the candidates right after it that differ from it only
+        in seed and lr, claimed in one store transaction; [] when nothing is left. A run that
+        cannot train stacked (an image run, ...) comes alone. Runs finished or leased by another
+        sweep meanwhile are skipped and reported as :meth:`claim_next` does."""
+        while True:
+            room = size if self._budget is None else min(size, self._budget - self.ran)
+            first = self._next_candidate() if room > 0 else None
+            if first is None:
+                return []
+            group, key = [first], _group_key(first)
+            while self._can_stack(key, first) and len(group) < room:
+                run = self._next_candidate()
+                if run is None:
+                    break
+                if _group_key(run) != key:
+                    self.candidates_left += 1
+                    self._peeked = run
+                    break
+                group.append(run)
+            outcomes = self.store.claim_many([run["run_id"] for run in group], self.owner,
+                                             duration=self._lease_seconds, redo_failed_until=self._redo_failed_until)
+            claimed = []
+            for run, outcome in zip(group, outcomes):
+                if outcome == CLAIMED:
+                    self.ran += 1
+                    claimed.append(run)
+                    continue
+                if outcome == FINISHED:
+                    self.found_finished += 1
+                else:
+                    self.held += 1
+                if self._on_skip:
+                    self._on_skip(run, outcome)
+            if claimed:
+                return claimed
+
+    def _can_stack(self, key: str, run: dict[str, Any]) -> bool:
+        """Whether the runs of group ``key`` (``run`` is one of them) can train stacked; asked
+        once per group key, since they differ only in seed and lr."""
+        if key not in self._stackable:
+            from ..training.stacked import stack_key
+
+            try:
+                self._stackable[key] = stack_key(run_config(run)) is not None
+            except Exception:  # noqa: BLE001 - the run then fails on its own, with its error
+                self._stackable[key] = False
+        return self._stackable[key]
+
+    def record_many(self, records: list[dict[str, Any]]) -> None:
+        """Store a task's records and drop their leases in one transaction (one record and one
+        lease per run, as :meth:`record`; one write instead of one per run)."""
+        for rec in records:
+            self._unrecorded[rec["run_id"]] = rec
+            rec["owner"] = self.owner
+        self.store.add_many(records, release_lease=self.owner)
+        for rec in records:
+            del self._unrecorded[rec["run_id"]]
+            self.failed += rec["status"] == "failed"
+            if self._on_result:
+                self._on_result(rec)
 
     def record(self, rec: dict[str, Any]) -> None:
         """Store a finished run's record and drop its lease in one transaction."""
@@ -558,32 +721,53 @@ class _SweepState:
             self.record(execute_run(run, runs_dir))
 
     def run_in_pool(self, runs_dir: str, jobs: int) -> None:
-        """``jobs>1``: one run per worker process, at most ``jobs`` claimed at a time."""
+        """``jobs>1``: one task per worker process, at most ``jobs`` claimed at a time. A task
+        is a group of runs that train stacked (:func:`execute_runs`), so that a sweep of feature
+        runs takes its steps several runs at a time; groups are small enough to give every
+        worker a few tasks (:func:`_group_size`), and a run that cannot be stacked is a task alone."""
         pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init, initargs=(os.getpid(),))
-        in_flight: dict[Future[dict[str, Any]], dict[str, Any]] = {}
+        in_flight: dict[Future[list[dict[str, Any]]], list[dict[str, Any]]] = {}
+        size = _group_size(self.candidates_left, jobs)
         try:
             while True:
-                while len(in_flight) < jobs and (run := self.claim_next()) is not None:
-                    in_flight[pool.submit(execute_run, run, runs_dir)] = run
+                while len(in_flight) < jobs and (group := self.claim_group(size)):
+                    in_flight[pool.submit(execute_runs, group, runs_dir)] = group
                 self.heartbeat.start()
                 if not in_flight:
                     break
                 done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                finished: list[list[dict[str, Any]]] = []
                 for fut in done:
-                    run = in_flight[fut]
+                    group = in_flight[fut]
                     try:
-                        rec = fut.result()
+                        recs = fut.result()
                     except BrokenProcessPool as exc:
+                        run, more = group[0], f" and {len(group) - 1} run(s) stacked with it" if len(group) > 1 else ""
                         raise RuntimeError(
                             f"a worker process died while running {run['run_id']} ({run['method']}, seed "
-                            f"{run['seed']}): killed, or out of memory? Finished runs are recorded; run the sweep "
-                            "again to resume, with fewer --jobs if memory is short") from exc
-                    self.record(rec)
-                    del in_flight[fut]  # only now: an interrupt before this line still finds it below
+                            f"{run['seed']}){more}: killed, or out of memory? Finished runs are recorded; run the "
+                            "sweep again to resume, with fewer --jobs if memory is short") from exc
+                    self._unrecorded.update((rec["run_id"], rec) for rec in recs)  # stored even if interrupted now
+                    del in_flight[fut]
+                    finished.append(recs)
+                # the freed workers get their next task before the results are written (a store
+                # write takes milliseconds; a worker should not wait for it)
+                while len(in_flight) < jobs and (group := self.claim_group(size)):
+                    in_flight[pool.submit(execute_runs, group, runs_dir)] = group
+                for recs in finished:
+                    self.record_many(recs)
         except BaseException:
             _stop_workers(pool)
             for fut in in_flight:  # finished before the stop but not handled yet
                 if fut.done() and not fut.cancelled() and fut.exception() is None:
-                    self._unrecorded[in_flight[fut]["run_id"]] = fut.result()
+                    for rec in fut.result():
+                        self._unrecorded[rec["run_id"]] = rec
             raise
         pool.shutdown(wait=True)
+
+
+def _group_size(candidates: int, jobs: int) -> int:
+    """How many runs one stacked task takes: as many as fit in :data:`STACK_MAX` while the
+    sweep still makes about two tasks per worker, so that workers finish together and a sweep
+    stopped midway keeps most of what was done (a task is recorded when all its runs are)."""
+    return max(1, min(STACK_MAX, math.ceil(candidates / (2 * jobs))))

@@ -38,13 +38,14 @@ def _log_const_plus_sum_exp(
 
     Entries with ``log_weight = -inf`` are left out (their weight is 0). One extra column
     holding ``log_const`` joins the row and a single ``logsumexp`` does the rest, so no
-    exponential of a large logit is ever formed.
+    exponential of a large logit is ever formed. Rows run along the last dimension, so a
+    stack of ``[B, C]`` matrices (``[R, B, C]``, stacked runs) gives ``[R, B]``.
     """
     kept = torch.isfinite(log_weight)
     # where() rather than values + (-inf): excluded entries get an exact zero gradient
     terms = torch.where(kept, values + torch.where(kept, log_weight, 0.0), _NEG_INF)
-    const = values.new_full((values.shape[0], 1), log_const)
-    return torch.cat([const, terms], dim=1).logsumexp(dim=1)
+    const = values.new_full((*values.shape[:-1], 1), log_const)
+    return torch.cat([const, terms], dim=-1).logsumexp(dim=-1)
 
 
 def opml_loss(

@@ -45,13 +45,15 @@ class LoopParts:
     the training step calls (the same module, or its DistributedDataParallel wrapper).
     ``global_batch``: the loss sees the whole global batch (gathered logits) rather than this
     process's slice (:mod:`spmlkit.training.distributed`); in one process the two coincide.
+    ``optimizer`` is None for the runs of a stacked group (:mod:`spmlkit.training.stacked`),
+    whose steps are taken together; they use these parts for evaluation and snapshots only.
     """
 
     model: nn.Module
     source: DataSource
     state: LabelState
     components: MethodComponents
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer | None
     generator: torch.Generator
     device: torch.device | str = "cpu"
     autocast: Callable[[], Any] | None = None

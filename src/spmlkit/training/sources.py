@@ -48,7 +48,7 @@ def predict_proba(model: nn.Module, X: torch.Tensor, batch_size: int = 4096) -> 
     """Probabilities for every row of ``X`` in eval mode (no augmentation, index order)."""
     was_training = model.training
     model.eval()
-    if len(X) == 0:
+    if len(X) <= batch_size:  # one product (the same values a one-chunk torch.cat would copy)
         out = torch.sigmoid(model(X))
     else:
         out = torch.cat([torch.sigmoid(model(X[i : i + batch_size])) for i in range(0, len(X), batch_size)])
@@ -69,7 +69,9 @@ class FeatureSource:
     def train_batches(self, generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.X_train)
         perm = torch.randperm(n, generator=generator)
-        shuffled = self.X_train[perm]  # one gather per epoch; each batch is then a view
+        # one gather per epoch; each batch is then a view (index_select: the copy X[perm] makes,
+        # several times faster)
+        shuffled = torch.index_select(self.X_train, 0, perm)
         for start in range(0, n, self.batch_size):
             idx = perm[start : start + self.batch_size]
             rows = self.dist.shard(len(idx))
