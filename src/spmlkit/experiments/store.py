@@ -313,18 +313,7 @@ class ResultsStore:
         later is not retried twice. Check and claim are one write transaction, so of two
         sweeps claiming the same run at once exactly one gets it.
         """
-        if duration <= 0:
-            raise ValueError(f"lease duration must be positive, got {duration!r} s")
-        now = time.time()
-        with closing(self._connect()) as con:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                outcome = self._claim_in(con, run_id, owner, now, duration, redo_failed_until)
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        return outcome
+        return self.claim_many([run_id], owner, duration=duration, redo_failed_until=redo_failed_until)[0]
 
     def claim_many(self, run_ids: list[str], owner: str, *, duration: float,
                    redo_failed_until: str | None = None) -> list[str]:

@@ -617,16 +617,22 @@ class _SweepState:
                 return None
             outcome = self.store.claim(run["run_id"], self.owner, duration=self._lease_seconds,
                                        redo_failed_until=self._redo_failed_until)
-            if outcome == CLAIMED:
-                self.ran += 1
+            if self._tally(run, outcome):
                 return run
-            if outcome == FINISHED:
-                self.found_finished += 1
-            else:
-                self.held += 1
-            if self._on_skip:
-                self._on_skip(run, outcome)
         return None
+
+    def _tally(self, run: dict[str, Any], outcome: str) -> bool:
+        """Count a claim's outcome (reporting a skipped run); True when the run is ours to start."""
+        if outcome == CLAIMED:
+            self.ran += 1
+            return True
+        if outcome == FINISHED:
+            self.found_finished += 1
+        else:
+            self.held += 1
+        if self._on_skip:
+            self._on_skip(run, outcome)
+        return False
 
     def claim_group(self, size: int) -> list[dict[str, Any]]:
         """The next runs this sweep may start as one stacked task (leases taken), at most
@@ -651,18 +657,7 @@ class _SweepState:
                 group.append(run)
             outcomes = self.store.claim_many([run["run_id"] for run in group], self.owner,
                                              duration=self._lease_seconds, redo_failed_until=self._redo_failed_until)
-            claimed = []
-            for run, outcome in zip(group, outcomes):
-                if outcome == CLAIMED:
-                    self.ran += 1
-                    claimed.append(run)
-                    continue
-                if outcome == FINISHED:
-                    self.found_finished += 1
-                else:
-                    self.held += 1
-                if self._on_skip:
-                    self._on_skip(run, outcome)
+            claimed = [run for run, outcome in zip(group, outcomes) if self._tally(run, outcome)]
             if claimed:
                 return claimed
 
