@@ -1,10 +1,10 @@
 """Stacked training: feature runs that differ only in seed and learning rate, trained together.
 
 Why. A sweep of feature runs (the Yeast benchmark: 26 methods x 3 lrs x 3 seeds of a linear
-head on 1,200 x 103 features) spends its time on per-step Python and dispatch overhead around
-tiny tensors, not on arithmetic: one step of one run is a 64 x 103 by 103 x 22 product and a
-few dozen small operations. Runs that share their data, method, hyperparameters, batch size
-and epochs can take each step together: one batched product for every run's head
+head on 1,200 x 103 features, 14 classes) spends its time on per-step Python and dispatch
+overhead around tiny tensors, not on arithmetic: one step of one run is a 64 x 103 by 103 x 14
+product and a few dozen small operations. Runs that share their data, method, hyperparameters,
+batch size and epochs can take each step together: one batched product for every run's head
 (``[R, B, D] x [R, D, C]``), one loss call over the stacked logits, one update of every run's
 parameters. :func:`train_stacked` does that and returns, for each config, what
 :func:`~spmlkit.training.train` returns for it.
@@ -22,23 +22,28 @@ change any run's floating-point results:
   Every run's parameter is one row of a padded ``[R, width]`` buffer, so each row goes
   through torch's CPU kernels exactly as the solo parameter does (vectorised body, scalar
   tail); rows also start 64-byte aligned like a fresh tensor;
-* the loss is computed on the stacked ``[R, B, C]`` tensors only where each run's share of
-  every elementwise operation covers whole SIMD blocks (:func:`_no_tail`): a stacked tensor's
-  vectorised loop then treats every element as the solo loop does (torch's scalar tail code
-  may round transcendental functions differently). Other batch sizes and the methods without
-  a batched form (PU-MLC, OPML-SP) compute each run's loss with the run's own components on
-  its ``[B, C]`` slice, the solo code itself. Per-run sums and means are row reductions,
-  which torch computes like the solo reduction;
-* the head's batched product is used only after a probe on this machine's BLAS finds it equal
-  to the solo products for these shapes (:func:`_batched_linear_is_exact`); otherwise each run
-  gets its own ``F.linear``;
+* every method of the catalogue has a batched loss (:func:`_batched_loss`) that repeats the
+  solo operations, in the solo order (autograd adds the gradients a tensor receives in the
+  order they were created, and float addition does not associate), on ``[R, B, C]``
+  tensors. It is used only for batch sizes where each run's share of every elementwise
+  operation covers whole SIMD blocks (:func:`_no_tail`): a stacked tensor's vectorised loop
+  then treats every element as the solo loop does, while torch's scalar tail code may round
+  transcendental functions differently. Per-class ``[C]`` operations (PU-MLC, soft OPML) run
+  row by row (:func:`_rowwise`). Other batch sizes compute each run's loss with the run's own
+  components on its ``[B, C]`` slice, the solo code itself. Per-run sums and means are row
+  reductions, which torch computes like the solo reduction;
+* the head's batched product (and OPML-SP's batched Cholesky factorisations) are used only
+  after a probe on this machine's BLAS/LAPACK finds them equal to the solo calls for these
+  shapes (:func:`_batched_linear_is_exact`, :func:`_batched_high_rank_is_exact`); otherwise
+  each run gets its own;
 * everything runs with one torch thread (as sweep workers do): with more, torch splits large
   tensors between threads at places that differ from the solo tensors' splits.
 
 Under these rules the Yeast benchmark's 234 runs equal their solo runs bit for bit (history,
-val/test mAP, label state); ``tests/test_stacked.py`` checks it per method. What does differ:
-``seconds``, ``train_seconds``, ``epoch_seconds`` and ``images_per_second`` are the group's
-times divided among its runs.
+val/test mAP, test metrics, analysis, label state, weights); ``tests/test_stacked.py`` checks
+it per method, for batch sizes with and without scalar tails and with early stopping. What
+does differ: ``seconds``, ``train_seconds``, ``epoch_seconds`` and ``images_per_second`` are the
+group's times divided among its runs.
 """
 
 from __future__ import annotations
