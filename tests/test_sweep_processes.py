@@ -26,10 +26,14 @@ needs_proc = pytest.mark.skipif(not HAS_PROC, reason="finding a process's worker
 
 #: long enough that the sweep is still busy for seconds after its first record (and that
 #: before the fix, working through the queue after Ctrl-C took longer than the test allows):
-#: 14 runs of half a second to a second each (full yeast, 40 epochs) on two workers
+#: 14 runs of half a second to a second each (full yeast, 40 epochs) on two workers. The runs
+#: differ in batch size, which no two runs can share in one batched training (their steps
+#: differ), so each is a task of its own: runs that differ only in seed or lr would train
+#: together as one task and finish before the test could interrupt them.
 BUSY_RUNS = 14
-BUSY_GRID = ("name: busy\ndatasets: [yeast]\nmethods: [an]\nseeds: [{seeds}]\nlrs: [0.003]\n"
-             "settings: {{epochs: 40}}\nstore: busy.db\n").format(seeds=", ".join(map(str, range(BUSY_RUNS))))
+BUSY_GRID = ("name: busy\ndatasets: [yeast]\nmethods: [an]\nseeds: [0]\nlrs: [0.003]\n"
+             "batch_sizes: [{sizes}]\nsettings: {{epochs: 40}}\nstore: busy.db\n"
+             ).format(sizes=", ".join(str(32 + i) for i in range(BUSY_RUNS)))
 
 
 def _env() -> dict[str, str]:
