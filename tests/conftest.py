@@ -1,8 +1,24 @@
 """Every test runs in its own empty working folder, so nothing a command writes by default
-(``runs/...``, ``spmlkit-results/...``, ``predictions.csv``) lands in the checkout."""
+(``runs/...``, ``spmlkit-results/...``, ``predictions.csv``) lands in the checkout.
+
+Tests marked ``cuda`` need a CUDA GPU: where there is none (CI, the 2-core development machine)
+they are skipped, and pytest's summary (``-rs``, set in pyproject.toml) shows why.
+``benchmarks/gpu_check.sh`` runs them on a machine that has one.
+"""
 
 import pytest
 import torch
+
+NO_CUDA = "needs a CUDA GPU; this machine has none (benchmarks/gpu_check.sh runs these where there is one)"
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=NO_CUDA)
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)
