@@ -106,7 +106,7 @@ def test_create_accepts_data_arguments_and_options_and_names_the_valid_ones():
 def test_default_hooks_do_nothing():
     fn, other = losses.create("an"), losses.create("em")
     assert fn.param_groups(0.1) == []
-    assert fn.last_corrections() is None
+    assert fn.corrections(*batch()) is None
     assert fn.extra_state() == {}
     fn.load_extra_state({})
     with pytest.raises(ValueError, match="keeps no extra state"):
@@ -118,15 +118,18 @@ def test_default_hooks_do_nothing():
     close(fn(z, y), losses.create("an")(z, y))  # none of the hooks changed the loss
 
 
-def test_ll_cp_last_corrections_is_the_mask_of_the_last_forward():
+def test_ll_cp_corrections_are_a_pure_function_of_the_step():
+    """LL-Cp's permanent corrections come from a call of their own, not from state the forward
+    leaves behind: the same inputs give the same mask, and the forward stores nothing."""
     fn = losses.create("ll_cp", delta_rel=40.0)
-    assert fn.last_corrections() is None
     fn.set_epoch(2, 10)
     z, y = batch(1)
-    fn(z, y)
-    mask = fn.last_corrections()
-    assert mask is fn.correction_mask and mask.dtype == torch.bool and mask.shape == (B, C)
+    mask = fn.corrections(z, y)
+    assert mask.dtype == torch.bool and mask.shape == (B, C)
     assert bool(mask.any()) and not bool((mask & (y != 0)).any())  # only unobserved entries
+    before = dict(vars(fn))
+    fn(z, y)
+    assert vars(fn).keys() == before.keys() and torch.equal(fn.corrections(z, y), mask)
 
 
 def test_role_transfer_from_copies_the_estimate():

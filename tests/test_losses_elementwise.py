@@ -353,11 +353,12 @@ def test_ll_cp_correction_mask_is_strict():
     z = torch.tensor([[5.0, 3.0, 2.0, 2.0], [2.0, 1.0, -1.0, 4.0]], dtype=torch.float64)
     fn(z, y)
     assert fn.corrects_labels
-    assert not fn.correction_mask.any()  # epoch 1: unmodified
+    assert not fn.corrections(z, y).any()  # epoch 1: unmodified
     fn.set_epoch(2, 10)
     value = float(fn(z, y))
-    assert fn.correction_mask.tolist() == [[False, True, False, False], [False, False, False, False]]
-    assert not fn.correction_mask.requires_grad
+    mask = fn.corrections(z.requires_grad_(), y)
+    assert mask.tolist() == [[False, True, False, False], [False, False, False, False]]
+    assert not mask.requires_grad
     # the step's loss corrects every entry with L >= lambda (the three tied at z = 2 too)
     ge = {(0, 1), (0, 2), (0, 3), (1, 0)}
     zl, yl = z.tolist(), y.tolist()

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 
-__all__ = ["Kind", "LabelState", "LabelBatch", "PseudoLabels", "validate_observed"]
+__all__ = ["Kind", "LabelState", "LabelBatch", "PseudoLabels", "RunLabels", "validate_observed"]
 
 
 class Kind(IntEnum):
@@ -245,3 +245,46 @@ class LabelState:
         self.kind = state["kind"].clone()
         self.target = state["target"].clone()
         self.epoch = state["epoch"].clone()
+
+
+class RunLabels:
+    """The label states of R runs, read as one: a batched step's labels in three gathers.
+
+    Each run keeps its own :class:`LabelState` (its label algorithm updates it as in a solo
+    run); for a step of R runs at once (docs/architecture.md, "Many runs at once") the loop
+    needs ``[R, B, C]`` labels, pseudo-label masks and targets. The runs' whole-set tables
+    (:meth:`LabelState._tables`) are stacked into ``[R, N, C]`` and kept until one of them
+    changes (each state's own cache tells), so a step costs one gather per table whatever R.
+    """
+
+    def __init__(self, states: list[LabelState]) -> None:
+        if not states:
+            raise ValueError("RunLabels needs at least one label state")
+        self.states = states
+        self._key: tuple | None = None
+        self._stacked: tuple[torch.Tensor, ...] = ()
+
+    def _tables(self) -> tuple[torch.Tensor, ...]:
+        # the tensors a state's tables are built from and their version counters (bumped by every
+        # in-place write), as LabelState._tables checks them; the observed labels never change
+        key = tuple((s.kind, s.kind._version, s.target, s.target._version) for s in self.states)
+        if self._key is None or any(a[0] is not b[0] or a[1] != b[1] or a[2] is not b[2] or a[3] != b[3]
+                                    for a, b in zip(self._key, key)):
+            tables = [state._tables() for state in self.states]
+            self._stacked = tuple(torch.stack([per_run[k] for per_run in tables]) for k in range(3))
+            self._key = key
+        return self._stacked
+
+    def batch(self, index: torch.Tensor) -> LabelBatch:
+        """Row ``r`` of ``index`` (``[R, B]``) read from run ``r``'s state: a :class:`LabelBatch`
+        of ``[R, B, C]`` tensors (row r equal to ``states[r].batch(index[r])``)."""
+        idx = torch.as_tensor(index, dtype=torch.long)
+        runs, batch = idx.shape
+        labels, mask, target = self._tables()
+        n, c = labels.shape[1:]
+        flat = (idx + torch.arange(0, runs * n, n).unsqueeze(1)).reshape(-1)
+
+        def gather(table: torch.Tensor) -> torch.Tensor:
+            return torch.index_select(table.reshape(runs * n, c), 0, flat).view(runs, batch, c)
+
+        return LabelBatch(labels=gather(labels), pseudo=PseudoLabels(gather(mask), gather(target)), index=idx)

@@ -279,14 +279,14 @@ def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None) -> lis
 
     import torch
 
-    from ..training.stacked import train_stacked
+    from ..training.trainer import train_group
 
     if len(runs) == 1:
         return [execute_run(runs[0], runs_dir)]
     torch.set_num_threads(int(os.environ.get("SPMLKIT_RUN_THREADS", "1")))
     started, t0 = _now(), time.perf_counter()
     try:
-        results = train_stacked([run_config(run, runs_dir) for run in runs])
+        results = train_group([run_config(run, runs_dir) for run in runs])
     except Exception:  # noqa: BLE001 - each run then meets its own error (or none) on its own
         return [execute_run(run, runs_dir) for run in runs]
     seconds, finished = (time.perf_counter() - t0) / len(runs), _now()
@@ -665,10 +665,10 @@ class _SweepState:
         """Whether the runs of group ``key`` (``run`` is one of them) can train stacked; asked
         once per group key, since they differ only in seed and lr."""
         if key not in self._stackable:
-            from ..training.stacked import stack_key
+            from ..training.plan import batch_key
 
             try:
-                self._stackable[key] = stack_key(run_config(run)) is not None
+                self._stackable[key] = batch_key(run_config(run)) is not None
             except Exception:  # noqa: BLE001 - the run then fails on its own, with its error
                 self._stackable[key] = False
         return self._stackable[key]

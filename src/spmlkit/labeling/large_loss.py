@@ -34,6 +34,9 @@ def large_loss_mask(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Select the unobserved entries whose loss is among the ``k`` largest of the batch.
 
+    ``loss_matrix`` is ``[B, C]`` or ``[..., B, C]`` (independent batches: each selects its own
+    ``k``, and ``threshold`` then has the leading shape).
+
     Observed entries count as a loss of 0 in the ranking (as in the LL code), ``k`` as in
     :func:`rejection_count` and ``threshold`` (lambda) is the k-th largest masked loss.
     Returns ``(mask_ge, threshold)``: ``mask_ge`` (bool, detached) marks unobserved entries
@@ -48,10 +51,10 @@ def large_loss_mask(
         )
     unobserved = unobserved_mask.bool()
     losses = loss_matrix.detach()
-    k = rejection_count(losses.numel(), rate)
+    k = rejection_count(losses.shape[-2] * losses.shape[-1], rate)
     if k == 0:
-        inf = torch.tensor(float("inf"), dtype=losses.dtype, device=losses.device)
+        inf = torch.full(losses.shape[:-2], float("inf"), dtype=losses.dtype, device=losses.device)
         return torch.zeros_like(unobserved), inf
     masked = torch.where(unobserved, losses, torch.zeros((), dtype=losses.dtype, device=losses.device))
-    threshold = masked.flatten().topk(k).values[-1]
-    return unobserved & (masked >= threshold), threshold
+    threshold = masked.flatten(-2).topk(k, dim=-1).values[..., -1]
+    return unobserved & (masked >= threshold[..., None, None]), threshold

@@ -19,6 +19,7 @@ from .base import (
     create,
     data_arguments,
     hyperparameters,
+    loss_class,
     register,
 )
 from . import elementwise, setwise, batchwise, role  # noqa: F401  (modules register their losses)
@@ -34,6 +35,7 @@ __all__ = [
     "create",
     "data_arguments",
     "hyperparameters",
+    "loss_class",
     "register",
     "high_rank_regularizer",
     "pu_mixup_consistency",

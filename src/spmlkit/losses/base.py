@@ -2,8 +2,10 @@
 
 Every loss is an ``nn.Module`` called as ``fn(logits, labels, **context)``:
 
-* ``logits``: float tensor ``[B, C]``;
-* ``labels``: float tensor ``[B, C]`` with ``1`` = observed positive, ``0`` = unobserved,
+* ``logits``: float tensor ``[B, C]``, or ``[..., B, C]``: leading dimensions index independent
+  problems (R runs trained at once, docs/architecture.md, "Many runs at once"), each reduced on
+  its own, so the loss then has shape ``[...]``;
+* ``labels``: float tensor of the logits' shape with ``1`` = observed positive, ``0`` = unobserved,
   ``-1`` = observed negative (the effective labels of the label state: permanent corrections
   such as LL-Cp's already appear as ``1``);
 * optional keyword context that only some methods read, so the training loop can pass the
@@ -47,6 +49,7 @@ __all__ = [
     "available",
     "hyperparameters",
     "data_arguments",
+    "loss_class",
     "init_defaults",
     "bc_mean",
     "check_number",
@@ -99,8 +102,8 @@ class SPMLLoss(nn.Module):
     name: ClassVar[str] = ""
     #: True for losses whose forward reads ``index=`` (ROLE's per-example estimator)
     needs_index: ClassVar[bool] = False
-    #: True for losses that make permanent label corrections (LL-Cp): after each forward,
-    #: :meth:`last_corrections` returns the bool ``[B, C]`` mask of entries to turn positive
+    #: True for losses that make permanent label corrections (LL-Cp): :meth:`corrections`
+    #: returns the bool ``[B, C]`` mask of entries a step turns positive
     corrects_labels: ClassVar[bool] = False
     #: True for losses that need the per-class training AP once per epoch (soft OPML)
     needs_class_ap: ClassVar[bool] = False
@@ -110,6 +113,16 @@ class SPMLLoss(nn.Module):
     #: the values of ``reduction`` this loss supports (batch-wise losses without per-entry
     #: terms leave out "none")
     reductions: ClassVar[tuple[str, ...]] = REDUCTIONS
+    #: True when the loss takes logits ``[..., B, C]`` and treats every leading index as its own
+    #: problem, so that the trainer computes the losses of R runs (copies of one model that differ
+    #: in seed or learning rate) in one call (docs/architecture.md, "Many runs at once"). That asks
+    #: of :meth:`loss`: every statistic over the batch or the classes taken over the last two
+    #: dimensions (``dim=-2`` / ``-1``), nothing stored on the module during the forward, no random
+    #: draws (randomness is drawn outside and passed in), and per-problem state (a parameter table,
+    #: a buffer) that may carry the same leading dimensions. Every built-in loss does, and a test
+    #: checks each against its per-problem values; a loss that does not declare it (the default, so
+    #: a loss written for ``[B, C]`` only is never misused) trains one run at a time.
+    batchable: ClassVar[bool] = False
 
     def __init__(self, *, reduction: str = "mean", validate_args: bool = True) -> None:
         super().__init__()
@@ -127,8 +140,13 @@ class SPMLLoss(nn.Module):
         """Extra optimiser parameter groups the loss owns (none by default)."""
         return []
 
-    def last_corrections(self) -> Tensor | None:
-        """Bool ``[B, C]`` permanent corrections of the last forward (``corrects_labels`` only)."""
+    def corrections(self, logits: Tensor, labels: Tensor) -> Tensor | None:
+        """Bool ``[B, C]`` entries that a step on ``(logits, labels)`` corrects permanently.
+
+        Only ``corrects_labels`` losses return a mask (the others None). A pure function of its
+        inputs, computed beside the loss rather than stored by the forward, so that it works for
+        R runs at once (:attr:`batchable`) and the trainer writes it to each run's label state.
+        """
         return None
 
     def set_class_ap(self, ap: Tensor) -> None:
@@ -175,18 +193,20 @@ class SPMLLoss(nn.Module):
         """The formula, on inputs :meth:`forward` has already checked."""
         raise NotImplementedError
 
-    def reduce(self, terms: Tensor, mean: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    def reduce(self, terms: Tensor, mean: Callable[[Tensor], Tensor] | None = None, *, event_dims: int = 2) -> Tensor:
         """Apply ``self.reduction`` to a loss's unreduced terms.
 
-        ``"none"`` returns ``terms``, ``"sum"`` their sum and ``"mean"`` the paper's
-        normalisation, ``mean(terms)``: :func:`bc_mean` (the default) for an element matrix,
-        ``torch.mean`` for a per-row vector. Taking the mean as a function keeps each
+        ``terms`` carries ``event_dims`` trailing dimensions of one problem (2 for an element
+        matrix ``[..., B, C]``, 1 for a per-row or per-class vector) after any leading ones.
+        ``"none"`` returns ``terms``, ``"sum"`` their sum per problem and ``"mean"`` the paper's
+        normalisation, ``mean(terms)``: :func:`bc_mean` (the default) for an element matrix, a mean
+        over the last dimension for a per-row vector. Taking the mean as a function keeps each
         family's exact expression, so "mean" values stay bit-for-bit what they were.
         """
         if self.reduction == "none":
             return terms
         if self.reduction == "sum":
-            return terms.sum()
+            return terms.sum(dim=tuple(range(-event_dims, 0)))
         return (mean or bc_mean)(terms)
 
     def extra_repr(self) -> str:
@@ -244,9 +264,10 @@ def _check_inputs(name: str, logits: Tensor, labels: Tensor, *, values: bool = T
             f"loss {name!r}: logits and labels must be torch tensors, got "
             f"{type(logits).__name__} and {type(labels).__name__}"
         )
-    if logits.dim() != 2:
+    if logits.dim() < 2:
         raise ValueError(
-            f"loss {name!r}: logits must have shape [batch, classes], got {tuple(logits.shape)}"
+            f"loss {name!r}: logits must have shape [batch, classes] (or [..., batch, classes] for "
+            f"independent problems), got {tuple(logits.shape)}"
         )
     if labels.shape != logits.shape:
         raise ValueError(
@@ -255,7 +276,7 @@ def _check_inputs(name: str, logits: Tensor, labels: Tensor, *, values: bool = T
         )
     if not logits.is_floating_point():
         raise TypeError(f"loss {name!r}: logits must be floating point, got {logits.dtype}")
-    if logits.numel() == 0:
+    if logits.shape[-2] == 0 or logits.shape[-1] == 0:
         raise ValueError(
             f"loss {name!r}: got an empty batch (logits shape {tuple(logits.shape)}); every loss "
             "averages over the batch, so it needs at least one row and one class"
@@ -271,12 +292,12 @@ def _check_inputs(name: str, logits: Tensor, labels: Tensor, *, values: bool = T
 
 
 def bc_mean(elementwise: torch.Tensor) -> torch.Tensor:
-    """The "BC-mean" reduction: sum of the ``[B, C]`` loss matrix / (B*C).
+    """The "BC-mean" reduction: sum of the ``[B, C]`` loss matrix / (B*C), per leading index.
 
-    See docs/methods.md, "The element-wise view". Entries a method ignores are zero but still count in the denominator, as in the base,
-    EM, LL and GR code bases.
+    See docs/methods.md, "The element-wise view". Entries a method ignores are zero but still
+    count in the denominator, as in the base, EM, LL and GR code bases.
     """
-    return elementwise.sum() / elementwise.numel()
+    return elementwise.sum(dim=(-2, -1)) / (elementwise.shape[-2] * elementwise.shape[-1])
 
 
 @dataclass(frozen=True)
@@ -315,6 +336,12 @@ def hyperparameters(name: str) -> dict[str, Any]:
     cls = _lookup(name).cls
     skip = set(cls.data_arguments) | set(OPTIONS)
     return {k: v for k, v in init_defaults(cls).items() if k not in skip}
+
+
+def loss_class(name: str) -> type[SPMLLoss]:
+    """The class registered as ``name``: what it declares (``batchable``, ``needs_index``, ...)
+    can be read without building it."""
+    return _lookup(name).cls
 
 
 def data_arguments(name: str) -> tuple[str, ...]:

@@ -45,6 +45,7 @@ __all__ = [
     "pu_temperature",
     "pu_variational_loss",
     "pu_mixup_consistency",
+    "draw_pu_mixing",
     "EPRLoss",
     "HighRankRegularizer",
     "PUMLCLoss",
@@ -71,8 +72,8 @@ def expected_positive_regularizer(
         raise ValueError(
             f"expected_positive_regularizer: norm must be one of {_NORMS}, got {norm!r}"
         )
-    num_classes = probs.shape[1]
-    gap = probs.sum(dim=1).mean() - expected_num_pos
+    num_classes = probs.shape[-1]
+    gap = probs.sum(dim=-1).mean(dim=-1) - expected_num_pos
     if norm == "l2":
         return gap.square() / num_classes**2
     return gap.abs() / num_classes
@@ -94,6 +95,8 @@ class EPRLoss(SPMLLoss):
     mean again. ``"none"`` is rejected: ``R`` is one number for the whole batch, with no
     honest share per entry.
     """
+
+    batchable = True
 
     reductions = ("mean", "sum")
 
@@ -118,7 +121,7 @@ def elements_plus_batch_term(elements: Tensor, batch_term: Tensor, reduction: st
     """
     check_reduction("elements_plus_batch_term", reduction, ("mean", "sum"))
     if reduction == "sum":
-        return elements.sum() + elements.numel() * batch_term
+        return elements.sum(dim=(-2, -1)) + (elements.shape[-2] * elements.shape[-1]) * batch_term
     return bc_mean(elements) + batch_term
 
 
@@ -140,16 +143,16 @@ def high_rank_regularizer(
     ``"sum"`` their sum ``-λ·log det`` and ``"mean"`` the value above.
     """
     check_reduction("high_rank_regularizer", reduction)
-    batch, num_classes = logits.shape
+    batch, num_classes = logits.shape[-2:]
     probs = torch.sigmoid(logits.to(torch.float64))
-    gram = probs.T @ probs / batch
+    gram = probs.mT @ probs / batch
     gram = gram + delta * torch.eye(num_classes, dtype=torch.float64, device=logits.device)
     if reduction == "none":
         return (-lam * torch.log(torch.linalg.eigvalsh(gram))).to(logits.dtype)
     # SPD by construction, so the factorisation needs no error check; cholesky() would make one,
     # and on a GPU that check waits for the device on every step
     chol = torch.linalg.cholesky_ex(gram).L
-    logdet = 2.0 * torch.log(torch.diagonal(chol)).sum()
+    logdet = 2.0 * torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(dim=-1)
     scale = lam / num_classes if reduction == "mean" else lam
     return (-scale * logdet).to(logits.dtype)
 
@@ -167,6 +170,8 @@ class HighRankRegularizer(SPMLLoss):
     ``reduction``: ``"none"`` gives one term per eigen-direction (``[C]``), ``"sum"`` their
     sum and ``"mean"`` (the form above) their mean; see :func:`high_rank_regularizer`.
     """
+
+    batchable = True
 
     def __init__(self, lam: float = 0.01, delta: float = 1e-4, **options: Unpack[LossOptions]) -> None:
         super().__init__(**options)
@@ -193,7 +198,7 @@ def pu_temperature(logits: torch.Tensor, alpha: float = 1.0, floor: float = 1e-6
     taken in at least float32, because float16 squares of logits overflow or underflow.
     """
     work = logits.detach()
-    spread = work.to(torch.promote_types(work.dtype, torch.float32)).std(dim=0, correction=0)
+    spread = work.to(torch.promote_types(work.dtype, torch.float32)).std(dim=-2, correction=0)
     tempered = (alpha * spread).clamp(max=1.0).clamp(min=floor)
     return torch.where(spread > 0, tempered, torch.ones_like(tempered))
 
@@ -226,20 +231,20 @@ def pu_variational_loss(
         raise ValueError(
             f"pu_variational_loss: numerics must be one of {_NUMERICS}, got {numerics!r}"
         )
-    scaled = logits / tau.to(logits.dtype)
+    scaled = logits / tau.to(logits.dtype).unsqueeze(-2)
     positive = labels > 0
-    count = positive.sum(dim=0)
+    count = positive.sum(dim=-2)
     if numerics == "stable":
         log_q = F.logsigmoid(scaled)
-        log_mean_q = log_q.logsumexp(dim=0) - math.log(logits.shape[0])
+        log_mean_q = log_q.logsumexp(dim=-2) - math.log(logits.shape[-2])
     else:
         q = torch.sigmoid(scaled)
         log_q = torch.log(q + PU_EPS)
-        log_mean_q = torch.log(q.mean(dim=0) + PU_EPS)
-    positive_mean = torch.where(positive, log_q, 0.0).sum(dim=0) / count.clamp(min=1)
+        log_mean_q = torch.log(q.mean(dim=-2) + PU_EPS)
+    positive_mean = torch.where(positive, log_q, 0.0).sum(dim=-2) / count.clamp(min=1)
     weight = prior.to(logits.dtype).pow(gamma)
     per_class = weight * log_mean_q - torch.where(count > 0, positive_mean, 0.0)
-    return per_class if reduction == "none" else per_class.sum()
+    return per_class if reduction == "none" else per_class.sum(dim=-1)
 
 
 @register(
@@ -270,6 +275,8 @@ class PUMLCLoss(SPMLLoss):
     and ``"sum"`` both give their sum.
     """
 
+    batchable = True
+
     def __init__(
         self,
         gamma: float = 0.55,
@@ -291,7 +298,7 @@ class PUMLCLoss(SPMLLoss):
 
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         tau = pu_temperature(logits, self.alpha, self.tau_floor)
-        prior = torch.sigmoid(logits.detach() / tau).mean(dim=0)
+        prior = torch.sigmoid(logits.detach() / tau.unsqueeze(-2)).mean(dim=-2)
         return pu_variational_loss(logits, labels, tau, prior, self.gamma, self.numerics, self.reduction)
 
 
@@ -307,6 +314,24 @@ def _draw_beta(beta: float, generator: torch.Generator | None) -> float:
     return float(np.random.default_rng(seed).beta(beta, beta))
 
 
+def draw_pu_mixing(
+    batch: int, generator: torch.Generator | None = None, beta: float = 0.3, device: torch.device | str = "cpu"
+) -> tuple[Tensor, float]:
+    """The random part of :func:`pu_mixup_consistency` for a batch of ``batch`` rows:
+    ``(perm, lam)``, the permutation of the first half (on ``device``) and ``λ ~ Beta(beta, beta)``,
+    drawn in that order from ``generator``.
+
+    Drawn apart from the loss so that the loss of R runs can be computed at once
+    (:attr:`~spmlkit.losses.SPMLLoss.batchable`): each run draws from its own generator, exactly
+    what :func:`pu_mixup_consistency` draws when it is given no ``perm``/``lam``.
+    """
+    if not (math.isfinite(beta) and beta > 0):
+        raise ValueError(f"pu_mixup_consistency: beta must be a finite number > 0, got {beta!r}")
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    perm = torch.randperm(batch // 2, generator=generator, device=gen_device).to(device)
+    return perm, _draw_beta(beta, generator)
+
+
 def pu_mixup_consistency(
     model: Callable[[torch.Tensor], torch.Tensor],
     inputs: torch.Tensor,
@@ -316,7 +341,8 @@ def pu_mixup_consistency(
     generator: torch.Generator | None = None,
     beta: float = 0.3,
     detach_targets: bool = False,
-    lam: float | None = None,
+    lam: float | Tensor | None = None,
+    perm: Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """PU-MLC's mixup regulariser (from vPU; docs/methods.md, "pu_mlc"), weight 1 in the paper.
@@ -334,7 +360,9 @@ def pu_mixup_consistency(
     two vanishing probabilities agree); ``log(σ(f)+1e-10)`` is evaluated stably as
     ``logaddexp(logσ(f), log 1e-10)``. Randomness: ``perm`` then ``λ`` are drawn from
     ``generator`` (global torch RNG when None; see :func:`_draw_beta`); passing ``lam``
-    fixes λ and draws no λ. Returns 0 for ``B < 2``. ``model`` maps inputs ``[h, ...]`` to
+    fixes λ and draws no λ, passing ``perm`` (a permutation of ``range(⌊B/2⌋)``) draws no
+    permutation (:func:`draw_pu_mixing` draws both ahead, as the trainer does). ``lam`` may be a
+    float64 tensor: it is then not range-checked here (the caller drew it). Returns 0 for ``B < 2``. ``model`` maps inputs ``[h, ...]`` to
     logits ``[h, C]`` (one extra forward pass).
 
     ``reduction``: ``"none"`` returns the squared differences ``[h, C]`` (``h = ⌊B/2⌋``;
@@ -342,40 +370,67 @@ def pu_mixup_consistency(
     (``sum / h``: a mean over mixed rows, summed over classes).
     """
     check_reduction("pu_mixup_consistency", reduction)
-    if inputs.shape[0] != logits.shape[0] or labels.shape != logits.shape:
+    lead = logits.dim() - 2  # leading problem dimensions; the batch is dimension ``lead`` of every input
+    if (lead < 0 or inputs.dim() <= lead or tuple(inputs.shape[: lead + 1]) != tuple(logits.shape[: lead + 1])
+            or labels.shape != logits.shape):
         raise ValueError(
             f"pu_mixup_consistency: inputs {tuple(inputs.shape)}, logits {tuple(logits.shape)} and "
             f"labels {tuple(labels.shape)} must share the batch size (labels the logits' shape)"
         )
     if not (math.isfinite(beta) and beta > 0):
         raise ValueError(f"pu_mixup_consistency: beta must be a finite number > 0, got {beta!r}")
-    if lam is not None and not 0.0 <= lam <= 1.0:
+    if isinstance(lam, (int, float)) and not 0.0 <= lam <= 1.0:
         raise ValueError(f"pu_mixup_consistency: lam must lie in [0, 1], got {lam!r}")
-    batch = logits.shape[0]
+    if lead and (perm is None or lam is None):
+        raise ValueError("pu_mixup_consistency: with leading problem dimensions pass each problem's perm and lam "
+                         "(draw_pu_mixing draws them from each problem's generator)")
+    problems, (batch, classes) = tuple(logits.shape[:-2]), tuple(logits.shape[-2:])
     if batch < 2:
-        return logits.new_zeros((0, logits.shape[1]) if reduction == "none" else ())
+        return logits.new_zeros((*problems, 0, classes) if reduction == "none" else problems)
     half = batch // 2
-    gen_device = generator.device if generator is not None else torch.device("cpu")
-    perm = torch.randperm(half, generator=generator, device=gen_device).to(inputs.device)
+    if perm is None:
+        gen_device = generator.device if generator is not None else torch.device("cpu")
+        perm = torch.randperm(half, generator=generator, device=gen_device)
+    perm = perm.to(inputs.device)
     if lam is None:
         lam = _draw_beta(beta, generator)
 
     probs = torch.sigmoid(logits.detach() if detach_targets else logits)
     targets = torch.where(labels > 0, torch.ones_like(probs), probs)
-    first, second = slice(0, half), slice(batch - half, batch)
-    mixed_inputs = lam * inputs[first][perm] + (1.0 - lam) * inputs[second]
-    mixed_targets = lam * targets[first][perm] + (1.0 - lam) * targets[second]
+    mixed_inputs = _mix(inputs, perm, lam, lead, half)
+    mixed_targets = _mix(targets, perm, lam, lead, half)
 
     out = model(mixed_inputs)
-    if out.shape != (half, logits.shape[1]):
+    if tuple(out.shape) != (*problems, half, classes):
         raise ValueError(
             f"pu_mixup_consistency: model returned shape {tuple(out.shape)} for {half} mixed inputs; "
-            f"expected ({half}, {logits.shape[1]})"
+            f"expected {(*problems, half, classes)}"
         )
     log_eps = math.log(PU_EPS)
     log_pred = torch.logaddexp(F.logsigmoid(out), torch.full_like(out, log_eps))
     log_target = torch.log(mixed_targets.to(out.dtype) + PU_EPS)
     squared = (log_target - log_pred).square()
     if reduction == "mean":
-        return squared.mean(dim=0).sum()
-    return squared if reduction == "none" else squared.sum()
+        return squared.mean(dim=-2).sum(dim=-1)
+    return squared if reduction == "none" else squared.sum(dim=(-2, -1))
+
+
+def _mix(values: Tensor, perm: Tensor, lam: float | Tensor, lead: int, half: int) -> Tensor:
+    """``λ·values[A][perm] + (1-λ)·values[A']`` along the batch dimension ``lead`` (A the first
+    ``half`` rows, A' the last ``half``), per problem when there are leading dimensions.
+
+    λ and 1-λ are taken in float64 and rounded once to the values' dtype, the rounding a Python
+    float scalar gets, so that a problem's mixture is the same whether λ came as a float or as
+    one entry of a tensor of λs."""
+    batch = values.shape[lead]
+    first, second = values.narrow(lead, 0, half), values.narrow(lead, batch - half, half)
+    if perm.dim() == 1:
+        shuffled = first.index_select(lead, perm)
+    else:  # one permutation per problem: [..., half] -> broadcast over the trailing dimensions
+        index = perm.reshape(*perm.shape, *([1] * (values.dim() - lead - 1)))
+        shuffled = torch.take_along_dim(first, index, dim=lead)
+    if not isinstance(lam, Tensor):
+        return lam * shuffled + (1.0 - lam) * second
+    shape = (*lam.shape, *([1] * (values.dim() - lam.dim())))
+    weight, rest = lam.to(values.dtype).reshape(shape), (1.0 - lam).to(values.dtype).reshape(shape)
+    return weight * shuffled + rest * second

@@ -109,6 +109,8 @@ class BCE(SPMLLoss):
     run feeds it.
     """
 
+    batchable = True
+
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         return self.reduce(spine(logits, labels, bce_pos, None, bce_neg))
 
@@ -124,6 +126,8 @@ class IUN(SPMLLoss):
     applies no negatives"); this one does.
     """
 
+    batchable = True
+
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         return self.reduce(spine(logits, labels, bce_pos, None, bce_neg, k=0.0, v=0.0))
 
@@ -135,6 +139,8 @@ class AN(SPMLLoss):
     The simplest SPML baseline; it fits the false negatives it creates, which every other
     method here tries to soften.
     """
+
+    batchable = True
 
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         return self.reduce(spine(logits, labels, bce_pos, None, bce_neg))
@@ -150,6 +156,8 @@ class ANLS(SPMLLoss):
     wrong. Targets are ``1 - e`` and ``e`` (not ``e/2``). Observed negatives are smoothed
     too ("all labels") [ours].
     """
+
+    batchable = True
 
     def __init__(self, ls_coef: float = 0.1, **options: Unpack[LossOptions]) -> None:
         super().__init__(**options)
@@ -170,6 +178,8 @@ class NLS(SPMLLoss):
     unobserved entries. Observed negatives are known, so they stay hard [ours].
     """
 
+    batchable = True
+
     def __init__(self, ls_coef: float = 0.1, **options: Unpack[LossOptions]) -> None:
         super().__init__(**options)
         self.ls_coef = check_number("n_ls", "ls_coef", ls_coef, low=0.0, high=1.0)
@@ -186,8 +196,10 @@ class WAN(SPMLLoss):
     (label -1) keep weight 1 [ours].
     """
 
+    batchable = True
+
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
-        c = logits.shape[1]
+        c = logits.shape[-1]
         if c < 2:
             raise ValueError(f"loss 'wan' needs at least 2 classes for its weight 1/(C-1), got C={c}")
         return self.reduce(spine(logits, labels, bce_pos, None, bce_neg, v=1.0 / (c - 1)))
@@ -199,6 +211,8 @@ class DW(SPMLLoss):
 
     Observed negatives (label -1) keep weight 1 [ours].
     """
+
+    batchable = True
 
     def __init__(self, weight: float = 0.1, **options: Unpack[LossOptions]) -> None:
         super().__init__(**options)
@@ -220,6 +234,8 @@ class EntMin(SPMLLoss):
     Default ``weight = 0.01`` is EM's VOC value (COCO 0.9, NUS 0.4, CUB 0.4).
     """
 
+    batchable = True
+
     def __init__(self, weight: float = 0.01, **options: Unpack[LossOptions]) -> None:
         super().__init__(**options)
         self.weight = check_number("entmin", "weight", weight, low=0.0)
@@ -237,6 +253,8 @@ class EM(SPMLLoss):
     confident missing positives are not suppressed. Default ``alpha = 0.1`` is EM's COCO
     and NUS value (VOC 0.2, CUB 0.01).
     """
+
+    batchable = True
 
     def __init__(self, alpha: float = 0.1, **options: Unpack[LossOptions]) -> None:
         super().__init__(**options)
@@ -307,6 +325,8 @@ class Focal(SPMLLoss):
     negatives do not drown the single positive. EM's choice ``gamma = 2, alpha = 0.75``.
     """
 
+    batchable = True
+
     def __init__(self, gamma: float = 2.0, alpha: float = 0.75, **options: Unpack[LossOptions]) -> None:
         super().__init__(**options)
         self.gamma = check_number("focal", "gamma", gamma, low=0.0)
@@ -332,6 +352,8 @@ class ASL(SPMLLoss):
     weights (ASL's reference class; docs/protocol.md, "ASL focusing weight detached in one
     implementation"); by default it flows, as in the paper.
     """
+
+    batchable = True
 
     def __init__(
         self, gamma_neg: float = 4.0, gamma_pos: float = 1.0, clip: float = 0.05, detach_focal: bool = False,
@@ -365,6 +387,8 @@ class Hill(SPMLLoss):
     positives are barely pushed down, while the margin keeps positives learning.
     """
 
+    batchable = True
+
     def __init__(
         self, lamb: float = HILL_LAMBDA, margin: float = 1.0, gamma: float = 2.0, **options: Unpack[LossOptions]
     ) -> None:
@@ -396,6 +420,8 @@ class SPLC(SPMLLoss):
     ``e - 1 >= change_epoch`` (with the default 1: from the 2nd epoch on). Corrections are
     transient and never written to the label state.
     """
+
+    batchable = True
 
     def __init__(
         self, tau: float = 0.6, gamma: float = 2.0, margin: float = 1.0, change_epoch: int = 1,
@@ -456,6 +482,8 @@ class GR(SPMLLoss):
     under ``"paper"`` [ours] all four at ``max(e-n, 0)/D``, reaching the end values at
     ``e = T``. Before the first :meth:`set_epoch` the start values apply.
     """
+
+    batchable = True
 
     def __init__(
         self,
@@ -557,6 +585,8 @@ class _LargeLoss(SPMLLoss):
     AN. Observed negatives (label -1) are plain negatives and never selected.
     """
 
+    batchable = True
+
     #: "reject" or "correct"
     action: str = "reject"
 
@@ -605,30 +635,24 @@ class LLCt(_LargeLoss):
 class LLCp(_LargeLoss):
     """LL-Cp: as LL-Ct with the constant rate ``delta_rel / 100`` from epoch 2, and permanent.
 
-    After each forward, :meth:`last_corrections` (bool ``[B, C]``, detached; also kept as
-    :attr:`correction_mask`) marks the
-    unobserved entries whose loss is strictly above lambda; the trainer writes them to the
-    label state as corrected positives (``corrects_labels``). The step's own loss uses
-    ``>= lambda`` like LL-Ct, matching the LL code's two comparisons (docs/protocol.md, "LL-Cp that
-    silently runs as LL-Ct").
+    :meth:`corrections` (bool ``[B, C]``, detached) marks the unobserved entries whose loss is
+    strictly above lambda; the trainer writes them to the label state as corrected positives
+    (``corrects_labels``). The step's own loss uses ``>= lambda`` like LL-Ct, matching the LL
+    code's two comparisons (docs/protocol.md, "LL-Cp that silently runs as LL-Ct").
     """
 
     action = "correct"
     corrects_labels = True
 
-    def __init__(self, delta_rel: float = 0.2, **options: Unpack[LossOptions]) -> None:
-        super().__init__(delta_rel, **options)
-        self.correction_mask: Tensor | None = None
-
     @property
     def rate(self) -> float:
         return self.delta_rel / 100.0 if self.epoch >= 2 else 0.0
 
-    def last_corrections(self) -> Tensor | None:
-        """The detached bool ``[B, C]`` mask of the last forward (None before the first)."""
-        return self.correction_mask
+    def corrections(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """The detached bool ``[B, C]`` mask of the entries this step corrects for good."""
+        neg, selected, threshold = self._select(logits, labels.to(logits.dtype))
+        return selected & (neg.detach() > threshold[..., None, None])
 
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
-        neg, selected, threshold = self._select(logits, labels)
-        self.correction_mask = selected & (neg.detach() > threshold)
+        neg, selected, _ = self._select(logits, labels)
         return self.reduce(spine(logits, labels, bce_pos, bce_pos, neg, k=selected.to(logits.dtype)))

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from .base import LossContext, LossOptions, SPMLLoss, check_number, register
 from .batchwise import elements_plus_batch_term, expected_positive_regularizer
+from .terms import soft_bce
 
 __all__ = ["clamped_logit", "role_objective", "RoleEstimator", "RoleLoss"]
 
@@ -144,11 +145,12 @@ class RoleEstimator(nn.Module):
     def _check_index(self, index: torch.Tensor, *, values: bool = True) -> None:
         if (
             not isinstance(index, torch.Tensor)
-            or index.dim() != 1
+            or index.dim() != self.phi.dim() - 1
             or index.dtype not in (torch.int64, torch.int32)
         ):
             raise ValueError(
-                "RoleEstimator: index must be a 1-D integer tensor of training-example ids [batch]"
+                "RoleEstimator: index must be a 1-D integer tensor of training-example ids [batch] (with "
+                "leading dimensions when Φ has them: one row of ids per table)"
             )
         if values and index.numel() and (int(index.min()) < 0 or int(index.max()) >= self.num_train):
             raise ValueError(
@@ -159,11 +161,13 @@ class RoleEstimator(nn.Module):
     def logits(self, index: torch.Tensor, *, check_values: bool = True) -> torch.Tensor:
         """Rows ``index`` of Φ, ``[B, C]``.
 
-        ``check_values=False`` skips the range check of the ids, which reads them on the host
-        (a device sync per step); the loss turns it off under ``validate_args=False``.
+        Φ may carry leading dimensions (the stacked tables of R runs trained at once, swapped in by
+        ``torch.func.functional_call``); ``index`` then has them too and each row of ids reads its
+        own table. ``check_values=False`` skips the range check of the ids, which reads them on the
+        host (a device sync per step); the loss turns it off under ``validate_args=False``.
         """
         self._check_index(index, values=check_values)
-        return self.phi[index.to(self.phi.device)]
+        return torch.take_along_dim(self.phi, index.to(self.phi.device).unsqueeze(-1), dim=-2)
 
     def forward(self, index: torch.Tensor) -> torch.Tensor:
         """Estimated label probabilities ``σ(Φ[index])``, ``[B, C]``."""
@@ -200,10 +204,8 @@ def role_objective(
     positive_term = torch.where(
         positive, -(F.logsigmoid(logits) + F.logsigmoid(estimator_logits)), 0.0
     )
-    cross = F.binary_cross_entropy_with_logits(logits, estimator_target, reduction="none")
-    cross = cross + F.binary_cross_entropy_with_logits(
-        estimator_logits, classifier_target, reduction="none"
-    )
+    # the library's one soft-target BCE, the stable log-sigmoid form of every element term
+    cross = soft_bce(logits, estimator_target) + soft_bce(estimator_logits, classifier_target)
     reg = expected_positive_regularizer(
         torch.sigmoid(logits), expected_num_pos
     ) + expected_positive_regularizer(torch.sigmoid(estimator_logits), expected_num_pos)
@@ -230,6 +232,8 @@ class RoleLoss(SPMLLoss):
     the estimate of an earlier ROLE loss (LinearInit's phase 1). ``reduction``: ``"mean"``
     (the paper's form) or ``"sum"`` (``B·C`` times it); ``"none"`` is not defined.
     """
+
+    batchable = True
 
     needs_index = True
     data_arguments = ("num_train", "num_classes", "observed", "seed")
@@ -282,13 +286,14 @@ class RoleLoss(SPMLLoss):
                 "loss 'role' needs index=<long tensor [batch] of training-example ids> to look up "
                 "its label estimator; pass the batch's dataset indices"
             )
-        if index.dim() != 1 or index.shape[0] != logits.shape[0]:
+        if tuple(index.shape) != tuple(logits.shape[:-1]):
             raise ValueError(
-                f"loss 'role': index must have shape [{logits.shape[0]}] (one id per row), got {tuple(index.shape)}"
+                f"loss 'role': index must have shape {list(logits.shape[:-1])} (one id per row), got "
+                f"{tuple(index.shape)}"
             )
-        if logits.shape[1] != self.num_classes:
+        if logits.shape[-1] != self.num_classes:
             raise ValueError(
-                f"loss 'role': logits have {logits.shape[1]} classes but the estimator was built for {self.num_classes}"
+                f"loss 'role': logits have {logits.shape[-1]} classes but the estimator was built for {self.num_classes}"
             )
         phi = self.estimator.logits(index, check_values=self.validate_args)
         phi = phi.to(dtype=logits.dtype, device=logits.device)

@@ -48,6 +48,11 @@ def _log_const_plus_sum_exp(
     return torch.cat([const, terms], dim=-1).logsumexp(dim=-1)
 
 
+def _row_mean(rows: torch.Tensor) -> torch.Tensor:
+    """The mean over the examples of a per-example loss ``[..., B]`` (per leading index)."""
+    return rows.mean(dim=-1)
+
+
 def opml_loss(
     logits: torch.Tensor, labels: torch.Tensor, *, a: float = 1.0, b: float = 1.0
 ) -> torch.Tensor:
@@ -144,8 +149,10 @@ class ZLPRLoss(SPMLLoss):
     ``"mean"`` (the paper's) their mean.
     """
 
+    batchable = True
+
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
-        return self.reduce(opml_loss(logits, labels, a=1.0, b=1.0), torch.mean)
+        return self.reduce(opml_loss(logits, labels, a=1.0, b=1.0), _row_mean, event_dims=1)
 
 
 @register(
@@ -165,6 +172,8 @@ class OPMLLoss(SPMLLoss):
     ``reduction``: ``"none"`` gives the per-example ``ℓ_n`` ``[B]`` (each minus ``log(ab)``
     under ``subtract_min``), ``"sum"`` their sum and ``"mean"`` (the paper's) their mean.
     """
+
+    batchable = True
 
     def __init__(
         self,
@@ -191,8 +200,8 @@ class OPMLLoss(SPMLLoss):
     def _reduce_rows(self, rows: Tensor) -> Tensor:
         # "mean" subtracts the offset after averaging, as it always has, so its value is unchanged
         if self.reduction == "mean":
-            return rows.mean() - self._offset()
-        return self.reduce(rows - self._offset())
+            return _row_mean(rows) - self._offset()
+        return self.reduce(rows - self._offset(), event_dims=1)
 
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         return self._reduce_rows(opml_loss(logits, labels, a=self.a, b=self.b))
@@ -258,12 +267,13 @@ class SoftOPMLLoss(OPMLLoss):
         """``ε = AP_c^r · sg(p)`` on unobserved entries, 0 elsewhere (all 0 before any AP)."""
         if self.class_ap is None:
             return torch.zeros_like(logits)
-        if self.class_ap.numel() != logits.shape[1]:
+        if self.class_ap.shape[-1] != logits.shape[-1]:
             raise ValueError(
-                f"loss 'opml_soft': class AP has {self.class_ap.numel()} entries but logits have "
-                f"{logits.shape[1]} classes; call set_class_ap with one AP per class"
+                f"loss 'opml_soft': class AP has {self.class_ap.shape[-1]} entries but logits have "
+                f"{logits.shape[-1]} classes; call set_class_ap with one AP per class"
             )
-        trust = self.class_ap.to(device=logits.device, dtype=logits.dtype).pow(self.r)
+        # [C] (or [..., C], one AP per problem) against the [..., B, C] logits
+        trust = self.class_ap.to(device=logits.device, dtype=logits.dtype).pow(self.r).unsqueeze(-2)
         eps = trust * torch.sigmoid(logits.detach())
         return torch.where(labels == 0, eps, 0.0)
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .backbones import create_backbone
@@ -57,6 +58,11 @@ class SPMLNet(nn.Module):
         feat_dim: channels of the backbone output.
         num_classes: number of labels ``C``.
     """
+
+    #: whether R copies of this model may train as one batched model (docs/architecture.md, "Many
+    #: runs at once"): no -- batch normalisation keeps running statistics that each copy would
+    #: update in place, and an image run's input pipeline and device are its own
+    batchable = False
 
     def __init__(self, backbone: nn.Module, feat_dim: int, num_classes: int) -> None:
         super().__init__()
@@ -154,6 +160,21 @@ def build_model(
     return SPMLNet(body, feat_dim, num_classes)
 
 
+def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T + bias``, as ``nn.Linear`` computes it, for one weight matrix ``[C, D]`` or a
+    stack of R of them ``[R, C, D]`` (with ``x`` ``[R, B, D]``, or ``[B, D]`` shared by all).
+
+    One BLAS call either way: ``F.linear`` (an ``addmm``) for one matrix, ``baddbmm`` (the same
+    product, once per matrix of the stack) for R; so R heads stacked into one module train as R
+    copies of the module would, without a batching layer around every operation.
+    """
+    if weight.dim() == 2:
+        return F.linear(x, weight, bias)
+    if x.dim() == 2:
+        x = x.expand(weight.shape[0], *x.shape)
+    return torch.baddbmm(bias.unsqueeze(-2), x, weight.mT)
+
+
 class FeatureHead(nn.Module):
     """The model of a feature run: a linear layer, or a one-hidden-layer MLP, on fixed features.
 
@@ -172,9 +193,23 @@ class FeatureHead(nn.Module):
         else:
             raise ValueError(f"head must be 'linear' or 'mlp', got {kind!r}")
         self.kind = kind
+        self.batchable = self.batchable_with(kind, dropout)
+
+    @staticmethod
+    def batchable_with(kind: str, dropout: float) -> bool:
+        """Whether R copies of such a head may train as one batched model (docs/architecture.md,
+        "Many runs at once"): yes, unless dropout draws its masks from the global random stream,
+        which R batched copies cannot consume the way R solo runs would."""
+        return kind == "linear" or dropout == 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        """Logits ``[B, C]`` of features ``[B, D]``. With the weights of R heads stacked in
+        (``[R, C, D]``, by ``torch.func.functional_call``; docs/architecture.md, "Many runs at
+        once") it computes all R heads at once: ``[R, B, D]`` (or shared ``[B, D]``) to ``[R, B, C]``."""
+        if self.kind == "linear":
+            return affine(x, self.net.weight, self.net.bias)
+        first, activation, dropout, last = self.net
+        return affine(dropout(activation(affine(x, first.weight, first.bias))), last.weight, last.bias)
 
     def param_groups(self, lr: float, head_lr_mult: float = 1.0) -> list[dict[str, Any]]:
         """One group: every parameter is part of the head (``head_lr_mult`` does not apply)."""

@@ -1,11 +1,16 @@
 """Turn a method recipe into the objects a training loop calls.
 
 :class:`MethodComponents` owns the loss, the regularisers and the label-state algorithm of
-one run and exposes the four hooks the loop calls (``set_epoch``, ``training_loss``,
-``after_step``, ``after_epoch``). It talks to them only through what they declare
-(:class:`~spmlkit.losses.SPMLLoss` capabilities, :class:`~spmlkit.labeling.LabelingAlgorithm`),
-never by probing for attributes; the contracts are described in docs/architecture.md,
-"Contracts", and docs/losses-api.md.
+one run and exposes the hooks the loop calls (``set_epoch``, ``draw_mixing``,
+``training_loss``, ``corrections``, ``after_step``, ``after_epoch``). It talks to them only
+through what they declare (:class:`~spmlkit.losses.SPMLLoss` capabilities,
+:class:`~spmlkit.labeling.LabelingAlgorithm`), never by probing for attributes; the contracts
+are described in docs/architecture.md, "Contracts", and docs/losses-api.md.
+
+The step's parts are pure functions of their inputs (the random draws of PU-MLC's mixup are
+made by :meth:`MethodComponents.draw_mixing` before the loss, the corrections of LL-Cp are
+returned rather than stored), so that the loop can compute the losses of R runs at once
+(docs/architecture.md, "Many runs at once"), each run with its own components.
 """
 
 from __future__ import annotations
@@ -19,10 +24,14 @@ from torch import nn
 
 from .. import labeling, losses, metrics
 from ..labels import LabelBatch, LabelState
-from ..losses.batchwise import pu_mixup_consistency
+from ..losses.batchwise import draw_pu_mixing, pu_mixup_consistency
 from ..methods import Method, ResolvedMethod
 
-__all__ = ["MethodComponents", "build_components", "method_label_matrix", "expected_positives"]
+__all__ = ["MethodComponents", "Mixing", "build_components", "method_label_matrix", "expected_positives"]
+
+#: PU-MLC's mixup draws of one step: (permutation of the first half of the batch, lambda as a
+#: float64 0-dim tensor), None for methods without mixup
+Mixing = tuple[torch.Tensor, torch.Tensor]
 
 
 def method_label_matrix(method: Method, observed: np.ndarray, truth: np.ndarray | None) -> np.ndarray:
@@ -79,6 +88,21 @@ class MethodComponents:
     def needs_train_predictions(self) -> bool:
         return self.algorithm is not None or self.needs_class_ap
 
+    @property
+    def terms(self) -> nn.ModuleList:
+        """The loss and the regularisers as one module: their parameters and buffers (ROLE's
+        label estimator, soft OPML's class AP) are what R runs stack for a batched step."""
+        return nn.ModuleList([self.loss, *self.regularizers])
+
+    @property
+    def unbatchable_reason(self) -> str | None:
+        """Why this method's steps cannot run for several runs at once (None: they can); read
+        from the losses' declared :attr:`~spmlkit.losses.SPMLLoss.batchable`."""
+        for term in (self.loss, *self.regularizers):
+            if not term.batchable:
+                return f"loss {term.name!r} declares that it cannot be batched"
+        return None
+
     def param_groups(self, lr: float) -> list[dict[str, Any]]:
         """Extra optimiser groups owned by the method (ROLE's label estimator)."""
         groups = list(self.loss.param_groups(lr))
@@ -98,11 +122,21 @@ class MethodComponents:
         for reg in self.regularizers:
             reg.set_epoch(epoch, num_epochs)
 
+    def draw_mixing(self, generator: torch.Generator, batch: int, device: torch.device | str) -> Mixing | None:
+        """The step's random draws (PU-MLC's mixup permutation and lambda) from the run's own
+        generator, before the loss: where a solo run's loss drew them, so batched and solo runs
+        draw the same numbers. None for methods without randomness in their loss."""
+        if not self.method.mixup or batch < 2:
+            return None
+        perm, lam = draw_pu_mixing(batch, generator, device=device)
+        return perm, torch.tensor(lam, dtype=torch.float64, device=device)
+
     def training_loss(self, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, logits: torch.Tensor,
-                      batch: LabelBatch, generator: torch.Generator,
-                      parameters: Callable[[], Iterable[nn.Parameter]]) -> torch.Tensor:
+                      batch: LabelBatch, mixing: Mixing | None,
+                      parameters: Callable[[], Iterable[torch.Tensor]]) -> torch.Tensor:
         """The method's loss of one step. ``forward`` maps inputs to logits (PU-MLC's mixup term
-        needs an extra forward pass); ``parameters`` are the model's (L1/L2 penalties)."""
+        needs an extra forward pass, with ``mixing`` from :meth:`draw_mixing`); ``parameters``
+        gives the model's trainable weights (L1/L2 penalties)."""
         device = logits.device
         labels = batch.labels.to(device)
         pseudo = losses.PseudoLabels(batch.pseudo.mask.to(device), batch.pseudo.target.to(device))
@@ -111,23 +145,34 @@ class MethodComponents:
         for reg in self.regularizers:
             value = value + reg(logits, labels, pseudo=pseudo, index=index)
         if self.penalty is not None:
-            value = value + self._weight_penalty(parameters())
-        if self.method.mixup:
-            value = value + self.mixup_weight * pu_mixup_consistency(forward, x, logits, labels, generator=generator)
+            value = value + self._weight_penalty(parameters(), lead=logits.dim() - 2)
+        if mixing is not None:
+            perm, lam = mixing
+            value = value + self.mixup_weight * pu_mixup_consistency(forward, x, logits, labels, perm=perm, lam=lam)
         return value
 
-    def _weight_penalty(self, parameters: Iterable[nn.Parameter]) -> torch.Tensor:
+    def corrections(self, logits: torch.Tensor, batch: LabelBatch) -> torch.Tensor | None:
+        """The permanent corrections of this step (LL-Cp), None for every other method."""
+        if not self.loss.corrects_labels:
+            return None
+        return self.loss.corrections(logits.detach(), batch.labels.to(logits.device))
+
+    def _weight_penalty(self, parameters: Iterable[torch.Tensor], lead: int) -> torch.Tensor:
+        """``lam`` times the L1 or squared L2 norm of the weights; with ``lead`` leading run
+        dimensions (the stacked weights of R runs) one norm per run."""
         kind, lam = self.penalty
-        params = [p for p in parameters if p.requires_grad]
-        norm = sum(p.abs().sum() for p in params) if kind == "l1" else sum((p * p).sum() for p in params)
+        params = list(parameters)
+
+        def total(t: torch.Tensor) -> torch.Tensor:
+            return t.sum(dim=tuple(range(lead, t.dim())))
+
+        norm = sum(total(p.abs()) for p in params) if kind == "l1" else sum(total(p * p) for p in params)
         return lam * norm
 
-    def after_step(self, state: LabelState, batch: LabelBatch, epoch: int) -> None:
-        """Write the loss's permanent corrections of this step (LL-Cp) into the label state."""
-        if self.loss.corrects_labels:
-            mask = self.loss.last_corrections()
-            if mask is not None:
-                state.correct_mask(batch.index, mask, epoch)
+    def after_step(self, state: LabelState, batch: LabelBatch, epoch: int, corrections: torch.Tensor | None) -> None:
+        """Write the step's permanent corrections (LL-Cp) into the label state."""
+        if corrections is not None:
+            state.correct_mask(batch.index, corrections, epoch)
 
     def after_epoch(self, probs: torch.Tensor, state: LabelState, epoch: int) -> dict[str, float]:
         """Run the label-state algorithm on the whole-training-set predictions."""

@@ -1,4 +1,14 @@
-"""The one training loop: epochs of mini-batches, label-state updates, validation, selection.
+"""The one training loop: epochs of mini-batches, label-state updates, validation, selection,
+for R >= 1 runs at once.
+
+A *run* (:class:`Run`) is one model with its own method components, label state, generator and
+stopping rule. A :class:`Group` is R runs that share their data source and one optimiser (each
+run's parameters in groups of its own, with its own learning rate). A solo run is a group of
+one, and trains through exactly this code; R > 1 runs (feature runs that differ only in seed or
+learning rate, :func:`~spmlkit.training.plan.batch_key`) take each step together through
+:class:`~spmlkit.training.batched.BatchedSteps`. Every per-run decision (the label algorithm,
+the stopping rule, the best-epoch snapshot) stays the run's own, so a run that stops early
+simply leaves the group (docs/architecture.md, "Many runs at once").
 
 Feature runs and image runs differ only in where batches and predictions come from (a
 :class:`~spmlkit.training.sources.DataSource`), so the loop is method-agnostic: a method's
@@ -29,58 +39,14 @@ import torch
 from torch import nn
 
 from .. import metrics
-from ..labels import LabelState
+from ..labels import LabelBatch, LabelState, PseudoLabels, RunLabels
+from .batched import BatchedSteps
 from .components import MethodComponents
 from .distributed import Distributed
 from .sources import DataSource
+from .step import RunStep
 
-__all__ = ["LoopParts", "LoopHooks", "LoopState", "LoopResult", "StoppingRule", "run_loop"]
-
-
-@dataclass
-class LoopParts:
-    """Everything one epoch touches.
-
-    ``model`` is the plain module (its state is what checkpoints hold); ``train_model`` is what
-    the training step calls (the same module, or its DistributedDataParallel wrapper).
-    ``global_batch``: the loss sees the whole global batch (gathered logits) rather than this
-    process's slice (:mod:`spmlkit.training.distributed`); in one process the two coincide.
-    ``optimizer`` is None for the runs of a stacked group (:mod:`spmlkit.training.stacked`),
-    whose steps are taken together; they use these parts for evaluation and snapshots only.
-    """
-
-    model: nn.Module
-    source: DataSource
-    state: LabelState
-    components: MethodComponents
-    optimizer: torch.optim.Optimizer | None
-    generator: torch.Generator
-    device: torch.device | str = "cpu"
-    autocast: Callable[[], Any] | None = None
-    scaler: Any = None
-    dist: Distributed = field(default_factory=Distributed)
-    train_model: nn.Module | None = None
-    global_batch: bool = True
-
-    def __post_init__(self) -> None:
-        if self.train_model is None:
-            self.train_model = self.model
-
-    def mixup_forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """The extra forward pass of PU-MLC's mixup term over ``inputs`` (the whole global batch's
-        mixed inputs in global mode: each process forwards its slice, the logits are gathered)."""
-        if not (self.dist.enabled and self.global_batch):
-            return self.model(inputs)
-        return self.dist.gather_rows(self.model(inputs[self.dist.shard(len(inputs))]).float(), len(inputs))
-
-
-@dataclass
-class LoopHooks:
-    """Optional callbacks: a finished epoch's record, the loop state after it, a finished step."""
-
-    on_epoch: Callable[[dict[str, float]], None] | None = None
-    on_epoch_end: Callable[["LoopState"], None] | None = None
-    on_step: Callable[[int], None] | None = None
+__all__ = ["Group", "LoopHooks", "LoopState", "Run", "StoppingRule", "restore", "run_loop", "snapshot"]
 
 
 @dataclass
@@ -99,14 +65,6 @@ class LoopState:
         """The JSON-able part (everything but the snapshot)."""
         return {"epoch": self.epoch, "history": self.history, "best_val_map": self.best_val_map,
                 "best_epoch": self.best_epoch, "bad_epochs": self.bad_epochs, "stopped_early": self.stopped_early}
-
-
-@dataclass
-class LoopResult:
-    best_epoch: int
-    best_val_map: float
-    history: list[dict[str, float]]
-    stopped_early: bool
 
 
 @dataclass(frozen=True)
@@ -133,114 +91,188 @@ class StoppingRule:
         return improved
 
 
-def snapshot(parts: LoopParts) -> dict[str, Any]:
-    return {
-        "model": copy.deepcopy(parts.model.state_dict()),
-        "components": copy.deepcopy(parts.components.state_dict()),
-        "label_state": parts.state.state_dict(),
-    }
+@dataclass
+class Run:
+    """One run's own objects: what a solo run has, and what each run of a batched group keeps.
+
+    ``model`` is the plain module (its state is what checkpoints hold); ``train_model`` is what
+    the training step calls (the same module, or its DistributedDataParallel / compiled wrapper).
+    """
+
+    model: nn.Module
+    components: MethodComponents
+    state: LabelState
+    generator: torch.Generator
+    rule: StoppingRule = field(default_factory=StoppingRule)
+    loop: LoopState = field(default_factory=LoopState)
+    train_model: nn.Module | None = None
+    step: RunStep | None = None
 
 
-def restore(parts: LoopParts, snap: dict[str, Any]) -> None:
-    parts.model.load_state_dict(snap["model"])
-    parts.components.load_state_dict(snap["components"])
-    parts.state.load_state_dict(snap["label_state"])
+@dataclass
+class LoopHooks:
+    """Optional callbacks: a finished epoch's record (of each run), the loop state after it, a
+    finished step (its number of examples)."""
+
+    on_epoch: Callable[[dict[str, float]], None] | None = None
+    on_epoch_end: Callable[[Run], None] | None = None
+    on_step: Callable[[int], None] | None = None
 
 
-def train_epoch(parts: LoopParts, epoch: int, on_step: Callable[[int], None] | None = None) -> dict[str, float]:
-    """One pass over the shuffled training rows; returns the epoch's loss and throughput."""
+@dataclass
+class Group:
+    """R >= 1 runs trained together: one data source, one optimiser, one device.
+
+    ``global_batch``: the loss sees the whole global batch (gathered logits) rather than this
+    process's slice (:mod:`spmlkit.training.distributed`); in one process the two coincide.
+    """
+
+    runs: list[Run]
+    source: DataSource
+    optimizer: torch.optim.Optimizer
+    device: torch.device | str = "cpu"
+    autocast: Callable[[], Any] | None = None
+    scaler: Any = None
+    dist: Distributed = field(default_factory=Distributed)
+    global_batch: bool = True
+
+    def __post_init__(self) -> None:
+        for run in self.runs:
+            if run.step is None:
+                run.step = RunStep(run.model, run.components, train_model=run.train_model, dist=self.dist,
+                                   global_batch=self.global_batch, autocast=self.autocast)
+        if len(self.runs) > 1 and (self.dist.enabled or self.scaler is not None or self.autocast is not None):
+            raise ValueError("batched runs train in one process, in float32")
+
+    def active(self) -> list[Run]:
+        return [run for run in self.runs if not run.loop.stopped_early]
+
+    def probabilities(self, runs: list[Run], split: str) -> list[torch.Tensor]:
+        """Each run's probabilities on ``split`` (train | val | test) in eval mode, index order."""
+        if len(runs) == 1:
+            return [getattr(self.source, f"predict_{split}")(runs[0].model)]
+        return list(BatchedSteps([run.step for run in runs]).probabilities(self.source.rows(split)))
+
+
+def snapshot(run: Run) -> dict[str, Any]:
+    """A copy of what the best epoch restores: the model, the method's state and the label state."""
+    return {"model": _copied(run.model.state_dict()), "components": _copied(run.components.state_dict()),
+            "label_state": run.state.state_dict()}
+
+
+def restore(run: Run, snap: dict[str, Any]) -> None:
+    run.model.load_state_dict(snap["model"])
+    run.components.load_state_dict(snap["components"])
+    run.state.load_state_dict(snap["label_state"])
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of a state dict with every tensor cloned on its own (a view into a larger
+    tensor would make ``copy.deepcopy`` copy the whole of it)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        out = type(value)((k, _copied(v)) for k, v in value.items())
+        if hasattr(value, "_metadata"):  # a module state dict's versions, read by load_state_dict
+            out._metadata = copy.deepcopy(value._metadata)
+        return out
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(v) for v in value)
+    return copy.deepcopy(value)
+
+
+# --------------------------------------------------------------------------- one epoch
+def train_epoch(group: Group, runs: list[Run], epoch: int, on_step: Callable[[int], None] | None = None
+                ) -> dict[str, Any]:
+    """One pass of each of ``runs`` over its own shuffled training rows, the steps taken together.
+
+    Returns each run's mean training loss (``losses``), the pass's seconds and images per second
+    (the group's time; a batched group's runs share it).
+    """
     t0 = time.perf_counter()
-    model, comp, state = parts.model, parts.components, parts.state
-    model.train()
-    total = torch.zeros((), dtype=torch.float64, device=parts.device)
+    for run in runs:
+        run.model.train()
+    solo = len(runs) == 1
+    batched = None if solo else BatchedSteps([run.step for run in runs])
+    labels = RunLabels([run.state for run in runs])
+    total = torch.zeros(len(runs), dtype=torch.float64, device=group.device)
     steps = seen = 0
-    for x, idx in parts.source.train_batches(parts.generator):
-        x = x.to(parts.device, non_blocking=True)
-        with parts.autocast() if parts.autocast else _null():
-            logits = parts.train_model(x).float()
-        if parts.global_batch:  # the loss of the whole global batch (identity in one process)
-            logits = parts.dist.gather_rows(logits, len(idx))
-            if comp.method.mixup:
-                x = parts.dist.gather_rows(x, len(idx))
-            batch = state.batch(idx)
-        else:  # the loss of this process's slice, averaged over processes by DDP
-            batch = state.batch(idx[parts.dist.shard(len(idx))])
-        loss = comp.training_loss(parts.mixup_forward, x, logits, batch, parts.generator, model.parameters)
-        _step(parts, loss)
-        comp.after_step(state, batch, epoch)
-        total += loss.detach().double()
+    dist = group.dist
+    for x, idx in group.source.train_batches([run.generator for run in runs]):
+        x = x.to(group.device, non_blocking=True)
+        size = idx.shape[1]
+        # the rows the loss sees: the whole global batch, or this process's slice of it
+        rows = idx if (group.global_batch or not dist.enabled) else idx[:, dist.shard(size)]
+        batch = labels.batch(rows)
+        mixings = [run.components.draw_mixing(run.generator, size, group.device) for run in runs]
+        if solo:
+            loss, corrections = runs[0].step(x[0], *_on(group.device, rows[0], batch.labels[0], batch.pseudo.mask[0],
+                                                       batch.pseudo.target[0]), mixings[0])
+            losses, corrections = loss[None], None if corrections is None else corrections[None]
+        else:
+            losses, corrections = batched.losses(x, _batch_on(batch, group.device), mixings)
+        _backward_and_step(group, losses.sum())
+        if corrections is not None:
+            for r, run in enumerate(runs):
+                run_batch = LabelBatch(batch.labels[r], PseudoLabels(batch.pseudo.mask[r], batch.pseudo.target[r]),
+                                       rows[r])
+                run.components.after_step(run.state, run_batch, epoch, corrections[r])
+        total += losses.detach().double()
         steps += 1
-        seen += len(idx)
+        seen += size
         if on_step is not None:
-            on_step(len(idx))
+            on_step(size)
     seconds = time.perf_counter() - t0
-    return {"train_loss": float(total) / max(steps, 1), "train_seconds": seconds,
+    return {"losses": (total / max(steps, 1)).tolist(), "seconds": seconds,
             "images_per_second": seen / seconds if seconds > 0 else float("nan")}
 
 
-def _step(parts: LoopParts, loss: torch.Tensor) -> None:
-    parts.optimizer.zero_grad(set_to_none=True)
-    if parts.scaler is not None:
-        parts.scaler.scale(loss).backward()
-        parts.scaler.step(parts.optimizer)
-        parts.scaler.update()
+def _on(device: torch.device | str, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(t.to(device) for t in tensors)
+
+
+def _batch_on(batch: LabelBatch, device: torch.device | str) -> LabelBatch:
+    return LabelBatch(batch.labels.to(device), PseudoLabels(batch.pseudo.mask.to(device), batch.pseudo.target.to(device)),
+                      batch.index.to(device))
+
+
+def _backward_and_step(group: Group, loss: torch.Tensor) -> None:
+    group.optimizer.zero_grad(set_to_none=True)
+    if group.scaler is not None:
+        group.scaler.scale(loss).backward()
+        group.scaler.step(group.optimizer)
+        group.scaler.update()
     else:
         loss.backward()
-        parts.optimizer.step()
+        group.optimizer.step()
 
 
-def end_of_epoch(parts: LoopParts, epoch: int, val_targets: np.ndarray, truth_train: np.ndarray | None) -> dict[str, float]:
-    """Label-state algorithm on the whole training set, then validation mAP."""
-    record: dict[str, float] = {}
-    comp = parts.components
-    if comp.needs_train_predictions or parts.source.track_train:
-        train_probs = parts.source.predict_train(parts.model)
-        record["observed_pos_loss"] = _observed_positive_loss(train_probs, parts.state)
-        record.update(comp.after_epoch(train_probs, parts.state, epoch))
-    if len(val_targets):
-        val_probs = parts.source.predict_val(parts.model)
-        record["val_map"] = metrics.mean_average_precision(val_probs.cpu().numpy(), val_targets)
-    else:
-        record["val_map"] = float("nan")
+def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndarray,
+                 truth_train: np.ndarray | None) -> list[dict[str, float]]:
+    """Each run's label-state algorithm on its whole-training-set predictions, then validation mAP."""
+    records: list[dict[str, float]] = [{} for _ in runs]
+    if group.source.track_train or any(run.components.needs_train_predictions for run in runs):
+        for run, record, probs in zip(runs, records, group.probabilities(runs, "train")):
+            record["observed_pos_loss"] = _observed_positive_loss(probs, run.state)
+            record.update(run.components.after_epoch(probs, run.state, epoch))
+    for record, val_map in zip(records, _val_maps(group, runs, val_targets)):
+        record["val_map"] = val_map
     if truth_train is not None:
-        record.update(parts.state.pseudo_label_stats(truth_train))
-    return record
+        for run, record in zip(runs, records):
+            record.update(run.state.pseudo_label_stats(truth_train))
+    return records
 
 
-def run_loop(
-    parts: LoopParts,
-    *,
-    epochs: int,
-    val_targets: np.ndarray,
-    rule: StoppingRule = StoppingRule(),
-    truth_train: np.ndarray | None = None,
-    loop_state: LoopState | None = None,
-    hooks: LoopHooks = LoopHooks(),
-) -> LoopResult:
-    """Train for ``epochs`` epochs (continuing from ``loop_state`` when resuming)."""
-    ls = loop_state or LoopState()
-    for epoch in range(ls.epoch + 1, epochs + 1):
-        if ls.stopped_early:
-            break
-        t0 = time.perf_counter()
-        parts.components.set_epoch(epoch, epochs)
-        trained = train_epoch(parts, epoch, hooks.on_step)
-        record = {"epoch": epoch, "train_loss": trained["train_loss"],
-                  **end_of_epoch(parts, epoch, val_targets, truth_train),
-                  "train_seconds": trained["train_seconds"], "epoch_seconds": time.perf_counter() - t0,
-                  "images_per_second": trained["images_per_second"]}
-        ls.history.append(record)
-        if rule.update(ls, record["val_map"]):
-            ls.best_epoch = epoch
-            ls.best_snapshot = snapshot(parts)
-        ls.epoch = epoch
-        if hooks.on_epoch is not None:
-            hooks.on_epoch(record)
-        if hooks.on_epoch_end is not None:
-            hooks.on_epoch_end(ls)
-    if ls.best_snapshot is not None:
-        restore(parts, ls.best_snapshot)
-    return LoopResult(ls.best_epoch, ls.best_val_map, ls.history, ls.stopped_early)
+def _val_maps(group: Group, runs: list[Run], val_targets: np.ndarray) -> list[float]:
+    """Each run's validation mAP, from one :func:`~spmlkit.metrics.average_precision` call over
+    every run's classes side by side (a per-column computation, so each run's APs are its own),
+    averaged per run as :func:`~spmlkit.metrics.mean_average_precision` does."""
+    if not len(val_targets):
+        return [float("nan")] * len(runs)
+    probs = [p.cpu().numpy() for p in group.probabilities(runs, "val")]
+    classes = probs[0].shape[1]
+    ap = metrics.average_precision(np.concatenate(probs, axis=1), np.tile(val_targets, (1, len(runs))))
+    return [float(ap[r * classes : (r + 1) * classes].mean()) for r in range(len(runs))]
 
 
 def _observed_positive_loss(probs: torch.Tensor, state: LabelState) -> float:
@@ -253,9 +285,40 @@ def _observed_positive_loss(probs: torch.Tensor, state: LabelState) -> float:
     return float(-p.log().mean())
 
 
-class _null:
-    def __enter__(self) -> None:
-        return None
+# --------------------------------------------------------------------------- the loop
+def run_loop(group: Group, *, epochs: int, val_targets: np.ndarray, truth_train: np.ndarray | None = None,
+             hooks: LoopHooks = LoopHooks()) -> None:
+    """Train every run of ``group`` for ``epochs`` epochs (each continuing from its loop state when
+    resumed), then restore each run's best epoch. A run that stops early leaves the group.
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    A batched group's times (``train_seconds``, ``epoch_seconds``) are the group's divided among
+    the runs that trained that epoch, and ``images_per_second`` is a run's examples over its share.
+    """
+    first = min(run.loop.epoch for run in group.runs) + 1
+    for epoch in range(first, epochs + 1):
+        runs = [run for run in group.active() if run.loop.epoch < epoch]
+        if not runs:
+            break
+        t0 = time.perf_counter()
+        for run in runs:
+            run.components.set_epoch(epoch, epochs)
+        trained = train_epoch(group, runs, epoch, hooks.on_step)
+        ends = end_of_epoch(group, runs, epoch, val_targets, truth_train)
+        share = len(runs)
+        epoch_seconds = (time.perf_counter() - t0) / share
+        for run, loss, end in zip(runs, trained["losses"], ends):
+            record = {"epoch": epoch, "train_loss": loss, **end, "train_seconds": trained["seconds"] / share,
+                      "epoch_seconds": epoch_seconds, "images_per_second": trained["images_per_second"] * share}
+            ls = run.loop
+            ls.history.append(record)
+            if run.rule.update(ls, record["val_map"]):
+                ls.best_epoch = epoch
+                ls.best_snapshot = snapshot(run)
+            ls.epoch = epoch
+            if hooks.on_epoch is not None:
+                hooks.on_epoch(record)
+            if hooks.on_epoch_end is not None:
+                hooks.on_epoch_end(run)
+    for run in group.runs:
+        if run.loop.best_snapshot is not None:
+            restore(run, run.loop.best_snapshot)

@@ -33,7 +33,7 @@ import torch
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from .checkpoint import load_checkpoint, numpy_rng_state, plain_checkpoint, set_numpy_rng_state
 from .config import RunConfig, save_config
-from .loop import LoopParts, LoopState
+from .loop import LoopState, Run
 from .run_data import feature_scaling
 
 __all__ = ["RunDirectory", "feature_spec"]
@@ -100,15 +100,17 @@ class RunDirectory:
         return ckpt
 
     # ------------------------------------------------------------------ per epoch
-    def save_epoch(self, ls: LoopState, parts: LoopParts, config: RunConfig, extra_best: dict[str, Any]) -> None:
+    def save_epoch(self, run: Run, optimizer: torch.optim.Optimizer, config: RunConfig,
+                   extra_best: dict[str, Any]) -> None:
         """After every epoch: ``best.pt`` if this epoch is the best, ``last.pt``, the metrics."""
+        ls = run.loop
         if ls.best_epoch == ls.epoch:
             atomic_torch_save(plain_checkpoint({**ls.best_snapshot, "config": config.to_dict(), "epoch": ls.epoch,
                                                 "val_map": ls.best_val_map, **extra_best}, "best.pt"), self.best)
         atomic_torch_save(plain_checkpoint({
-            "model": parts.model.state_dict(), "optimizer": parts.optimizer.state_dict(),
-            "components": parts.components.state_dict(), "label_state": parts.state.state_dict(),
-            "generator": parts.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "model": run.model.state_dict(), "optimizer": optimizer.state_dict(),
+            "components": run.components.state_dict(), "label_state": run.state.state_dict(),
+            "generator": run.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "numpy_rng": numpy_rng_state(), "config": config.to_dict(), "loop": ls.progress(),
         }, "last.pt"), self.last)
         self.write_metrics(ls.history)
@@ -140,12 +142,12 @@ class RunDirectory:
                          "and backbone it was written for, or start the run afresh (another --out, or --overwrite "
                          "to replace this one)")
 
-    def restore(self, ckpt: dict[str, Any], parts: LoopParts) -> LoopState:
+    def restore(self, ckpt: dict[str, Any], run: Run, optimizer: torch.optim.Optimizer) -> LoopState:
         """Load ``last.pt`` into the run's objects and rebuild the loop state (with the best snapshot)."""
-        self.check_compatible(ckpt, parts.model)
-        for name, target, key in (("model", parts.model, "model"), ("optimizer", parts.optimizer, "optimizer"),
-                                  ("method components", parts.components, "components"),
-                                  ("label state", parts.state, "label_state")):
+        self.check_compatible(ckpt, run.model)
+        for name, target, key in (("model", run.model, "model"), ("optimizer", optimizer, "optimizer"),
+                                  ("method components", run.components, "components"),
+                                  ("label state", run.state, "label_state")):
             try:
                 target.load_state_dict(ckpt[key])
             except (RuntimeError, ValueError, KeyError) as exc:  # size mismatches, missing entries
@@ -153,7 +155,7 @@ class RunDirectory:
                 raise ValueError(f"--resume: the {name} saved in {self.last} does not fit this run ({reason}); "
                                  "resume with the data and settings it was written for, or start the run afresh "
                                  "(another --out, or --overwrite)") from exc
-        parts.generator.set_state(ckpt["generator"])
+        run.generator.set_state(ckpt["generator"])
         torch.set_rng_state(ckpt["torch_rng"])
         set_numpy_rng_state(ckpt["numpy_rng"])
         loop = ckpt["loop"]

@@ -11,7 +11,7 @@ order (docs/protocol.md, "Quirks of the official code", on APL's pass).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -29,9 +29,13 @@ class DataSource(Protocol):
 
     track_train: bool
 
-    def train_batches(self, generator: torch.Generator) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-        """Yield ``(inputs of this process's slice, train-split indices of the whole global batch)``
-        for one epoch, shuffled with ``generator``."""
+    def train_batches(self, generators: Sequence[torch.Generator]) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        """Yield ``(inputs [R, b, ...] of this process's slice, train-split indices [R, B] of the whole
+        global batch)`` for one epoch of R runs, run ``r``'s rows shuffled with ``generators[r]``."""
+
+    def rows(self, split: str) -> torch.Tensor:
+        """The inputs of ``split`` (train | val | test) as one tensor, for the predictions of R
+        batched runs (feature sources only)."""
 
     def predict_train(self, model: nn.Module) -> torch.Tensor:
         """Probabilities ``[N_train, C]`` in index order, eval mode, no augmentation."""
@@ -66,16 +70,23 @@ class FeatureSource:
         self.X_train, self.X_val, self.X_test, self.batch_size = X_train, X_val, X_test, batch_size
         self.dist = dist or Distributed()
 
-    def train_batches(self, generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def train_batches(self, generators: Sequence[torch.Generator]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.X_train)
-        perm = torch.randperm(n, generator=generator)
-        # one gather per epoch; each batch is then a view (index_select: the copy X[perm] makes,
-        # several times faster)
-        shuffled = torch.index_select(self.X_train, 0, perm)
+        perms = torch.stack([torch.randperm(n, generator=generator) for generator in generators])
+        # one gather per epoch for all runs; each batch is then a view (index_select: the copy
+        # X[perm] makes, several times faster)
+        runs = len(generators)
+        shuffled = torch.index_select(self.X_train, 0, perms.reshape(-1)).view(runs, n, -1)
         for start in range(0, n, self.batch_size):
-            idx = perm[start : start + self.batch_size]
-            rows = self.dist.shard(len(idx))
-            yield shuffled[start + rows.start : start + rows.stop], idx
+            idx = perms[:, start : start + self.batch_size]
+            rows = self.dist.shard(idx.shape[1])
+            yield shuffled[:, start + rows.start : start + rows.stop], idx
+
+    def rows(self, split: str) -> torch.Tensor:
+        X = {"train": self.X_train, "val": self.X_val, "test": self.X_test}[split]
+        if X is None:
+            raise ValueError(f"this feature source has no {split} rows")
+        return X
 
     def _predict(self, model: nn.Module, X: torch.Tensor) -> torch.Tensor:
         return self.dist.gather_predictions(lambda rows: predict_proba(model, X[rows]), len(X))
@@ -209,7 +220,10 @@ class ImageSource:
         return DataLoader(_IndexedPlain(dataset, np.asarray(rows)[self.dist.shard(len(rows))]), batch_size=batch_size,
                           **common)
 
-    def train_batches(self, generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def train_batches(self, generators: Sequence[torch.Generator]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if len(generators) != 1:
+            raise ValueError("an image source feeds one run at a time")
+        generator = generators[0]
         perm = torch.randperm(self.n, generator=generator).tolist()
         flips = (torch.rand(self.n, generator=generator) < 0.5).tolist() if self.hflip else [False] * self.n
         bs = self.batch_size
@@ -221,7 +235,7 @@ class ImageSource:
             x = self.decoder(loaded) if self.decoder is not None else loaded[0].to(self.device, non_blocking=True)
             if self.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
-            yield x, torch.as_tensor(batch)
+            yield x[None], torch.as_tensor(batch)[None]
 
     @torch.no_grad()
     def _local_predictions(self, model: nn.Module, loader: DataLoader) -> torch.Tensor:

@@ -1,0 +1,92 @@
+"""One run's training step up to its loss: the forward pass, the logits the loss sees, the loss.
+
+:class:`RunStep` is the function every run's step goes through, whether the run trains on its
+own or as one of R runs at once. A solo run calls it directly. A batched group
+(:mod:`spmlkit.training.batched`) calls the same module with the forward pass of all R models
+(``[R, B, ...]`` inputs to ``[R, B, C]`` logits) and the R runs' loss state stacked into it by
+``torch.func.functional_call``; the losses take the leading run dimension natively
+(:attr:`~spmlkit.losses.SPMLLoss.batchable`). So the forward, the loss and its regularisers, the
+penalty and the mixup term exist once (docs/architecture.md, "Many runs at once").
+
+It is an ``nn.Module`` holding the run's model and its loss terms as submodules, so that
+``functional_call`` can swap in the stacked parameters and buffers of R runs (ROLE's label
+estimator, soft OPML's class AP) under the same names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..labels import LabelBatch, PseudoLabels
+from .components import MethodComponents, Mixing
+from .distributed import Distributed
+
+__all__ = ["RunStep"]
+
+
+class RunStep(nn.Module):
+    """``(inputs, label batch, mixup draws) -> (loss, corrections)`` for one run.
+
+    ``train_model`` is what the forward calls (the model itself, or its DistributedDataParallel /
+    compiled wrapper, which only a solo run has); ``dist`` and ``global_batch``: under
+    torch.distributed the loss sees the whole global batch (the logits of every process gathered,
+    with autograd) or this process's slice (docs/architecture.md, "Distributed training").
+    ``autocast``: the run's mixed-precision context (image runs on a GPU). Corrections are the
+    bool ``[B, C]`` entries LL-Cp corrects for good (None for other methods).
+    """
+
+    def __init__(self, model: nn.Module, components: MethodComponents, *, train_model: nn.Module | None = None,
+                 dist: Distributed | None = None, global_batch: bool = True,
+                 autocast: Callable[[], Any] | None = None) -> None:
+        super().__init__()
+        self.model = model
+        self.terms = components.terms
+        self.components = components  # not a Module: its loss modules are registered through ``terms``
+        # held outside the module tree: a wrapper around ``model`` would list its weights twice
+        self._wrapped = (train_model,)
+        self.dist = dist or Distributed()
+        self.global_batch = global_batch
+        self.autocast = autocast
+
+    def _trainable(self) -> list[torch.Tensor]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _mixup_forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The extra forward pass of PU-MLC's mixup term (the whole global batch's mixed inputs in
+        global mode: each process forwards its slice, the logits are gathered)."""
+        if not (self.dist.enabled and self.global_batch):
+            return self.model(inputs)
+        return self.dist.gather_rows(self.model(inputs[self.dist.shard(len(inputs))]).float(), len(inputs))
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor, labels: torch.Tensor, pseudo_mask: torch.Tensor,
+                pseudo_target: torch.Tensor, mixing: Mixing | None = None,
+                forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                parameters: Callable[[], Any] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x``: this process's inputs; ``index``, ``labels``, ``pseudo_*``: the rows the loss sees
+        (the whole global batch in global mode, this process's slice otherwise).
+
+        ``forward`` and ``parameters`` replace the model's own forward pass and trainable weights:
+        a batched group passes the forward of all its runs' models and their stacked weights (the
+        L1/L2 penalties then take one norm per run)."""
+        if forward is None:
+            train_model = self.model if self._wrapped[0] is None else self._wrapped[0]
+            if self.autocast is not None:
+                with self.autocast():
+                    logits = train_model(x).float()
+            else:
+                logits = train_model(x).float()
+            mixup_forward = self._mixup_forward
+        else:
+            logits = forward(x)
+            mixup_forward = forward
+        if self.global_batch and self.dist.enabled:  # the loss of the whole global batch
+            logits = self.dist.gather_rows(logits, len(index))
+            if self.components.method.mixup:
+                x = self.dist.gather_rows(x, len(index))
+        batch = LabelBatch(labels, PseudoLabels(pseudo_mask, pseudo_target), index)
+        loss = self.components.training_loss(mixup_forward, x, logits, batch, mixing,
+                                             self._trainable if parameters is None else parameters)
+        return loss, self.components.corrections(logits, batch)

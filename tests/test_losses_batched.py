@@ -1,0 +1,115 @@
+"""Every loss that declares ``batchable`` takes logits ``[R, B, C]`` and treats each leading index
+as its own problem: its value (for every reduction), its gradient and its corrections equal the R
+separate calls (docs/architecture.md, "Many runs at once").
+
+Per-problem state (ROLE's label estimator, soft OPML's class AP) is stacked into one module with
+``torch.func.functional_call``, as the trainer does for R runs. Computed in float64 on the CPU, the
+batched values equal the separate ones to 1e-12 (measured: exactly, for all but the high-rank
+term's batched Cholesky)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.func import functional_call
+
+from spmlkit import losses
+from spmlkit.losses import PseudoLabels
+from spmlkit.losses.batchwise import draw_pu_mixing, pu_mixup_consistency
+
+R, B, C = 3, 6, 5
+TOL = 1e-12
+
+
+def _problems(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, PseudoLabels]:
+    gen = torch.Generator().manual_seed(seed)
+    z = 2.0 * torch.randn(R, B, C, generator=gen, dtype=torch.float64)
+    y = torch.randint(-1, 2, (R, B, C), generator=gen).double()
+    y[..., 0] = 1.0
+    index = torch.stack([torch.randperm(B * 2, generator=gen)[:B] for _ in range(R)])
+    pseudo = PseudoLabels(torch.rand(R, B, C, generator=gen) < 0.5, torch.rand(R, B, C, generator=gen).double())
+    return z, y, index, pseudo
+
+
+def _losses(name: str, reduction: str) -> list[losses.SPMLLoss]:
+    """R instances of loss ``name``, each with its own state where the loss keeps one."""
+    out = []
+    for r in range(R):
+        kwargs = {"num_train": B * 2, "num_classes": C, "seed": r} if "num_train" in losses.data_arguments(name) else {}
+        fn = losses.create(name, reduction=reduction, **kwargs).double()
+        if name == "opml_soft":
+            fn.set_class_ap(torch.linspace(0.1 + 0.2 * r, 0.9, C))
+        if name in ("splc", "ll_r", "ll_ct", "ll_cp", "gr"):
+            fn.set_epoch(3, 10)
+        out.append(fn)
+    return out
+
+
+def _stacked(fns: list[losses.SPMLLoss]) -> dict[str, torch.Tensor]:
+    states = [dict(fn.named_parameters()) | dict(fn.named_buffers()) for fn in fns]
+    return {k: torch.stack([s[k] for s in states]) for k in states[0]}
+
+
+BATCHABLE = [n for n in sorted(losses.available()) if losses.loss_class(n).batchable]
+
+
+def test_every_built_in_loss_is_batchable() -> None:
+    assert BATCHABLE == sorted(losses.available())
+
+
+@pytest.mark.parametrize("name", BATCHABLE)
+def test_a_loss_of_r_problems_equals_its_r_separate_losses(name: str) -> None:
+    cls = losses.loss_class(name)
+    for reduction in cls.reductions:
+        fns = _losses(name, reduction)
+        z, y, index, pseudo = _problems()
+        z = z.requires_grad_()
+        context = {"index": index} if cls.needs_index else {}
+        if name == "em_apl":
+            context["pseudo"] = pseudo
+        together = functional_call(fns[0], _stacked(fns), (z, y), context)
+        apart = []
+        for r, fn in enumerate(fns):
+            solo = {"index": index[r]} if cls.needs_index else {}
+            if name == "em_apl":
+                solo["pseudo"] = PseudoLabels(pseudo.mask[r], pseudo.target[r])
+            apart.append(fn(z[r], y[r], **solo))
+        apart = torch.stack(apart)
+        assert together.shape == apart.shape, (name, reduction)
+        assert torch.allclose(together, apart, atol=TOL, rtol=0), (name, reduction)
+        (g_together,) = torch.autograd.grad(together.sum(), z)
+        (g_apart,) = torch.autograd.grad(apart.sum(), z)
+        assert torch.allclose(g_together, g_apart, atol=TOL, rtol=0), (name, reduction)
+
+
+def test_ll_cp_corrections_of_r_problems_equal_their_separate_corrections() -> None:
+    fns = _losses("ll_cp", "mean")
+    z, y, _, _ = _problems(1)
+    together = fns[0].corrections(z, y)
+    assert together.shape == (R, B, C)
+    for r, fn in enumerate(fns):
+        assert torch.equal(together[r], fn.corrections(z[r], y[r]))
+
+
+def test_the_mixup_term_of_r_problems_equals_its_separate_terms() -> None:
+    z, y, _, _ = _problems(2)
+    gen = torch.Generator().manual_seed(0)
+    weights = torch.randn(R, 4, C, generator=gen, dtype=torch.float64)
+    x = torch.randn(R, B, 4, generator=gen, dtype=torch.float64)
+    draws = [draw_pu_mixing(B, torch.Generator().manual_seed(r)) for r in range(R)]
+    perms = torch.stack([p for p, _ in draws])
+    lams = torch.tensor([lam for _, lam in draws], dtype=torch.float64)
+    together = pu_mixup_consistency(lambda inputs: inputs @ weights, x, z, y, perm=perms, lam=lams)
+    apart = torch.stack([pu_mixup_consistency(lambda inputs, r=r: inputs @ weights[r], x[r], z[r], y[r],
+                                              perm=draws[r][0], lam=draws[r][1]) for r in range(R)])
+    assert torch.allclose(together, apart, atol=TOL, rtol=0)
+    with pytest.raises(ValueError, match="pass each problem's perm and lam"):
+        pu_mixup_consistency(lambda inputs: inputs @ weights, x, z, y)
+
+
+def test_shapes_without_a_batch_or_classes_are_refused() -> None:
+    fn = losses.create("an")
+    with pytest.raises(ValueError, match=r"\[batch, classes\]"):
+        fn(torch.zeros(4), torch.zeros(4))
+    with pytest.raises(ValueError, match="empty batch"):
+        fn(torch.zeros(R, 0, C), torch.zeros(R, 0, C))
