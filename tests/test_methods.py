@@ -1,10 +1,12 @@
-"""Method recipes: every recipe builds, overrides are routed, typos are refused."""
+"""Method recipes: every recipe builds the parts it names, overrides are routed, typos are refused."""
 
 import numpy as np
 import pytest
+import torch
 
 from spmlkit import losses
 from spmlkit.labeling import APL, OPMLCorrection
+from spmlkit.labels import LabelBatch
 from spmlkit.methods import METHODS, get_method, resolve_hparams
 from spmlkit.training.components import build_components, method_label_matrix
 
@@ -13,10 +15,40 @@ TRUTH = np.array([[1, 1, 0], [0, 1, 0], [1, 0, 1], [1, 0, 1]], dtype=np.uint8)
 
 
 @pytest.mark.parametrize("name", list(METHODS))
-def test_every_method_builds(name):
+def test_every_method_builds_the_parts_its_recipe_names_and_its_step_loss_is_theirs(name):
+    """The components of a recipe: its loss (with the recipe's arguments and the data arguments a
+    trainer fills), its regularisers, its label algorithm and penalty; and the loss of a step is
+    exactly the sum of those parts on that batch, each built here on its own."""
+    method = METHODS[name]
     comp = build_components(resolve_hparams(name), num_train=4, num_classes=3, observed=OBS,
                             expected_num_pos=1.75, epochs=10, seed=0)
-    assert comp.loss.name == METHODS[name].loss
+    assert comp.loss.name == method.loss
+    assert [r.name for r in comp.regularizers] == [reg for reg, _ in method.regularizers]
+    assert (comp.algorithm is None) == (method.labeling is None)
+    if method.labeling is not None:
+        assert isinstance(comp.algorithm, {"apl": APL, "opml_correction": OPMLCorrection}[method.labeling])
+    assert comp.penalty == method.weight_penalty
+    data = {"num_train": 4, "num_classes": 3, "observed": OBS, "expected_num_pos": 1.75, "seed": 0}
+
+    def fresh(loss: str, kwargs: dict) -> losses.SPMLLoss:
+        needed = {k: data[k] for k in (*losses.data_arguments(loss), *method.data_defaults) if k not in kwargs}
+        return losses.create(loss, **kwargs, **needed)
+
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(4, 3, generator=gen, dtype=torch.float64)
+    labels = torch.as_tensor(OBS, dtype=torch.float64)
+    index = torch.arange(4)
+    pseudo = losses.PseudoLabels(torch.zeros(4, 3, dtype=torch.bool), torch.zeros(4, 3, dtype=torch.float64))
+    weights = [torch.ones(3, 2, dtype=torch.float64)]
+    expected = fresh(method.loss, dict(method.loss_kwargs))(z, labels, pseudo=pseudo, index=index)
+    for reg, kwargs in method.regularizers:
+        expected = expected + fresh(reg, dict(kwargs))(z, labels, pseudo=pseudo, index=index)
+    if method.weight_penalty is not None:
+        kind, lam = method.weight_penalty
+        expected = expected + lam * 6.0  # six weights of 1: their L1 norm and squared L2 norm are both 6
+    batch = LabelBatch(labels, pseudo, index)
+    got = comp.training_loss(lambda x: x, z, z, batch, None, lambda: weights)
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_overrides_are_routed_to_loss_labeling_and_knobs():

@@ -111,6 +111,14 @@ class LabelState:
     def num_classes(self) -> int:
         return self.observed.shape[1]
 
+    def observed_positives(self) -> torch.Tensor | None:
+        """Bool mask of the annotated positives (None when there are none); the observed labels
+        never change, so it is computed once."""
+        if not hasattr(self, "_observed_positives"):
+            pos = self.observed == 1
+            self._observed_positives = pos if bool(pos.any()) else None
+        return self._observed_positives
+
     def unobserved(self) -> torch.Tensor:
         """Bool mask of entries still carrying no label, pseudo or otherwise."""
         return self.kind == Kind.UNOBSERVED
@@ -209,9 +217,20 @@ class LabelState:
         (docs/protocol.md, "Metrics"): pseudo-negatives are right where the truth is 0, corrections
         where it is 1. ``nan`` when there are none.
         """
+        # asked every epoch; the answer changes only when the kinds do (torch bumps the version
+        # counter on every in-place write), so it is kept until then
+        key = (id(truth), self.kind, self.kind._version)
+        cached = getattr(self, "_cached_stats", None)
+        if cached is not None and cached[0][0] == key[0] and cached[0][1] is key[1] and cached[0][2] == key[2]:
+            return dict(cached[1])
         y = torch.as_tensor(np.asarray(truth)).to(torch.int8)
         if tuple(y.shape) != self.shape:
             raise ValueError(f"truth shape {tuple(y.shape)} does not match label state {self.shape}")
+        stats = self._pseudo_label_stats(y)
+        self._cached_stats = (key, stats, truth)  # the truth held, so that its id stays its own
+        return dict(stats)
+
+    def _pseudo_label_stats(self, y: torch.Tensor) -> dict[str, float]:
         neg = self.kind == Kind.PSEUDO_NEGATIVE
         cor = self.kind == Kind.CORRECTED
         n_neg, n_cor = int(neg.sum()), int(cor.sum())

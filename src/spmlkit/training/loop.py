@@ -278,8 +278,8 @@ def _val_maps(group: Group, runs: list[Run], val_targets: np.ndarray) -> list[fl
 def _observed_positive_loss(probs: torch.Tensor, state: LabelState) -> float:
     """Mean ``-log p`` over the annotated positives of the training set (a training curve the
     papers plot: it shows how well a method still fits what it was told)."""
-    pos = state.observed == 1
-    if not bool(pos.any()):
+    pos = state.observed_positives()
+    if pos is None:
         return float("nan")
     p = probs.detach().cpu().double()[pos].clamp_min(1e-12)
     return float(-p.log().mean())
