@@ -104,7 +104,7 @@ def test_cli_train_prints_epochs(tmp_path, capsys):
                  "--hparam", "warmup_epochs=1", "--out", str(tmp_path)])
     assert code == 0
     res = json.loads((tmp_path / "result.json").read_text())
-    assert res["config"]["hparams"] == {"alpha": 0.2, "warmup_epochs": 1}
+    assert res["config"]["method"]["hparams"] == {"alpha": 0.2, "warmup_epochs": 1}
     assert len(res["history"]) == 3 and res["history"][1]["pseudo_negatives"] > 0
 
 
@@ -117,7 +117,8 @@ def test_dataset_presets_are_valid_and_used_by_train_and_benchmark():
         resolve_hparams(method, hp)  # raises on a stale name
     # `train --dataset yeast --method em_apl` and the benchmark's em_apl runs resolve the same way
     trained = resolve_config({"dataset": "yeast", "method": "em_apl"})
-    assert trained.hparams == YEAST_HPARAMS["em_apl"] and (trained.lr, trained.batch_size, trained.epochs) == (3e-3, 64, 20)
+    assert trained.method.hparams == YEAST_HPARAMS["em_apl"]
+    assert (trained.optimisation.lr, trained.optimisation.batch_size, trained.schedule.epochs) == (3e-3, 64, 20)
     spec = BenchmarkSpec(dataset="yeast", methods=("em_apl",), seeds=(0,), lrs=(3e-3,))
     (run,) = expand(spec.sweep("unused.db"))
     assert run_config(run) == trained

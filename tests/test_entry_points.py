@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def reference():
     config = resolve_config({**SETTINGS, "num_threads": 1})  # like the tests, which run with one thread
-    assert config.hparams["warmup_epochs"] == 4  # the Yeast preset applies to every entry point
+    assert config.method.hparams["warmup_epochs"] == 4  # the Yeast preset applies to every entry point
     return train(config)
 
 
@@ -65,7 +65,7 @@ def test_estimator_equals_train_on_the_same_observed_labels():
     ds = registry.load_features("yeast")
     X, Y = ds.X_train[:300], ds.Y_train[:300]
     observed = protocol.observe_labels(Y)
-    clf = SPMLClassifier(method="em_apl", hparams=config.hparams, epochs=6, lr=0.01, seed=1).fit(X, observed)
+    clf = SPMLClassifier(method="em_apl", hparams=config.method.hparams, epochs=6, lr=0.01, seed=1).fit(X, observed)
     assert [h["val_map"] for h in clf.history_] == [h["val_map"] for h in ref.history]
     test = metrics.mean_average_precision(clf.predict_proba(ds.X_test), ds.Y_test)
     assert test == pytest.approx(ref.test_map, abs=1e-12)

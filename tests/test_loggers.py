@@ -86,7 +86,7 @@ def test_a_logger_registered_by_name_receives_every_epoch(tmp_path, registry):
     assert logger.run_dir == run
     assert [step for step, _ in logger.records] == [1, 2, 3]
     assert json.dumps([record for _, record in logger.records]) == json.dumps(history)  # NaN included
-    assert len(logger.configs) == 1 and logger.configs[0]["loggers"] == ["recorder"]
+    assert len(logger.configs) == 1 and logger.configs[0]["output"]["loggers"] == ["recorder"]
     assert logger.closed == 1
 
 
@@ -94,7 +94,7 @@ def test_a_resumed_run_logs_the_epochs_it_trains_and_may_add_a_logger(tmp_path, 
     registry.register_logger("recorder", Recorder)
     config = resolve_config({**YEAST, "epochs": 4, "out": str(tmp_path)})
     train(config, stop_after=2)
-    config.loggers = ["recorder"]  # loggers do not change the numbers: resuming with one is allowed
+    config.output.loggers = ["recorder"]  # loggers do not change the numbers: resuming with one is allowed
     train(config, resume=True)
     (logger,) = Recorder.instances
     assert [step for step, _ in logger.records] == [3, 4] and logger.closed == 1
@@ -168,7 +168,8 @@ def test_the_mlflow_and_wandb_adapters(tmp_path, monkeypatch):
     kinds = [c[0] for c in calls]
     assert kinds[0] == "mlflow.start_run" and kinds[-2:] == ["mlflow.end_run", "wandb.finish"]
     params = next(c[1] for c in calls if c[0] == "mlflow.log_params")
-    assert params["method"] == "an_ls" and params["hparams.ls_coef"] == "0.1" and params["lr"] == "0.01"
+    assert params["method.name"] == "an_ls" and params["method.hparams.ls_coef"] == "0.1"
+    assert params["optimisation.lr"] == "0.01"
     logged = [(c[1], c[2]) for c in calls if c[0] == "mlflow.log_metrics"]
     assert [step for step, _ in logged] == [1, 2]
     assert [m["val_map"] for _, m in logged] == [h["val_map"] for h in history]

@@ -43,7 +43,7 @@ def test_train_never_replaces_an_earlier_run_without_being_asked(tmp_path, capsy
     assert "already holds a run" in err and "--overwrite" in err and "--resume" in err
     assert (run / "result.json").read_text() == first
     assert main(["train", *QUICK, "--method", "an", "--lr", "0.01", "--out", str(run), "--overwrite"]) == 0
-    assert json.loads((run / "result.json").read_text())["config"]["lr"] == 0.01
+    assert json.loads((run / "result.json").read_text())["config"]["optimisation"]["lr"] == 0.01
 
 
 def test_a_feature_run_resumes_exactly(tmp_path):
@@ -52,7 +52,7 @@ def test_a_feature_run_resumes_exactly(tmp_path):
     part = train(config, stop_after=3)
     assert not part.finished and len(part.history) == 3
     resumed = train(config, resume=True)
-    full = train(resolve_config({**config.to_dict(), "out": str(tmp_path / "full")}))
+    full = train(resolve_config({**config.flat(), "out": str(tmp_path / "full")}))
     assert resumed.resumed_from == 3
     assert [h["val_map"] for h in resumed.history] == [h["val_map"] for h in full.history]
     assert resumed.test_map == full.test_map

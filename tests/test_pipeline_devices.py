@@ -140,7 +140,7 @@ def test_compile_and_decode_options_reach_the_config():
 
     args = build_parser().parse_args(["train", "--dataset", "digits-mosaic", "--compile", "--decode", "cpu"])
     config = resolve_from_args(args)
-    assert config.compile is True and config.decode == "cpu"
+    assert config.machine.compile is True and config.machine.decode == "cpu"
     assert RunConfig().compile is False and RunConfig().decode == "cpu"
 
 

@@ -51,8 +51,8 @@ def test_an_explicit_worker_count_is_used_as_given(monkeypatch):
 
 
 def test_config_defaults_to_automatic_and_checks_the_value():
-    assert RunConfig().num_workers is None
-    assert config_from_dict({"num_workers": 0}).num_workers == 0
+    assert RunConfig().machine.num_workers is None
+    assert config_from_dict({"num_workers": 0}).machine.num_workers == 0
     with pytest.raises(ValueError, match="num_workers must be an integer >= 0 or null"):
         RunConfig(num_workers=-1)
 
@@ -92,7 +92,7 @@ def test_num_workers_option_reaches_the_config(tmp_path):
     from spmlkit.cli import build_parser
 
     args = build_parser().parse_args(["train", "--dataset", "digits-mosaic", "--num-workers", "0"])
-    assert resolve_from_args(args).num_workers == 0
+    assert resolve_from_args(args).machine.num_workers == 0
     args = build_parser().parse_args(["train", "--dataset", "digits-mosaic"])
-    assert resolve_from_args(args).num_workers is None
+    assert resolve_from_args(args).machine.num_workers is None
     assert main(["train", "--dataset", "digits-mosaic", "--num-workers", "-2", "--out", str(tmp_path / "r")]) == 2

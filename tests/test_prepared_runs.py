@@ -47,5 +47,5 @@ def test_a_prepared_folder_alone_says_which_dataset_and_variant(tmp_path):
     folder = root / "spmlkit-prepared" / "coco2014-pu_mlc"
     assert main(["train", "--prepared", str(folder), "--method", "an", "--out", str(tmp_path / "run"), *SMALL]) == 0
     config = _result(tmp_path / "run")["config"]
-    assert (config["dataset"], config["dataset_variant"]) == ("coco2014", "pu_mlc")
+    assert (config["data"]["dataset"], config["data"]["dataset_variant"]) == ("coco2014", "pu_mlc")
     assert main(["train", "--prepared", str(tmp_path / "nothing"), "--method", "an"]) == 2

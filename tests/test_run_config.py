@@ -16,7 +16,7 @@ def test_a_config_file_drives_a_feature_run(tmp_path, capsys):
     cfg.write_text("method: em\nepochs: 2\nsubset: 200\nhparams: {alpha: 0.1}\n")
     assert main(["train", "--config", str(cfg), "--dataset", "yeast", "--out", str(tmp_path / "run"), "--quiet"]) == 0
     result = json.loads((tmp_path / "run" / "result.json").read_text())
-    assert result["config"]["dataset"] == "yeast" and result["config"]["hparams"] == {"alpha": 0.1}
+    assert result["config"]["data"]["dataset"] == "yeast" and result["config"]["method"]["hparams"] == {"alpha": 0.1}
     assert len(result["history"]) == 2
     # the feature run folder holds what an image run folder holds
     for name in ("config.yaml", "metrics.csv", "metrics.json", "best.pt", "last.pt", "result.json"):
@@ -63,7 +63,7 @@ def test_without_validation_the_last_epoch_is_kept():
 
 def test_hparams_merge_key_by_key_across_layers():
     config = resolve_config({"dataset": "yeast", "method": "em_apl", "hparams": {"beta": 0.5}})
-    assert config.hparams == {"alpha": 0.005, "beta": 0.5, "warmup_epochs": 4}
+    assert config.method.hparams == {"alpha": 0.005, "beta": 0.5, "warmup_epochs": 4}
     with pytest.raises(ValueError, match="unknown setting.*lrr"):
         config_from_dict({"lrr": 1})
 
@@ -88,3 +88,58 @@ def test_bad_config_files_are_one_line(tmp_path, capsys):
     assert main(["train", "--config", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "does not parse" in err and "Traceback" not in err
+
+
+def test_the_config_has_sections_and_reads_flat_or_nested_settings_alike():
+    nested = config_from_dict({"data": {"dataset": "yeast", "subset": 200}, "method": {"name": "em", "hparams": {"alpha": 0.1}},
+                               "optimisation": {"lr": 0.01, "seed": 3}, "schedule": {"epochs": 4}})
+    flat = config_from_dict({"dataset": "yeast", "subset": 200, "method": "em", "hparams": {"alpha": 0.1}, "lr": 0.01,
+                             "seed": 3, "epochs": 4})
+    assert nested == flat == RunConfig(dataset="yeast", subset=200, method="em", hparams={"alpha": 0.1}, lr=0.01,
+                                       seed=3, epochs=4)
+    assert (flat.data.dataset, flat.method.name, flat.optimisation.lr, flat.schedule.epochs) == ("yeast", "em", 0.01, 4)
+    assert list(flat.to_dict()) == ["data", "model", "method", "optimisation", "schedule", "machine", "output"]
+    assert flat.flat()["method"] == "em" and flat.flat()["lr"] == 0.01
+    assert config_from_dict(flat.to_dict()) == flat  # config.yaml's nested form reads back
+    with pytest.raises(ValueError, match="unknown setting 'lr' in section 'data' \\(it belongs to section 'optimisation'\\)"):
+        config_from_dict({"data": {"lr": 0.1}})
+    with pytest.raises(ValueError, match="'lr' is given twice"):
+        config_from_dict({"lr": 0.1, "optimisation": {"lr": 0.2}})
+
+
+def test_config_yaml_is_written_nested_and_an_earlier_flat_run_folder_still_resumes(tmp_path):
+    import torch
+    import yaml
+
+    from spmlkit.training.checkpoint import load_checkpoint
+    from spmlkit.training.config import saved_settings
+
+    run = tmp_path / "run"
+    config = resolve_config({"dataset": "yeast", "method": "an", "subset": 200, "epochs": 3, "out": str(run)})
+    full = train(resolve_config({**config.flat(), "out": str(tmp_path / "full")}))
+    train(config, stop_after=2)
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert list(saved) == ["data", "model", "method", "optimisation", "schedule", "machine", "output"]
+    # the run folder of an earlier version: flat config.yaml, flat config in its checkpoints
+    flat = saved_settings(saved)
+    (run / "config.yaml").write_text(yaml.safe_dump(flat))
+    for name in ("last.pt", "best.pt"):
+        ckpt = load_checkpoint(run / name)
+        ckpt["config"] = flat
+        torch.save(ckpt, run / name)
+    # `spmlkit train --out RUN --resume`, with no other option, continues it with its own settings
+    assert main(["train", "--out", str(run), "--resume", "--quiet"]) == 0
+    result = json.loads((run / "result.json").read_text())
+    assert result["config"]["data"]["dataset"] == "yeast" and result["resumed_from"] == 2
+    assert [h["val_map"] for h in result["history"]] == [h["val_map"] for h in full.history]
+
+
+def test_a_typed_option_that_differs_from_the_resumed_run_is_refused(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "yeast", "--subset", "200", "--epochs", "3", "--stop-after", "1", "--out", str(run),
+                 "--quiet"]) == 0
+    assert main(["train", "--out", str(run), "--resume", "--lr", "0.5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--resume continues a run with its own settings, but lr=0.5 (the run has 0.003)" in err
+    assert main(["train", "--out", str(run), "--resume", "--num-workers", "0", "--quiet"]) == 2  # image-only option
+    assert main(["train", "--out", str(run), "--resume", "--quiet"]) == 0

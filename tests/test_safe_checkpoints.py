@@ -79,7 +79,7 @@ def test_image_run_checkpoints_load_safely(tmp_path):
                           "out": str(tmp_path)}))
     for name in ("last.pt", "best.pt"):
         ckpt = torch.load(tmp_path / name, map_location="cpu", weights_only=True)
-        assert ckpt["config"]["method"] == "em_apl"
+        assert ckpt["config"]["method"]["name"] == "em_apl"
     assert load_checkpoint(tmp_path / "best.pt")["transform"]["kind"] == "grey"
 
 

@@ -93,7 +93,7 @@ def test_extract_then_feature_training_round_trip(tmp_path):
     out = tmp_path / "res"
     assert main(["train", "--features", str(feats), "--method", "em", "--epochs", "2", "--out", str(out)]) == 0
     res = json.loads((out / "result.json").read_text())
-    assert res["config"]["dataset"] == str(feats) and 0 < res["test_map"] <= 1
+    assert res["config"]["data"]["dataset"] == str(feats) and 0 < res["test_map"] <= 1
 
 
 def test_config_layers_preset_then_file_then_command_line(tmp_path):
@@ -105,10 +105,10 @@ def test_config_layers_preset_then_file_then_command_line(tmp_path):
     args = build_parser().parse_args(["train", "--preset", "em_apl/voc2012", "--config", str(cfg_file),
                                       "--epochs", "4", "--root", "/data"])
     cfg = resolve_train_config(args)
-    assert (cfg.dataset, cfg.method, cfg.batch_size, cfg.image_size) == ("voc2012", "em_apl", 8, 448)  # preset
-    assert cfg.lr == 0.0002 and cfg.epochs == 4                                                      # file, cli
-    assert cfg.hparams == {"alpha": 0.2, "beta": 0.5, "warmup_epochs": 5, "theta": 0.9}
-    assert cfg.patience == 0 and cfg.out == "runs/voc2012/em_apl/seed0"
+    assert (cfg.data.dataset, cfg.method.name, cfg.optimisation.batch_size, cfg.data.image_size) == ("voc2012", "em_apl", 8, 448)  # preset
+    assert cfg.optimisation.lr == 0.0002 and cfg.schedule.epochs == 4                                                      # file, cli
+    assert cfg.method.hparams == {"alpha": 0.2, "beta": 0.5, "warmup_epochs": 5, "theta": 0.9}
+    assert cfg.schedule.patience == 0 and cfg.output.out == "runs/voc2012/em_apl/seed0"
     cfg_file.write_text("lrr: 1\n")
     with pytest.raises(ValueError, match="unknown setting.*lrr"):
         resolve_train_config(build_parser().parse_args(["train", "--config", str(cfg_file)]))

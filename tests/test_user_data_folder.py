@@ -83,7 +83,7 @@ def test_folder_without_test_set_prepare_train_predict(tmp_path, capsys):
     assert NO_CLEAN_METRIC in said
     result = _result(run)
     assert math.isnan(result["test_map"]) and result["test_metrics"] == {} and result["test_ap"] == []
-    assert result["config"]["observation"] == "given" and result["config"]["val_variant"] == "observed"
+    assert result["config"]["data"]["observation"] == "given" and result["config"]["data"]["val_variant"] == "observed"
     assert result["class_names"] == list(CLASSES) and math.isfinite(result["val_map"])
 
     new = tmp_path / "new"

@@ -126,8 +126,8 @@ def test_write_prepared_refuses_ambiguous_arguments(tmp_path):
 def test_a_user_folder_alone_gives_a_run_on_its_own_labels(tmp_path):
     _user(tmp_path / "u", test=False)
     config = resolve_config({"prepared": str(tmp_path / "u"), "method": "an"})
-    assert (config.dataset, config.observation, config.val_variant) == ("folder", "given", "observed")
-    assert (config.backbone, config.pretrained, config.image_size, config.batch_size, config.lr) == (
+    assert (config.data.dataset, config.data.observation, config.data.val_variant) == ("folder", "given", "observed")
+    assert (config.model.backbone, config.model.pretrained, config.data.image_size, config.optimisation.batch_size, config.optimisation.lr) == (
         "torchvision:resnet50", True, 448, 16, 1e-4)
     data = load_run_data(config)
     assert data.kind == "images" and data.Y_train is None and data.Y_test is None

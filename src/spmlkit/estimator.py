@@ -109,7 +109,7 @@ class SPMLClassifier(BaseEstimator):
             self.mean_, self.scale_ = feature_scaling(X[train_rows])
         else:
             self.mean_, self.scale_ = np.zeros(X.shape[1], np.float32), np.ones(X.shape[1], np.float32)
-        self.validation_ = config.val_variant
+        self.validation_ = config.data.val_variant
         self.model_ = result.model
         self.history_ = result.history
         self.best_epoch_ = result.best_epoch

@@ -37,6 +37,7 @@ from torch import nn
 from .errors import InputError, user_input
 from .io import atomic_write_bytes, atomic_write_json
 from .predict import load_model
+from .training.config import saved_settings
 
 __all__ = ["FORMATS", "TOLERANCE", "ExportResult", "Probabilities", "export_model", "default_out"]
 
@@ -187,7 +188,7 @@ def _input_name(ckpt: dict[str, Any]) -> str:
 
 
 def _spec(ckpt: dict[str, Any]) -> dict[str, Any]:
-    return ckpt.get("transform") or {"kind": "imagenet", "size": ckpt["config"]["image_size"]}
+    return ckpt.get("transform") or {"kind": "imagenet", "size": saved_settings(ckpt["config"])["image_size"]}
 
 
 def _input_shape(ckpt: dict[str, Any]) -> tuple[int, ...]:
@@ -226,7 +227,7 @@ def _sidecar(fmt: str, out: Path, path: Path, ckpt: dict[str, Any], selected: di
              check: dict[str, Any] | None) -> dict[str, Any]:
     from . import __version__
 
-    cfg, names = ckpt["config"], list(ckpt["class_names"])
+    cfg, names = saved_settings(ckpt["config"]), list(ckpt["class_names"])
     threshold = float(ckpt.get("threshold", 0.5))
     thresholds: dict[str, Any] = {"method": threshold}
     if "val_global" in selected:
@@ -265,7 +266,7 @@ def _input_description(ckpt: dict[str, Any]) -> dict[str, Any]:
     spec = _spec(ckpt)
     kind = spec.get("kind")
     if kind == "features":
-        standardized = bool(spec.get("standardize", ckpt["config"].get("standardize", True)))
+        standardized = bool(spec.get("standardize", saved_settings(ckpt["config"]).get("standardize", True)))
         out: dict[str, Any] = {"kind": "features", "name": "features", "shape": ["batch", _input_shape(ckpt)[0]],
                                "dtype": "float32", "standardized": standardized,
                                "transform": {k: v for k, v in spec.items() if k not in ("mean", "std")}}

@@ -42,7 +42,7 @@ def extract_features(
     dtype: str = "float32",
     on_batch: Callable[[int], None] | None = None,
 ) -> Path:
-    """Extract pooled features of the official train and test lists of ``config.dataset``.
+    """Extract pooled features of the official train and test lists of ``config.data.dataset``.
 
     ``config`` is a :class:`~spmlkit.training.config.RunConfig` (dataset, root/prepared,
     backbone, pretrained, image_size, batch size, device, num_workers are used).
@@ -56,19 +56,19 @@ def extract_features(
         raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    device = resolve_device(config.device)
+    device = resolve_device(config.machine.device)
     data = load_image_data(config)
     if data.Y_train is None:
         raise InputError(f"{data.name}: spmlkit extract writes feature folders of benchmark datasets with full labels; "
                          "a prepared folder of your own images (observed labels only) is trained on the images "
                          "directly: spmlkit train --prepared FOLDER")
-    torch.manual_seed(config.seed)  # reproducible features from a randomly initialised backbone
-    model = build_model(config.backbone, len(data.class_names), pretrained=config.pretrained, lgconv=config.lgconv)
+    torch.manual_seed(config.optimisation.seed)  # reproducible features from a randomly initialised backbone
+    model = build_model(config.model.backbone, len(data.class_names), pretrained=config.model.pretrained, lgconv=config.model.lgconv)
     model.to(device).eval()
-    bs = config.eval_batch_size or max(config.batch_size, 64)
+    bs = config.machine.eval_batch_size or max(config.optimisation.batch_size, 64)
     for split, dataset, labels in (("train", data.train_dataset(), data.Y_train),
                                    ("test", data.test_dataset(), data.Y_test)):
-        loader = DataLoader(dataset, batch_size=bs, shuffle=False, num_workers=loader_workers(config.num_workers),
+        loader = DataLoader(dataset, batch_size=bs, shuffle=False, num_workers=loader_workers(config.machine.num_workers),
                             pin_memory=device.type == "cuda")
         tmp = out / f"{split}_features.npy.tmp"
         arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.dtype(dtype), shape=(len(dataset), model.feat_dim))
@@ -87,9 +87,9 @@ def extract_features(
         "kind": FEATURES_KIND,
         "format_version": FORMAT_VERSION,
         "dataset": data.name,
-        "backbone": config.backbone,
-        "pretrained": config.pretrained,
-        "image_size": config.image_size,
+        "backbone": config.model.backbone,
+        "pretrained": config.model.pretrained,
+        "image_size": config.data.image_size,
         "dtype": dtype,
         "feature_dim": model.feat_dim,
         "class_names": list(data.class_names),

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 from .data.images import ImageFileDataset, collate_skip_bad, transform_from_spec
 from .io import atomic_write_text
 from .training.checkpoint import load_checkpoint
+from .training.config import saved_settings
 
 __all__ = ["IMAGE_SUFFIXES", "find_images", "load_model", "load_predictor", "predict_images", "Predictions"]
 
@@ -59,7 +60,7 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
     for key in ("model", "config", "class_names"):
         if key not in ckpt:
             raise ValueError(f"{path} is not an spmlkit run checkpoint (no {key!r}); pass a run folder or its best.pt")
-    cfg = ckpt["config"]
+    cfg = saved_settings(ckpt["config"])
     if (ckpt.get("transform") or {}).get("kind") == "features":
         widths = [v.shape[1] for k, v in ckpt["model"].items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
         if not widths:
@@ -79,7 +80,7 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
 def load_predictor(checkpoint: str | Path, device: str = "cpu"):
     """The model, class names, threshold and transform of a run's best checkpoint."""
     model, ckpt, _ = load_model(checkpoint, device)
-    spec = ckpt.get("transform") or {"kind": "imagenet", "size": ckpt["config"]["image_size"]}
+    spec = ckpt.get("transform") or {"kind": "imagenet", "size": saved_settings(ckpt["config"])["image_size"]}
     return model, list(ckpt["class_names"]), float(ckpt.get("threshold", 0.5)), spec
 
 

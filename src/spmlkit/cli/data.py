@@ -224,7 +224,7 @@ def run_extract(args: argparse.Namespace) -> int:
         config = resolve_from_args(args)
     screen = console()
     with Progress(console=screen, disable=args.quiet) as progress:
-        task = progress.add_task(f"extracting {config.backbone} features", total=None)
+        task = progress.add_task(f"extracting {config.model.backbone} features", total=None)
         out = extract_features(config, args.features_out, dtype=args.dtype,
                                on_batch=lambda n: progress.advance(task, n))
     screen.print(f"wrote features to {out}; train on them with `spmlkit train --features {out} --method ...`")

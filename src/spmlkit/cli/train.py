@@ -86,7 +86,8 @@ def add_parser(sub: Any) -> None:
 
 
 def resolve_from_args(args: argparse.Namespace):
-    """Dataset defaults < preset < config file < explicit command-line options."""
+    """Dataset defaults < preset < config file < explicit command-line options < the run being
+    resumed (``--resume``: its saved ``config.yaml``, so the run continues with its own settings)."""
     from ..experiments.presets import resolve_config
     from ..training.config import load_config_file
 
@@ -94,21 +95,30 @@ def resolve_from_args(args: argparse.Namespace):
     if args.hparam:
         values["hparams"] = dict(args.hparam)
     file_values = load_config_file(args.config) if args.config else {}
-    config = resolve_config(values, preset=args.preset, file_values=file_values,
-                            file_name=f"config file {args.config}")
-    if config.out is None:
-        config.out = str(Path("runs") / Path(config.dataset).name / config.method / f"seed{config.seed}")
+
+    def resolve(resume_values: dict | None = None):
+        config = resolve_config(values, preset=args.preset, file_values=file_values,
+                                file_name=f"config file {args.config}", resume_values=resume_values)
+        if config.output.out is None:
+            config.output.out = str(Path("runs") / Path(config.data.dataset).name / config.method.name
+                                    / f"seed{config.optimisation.seed}")
+        return config
+
+    config = resolve()
+    saved = Path(config.output.out) / "config.yaml"
+    if getattr(args, "resume", False) and saved.is_file():
+        config = resolve(load_config_file(saved))
     return config
 
 
 def _check_decode(config: Any) -> None:
     """``--decode gpu`` needs CUDA: refused here, before a run folder is made, with what to use instead."""
-    if config.decode != "gpu":
+    if config.machine.decode != "gpu":
         return
     import torch
 
-    if config.device == "cpu" or not torch.cuda.is_available():
-        where = "--device cpu was asked for" if config.device == "cpu" else "this machine has no CUDA device"
+    if config.machine.device == "cpu" or not torch.cuda.is_available():
+        where = "--device cpu was asked for" if config.machine.device == "cpu" else "this machine has no CUDA device"
         raise ValueError(f"--decode gpu decodes JPEGs on a CUDA GPU, but {where}; use --decode cpu (the default)")
 
 
@@ -123,9 +133,9 @@ def run(args: argparse.Namespace) -> int:
     with user_input():
         config = resolve_from_args(args)
         _check_decode(config)
-    out.print(f"[bold]spmlkit train[/bold]: {config.method} on {config.dataset} ({config.observation}), "
-              f"{config.epochs} epochs, batch {config.batch_size}, lr {config.lr:g} -> {config.out}")
-    table = Table(title=f"{config.method} on {config.dataset}")
+    out.print(f"[bold]spmlkit train[/bold]: {config.method.name} on {config.data.dataset} ({config.data.observation}), "
+              f"{config.schedule.epochs} epochs, batch {config.optimisation.batch_size}, lr {config.optimisation.lr:g} -> {config.output.out}")
+    table = Table(title=f"{config.method.name} on {config.data.dataset}")
     for col in ("epoch", "train loss", "val mAP (%)", "pseudo-labels", "images/s", "seconds"):
         table.add_column(col, justify="right")
 
@@ -145,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     if res.test_map == res.test_map:  # a labelled test set: mAP and the F1 at the method's threshold
         from ..methods import get_method
 
-        t = get_method(config.method).threshold
+        t = get_method(config.method.name).threshold
         f1 = res.test_metrics
         test = f"test mAP {100 * res.test_map:.2f}%" + (
             f", F1 at {t:g}: per-class {100 * f1[f'CF1@{t:g}']:.2f}%, overall {100 * f1[f'OF1@{t:g}']:.2f}%"
@@ -154,9 +164,9 @@ def run(args: argparse.Namespace) -> int:
                   f"outputs in {res.out}")
         return 0
     # users' data without a labelled test set: say plainly what the numbers above are, and are not
-    if config.val_frac == 0:
+    if config.data.val_frac == 0:
         selected = "no validation split, so the last epoch was kept"
-    elif config.val_variant == "observed":
+    elif config.data.val_variant == "observed":
         selected = "model selected on the observed labels of the validation split"
     else:
         selected = "model selected on the clean labels of the validation split"

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..training.config import RunConfig, config_from_dict
+from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig, config_from_dict, flat_settings,
+                               saved_settings)
 from ..training.defaults import FEATURE_DEFAULTS
 
 __all__ = ["Preset", "DATASET_DEFAULTS", "PRESETS", "get_preset", "list_presets", "dataset_defaults",
@@ -229,6 +230,7 @@ def resolve_config(
     preset: str | None = None,
     file_values: dict[str, Any] | None = None,
     file_name: str = "config file",
+    resume_values: dict[str, Any] | None = None,
 ) -> RunConfig:
     """The one way every entry point builds a run's configuration. Later layers win:
 
@@ -238,11 +240,17 @@ def resolve_config(
        ``--dataset yeast --method em_apl`` trains with the same hyperparameters as the
        benchmark's row;
     4. a config file (or a sweep's ``settings``);
-    5. ``values``: options given explicitly (the command line, a sweep's grid point).
+    5. ``values``: options given explicitly (the command line, a sweep's grid point);
+    6. ``resume_values``: the saved configuration of the run being resumed (``--resume``), for
+       every setting that changes a number; so ``spmlkit train --out RUN --resume`` needs no other
+       option. A typed option that disagrees with it is refused by the run folder, never dropped.
 
+    Every layer may name its settings flat or in sections (:mod:`~spmlkit.training.config`);
     ``hparams`` merge key by key across layers.
     """
-    values, file_values = dict(values or {}), dict(file_values or {})
+    values = flat_settings(dict(values or {}), where="options")
+    file_values = flat_settings(dict(file_values or {}), where=file_name)
+    resume_values = saved_settings(dict(resume_values or {}))
     named = get_preset(preset) if preset else None
     dataset = values.get("dataset") or file_values.get("dataset") or (named.dataset if named else None)
     prepared = values.get("prepared") or file_values.get("prepared")
@@ -250,9 +258,9 @@ def resolve_config(
         dataset, variant = prepared_identity(prepared)
         if variant is not None and "dataset_variant" not in values and "dataset_variant" not in file_values:
             values["dataset_variant"] = variant
-    dataset = dataset or RunConfig.dataset
+    dataset = dataset or resume_values.get("dataset") or DataConfig.dataset
     method = values.get("method") or file_values.get("method") or (named.method if named and named.method else None) \
-        or RunConfig.method
+        or resume_values.get("method") or MethodConfig.name
     if named is None and f"{method}/{dataset}" in PRESETS:
         named = PRESETS[f"{method}/{dataset}"]
     layers = [("dataset defaults", dataset_defaults(dataset))]
@@ -261,10 +269,33 @@ def resolve_config(
     if file_values:
         layers.append((file_name, file_values))
     layers.append(("options", {**values, "dataset": dataset, "method": method}))
+    if resume_values:
+        # the run being resumed decides what it computes; where it is written and how it is fed stay
+        # the user's. What the user chose explicitly must agree with it: used or refused, never dropped
+        kept = {k: v for k, v in resume_values.items() if k in RunConfig().flat() and k not in RESUME_FREE}
+        chosen = {**(named.config if preset else {}), **file_values, **values}
+        _check_agrees_with_resumed(chosen, kept)
+        layers.append(("the run being resumed", kept))
     config = None
     for where, layer in layers:
         config = config_from_dict(layer, base=config, where=where)
     return config
+
+
+def _check_agrees_with_resumed(chosen: dict[str, Any], saved: dict[str, Any]) -> None:
+    """Refuse explicitly chosen settings that differ from the run being resumed, naming each."""
+    differ = []
+    for key, value in chosen.items():
+        if key not in saved:
+            continue
+        if key == "hparams":
+            differ += [f"hparam {k}={v!r} (the run has {saved['hparams'].get(k)!r})" for k, v in (value or {}).items()
+                       if saved.get("hparams", {}).get(k) != v]
+        elif value != saved[key]:
+            differ.append(f"{key}={value!r} (the run has {saved[key]!r})")
+    if differ:
+        raise ValueError(f"--resume continues a run with its own settings, but {'; '.join(differ)}; resume without "
+                         "those options, or start a new run folder (another --out, or --overwrite)")
 
 
 def prepared_identity(path: str) -> tuple[str, str | None]:

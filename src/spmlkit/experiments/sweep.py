@@ -318,13 +318,13 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     config = resolve_config(values, file_values=run["settings"], file_name=f"sweep settings (run {run['run_id']})")
     check_dataset(config)
     if not is_feature_run(config):
-        config.out = str(Path(runs_dir or "runs") / run["run_id"])
+        config.output.out = str(Path(runs_dir or "runs") / run["run_id"])
     return config
 
 
 def _train(run: dict[str, Any], runs_dir: str | None) -> dict[str, Any]:
     config = run_config(run, runs_dir)
-    resume = config.out is not None and (Path(config.out) / "last.pt").is_file()
+    resume = config.output.out is not None and (Path(config.output.out) / "last.pt").is_file()
     res = train(config, resume=resume, overwrite=not resume)
     return _result_fields(res)
 

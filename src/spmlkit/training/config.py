@@ -1,19 +1,24 @@
-"""The one run configuration: a data source, a model, a method recipe, optimisation, a stopping rule.
+"""The one run configuration, in sections: data, model, method, optimisation, schedule, machine, output.
 
-Feature runs and image runs differ only in the data source (a feature dataset such as
-``yeast`` or a folder written by ``spmlkit extract``, versus an image dataset) and therefore
-the model (a linear/MLP head versus backbone + head). Everything else (the method, the
-optimiser, the stopping rule, the seed, the run folder) means the same on both, so there is
-one :class:`RunConfig`, one :func:`~spmlkit.training.trainer.train` and one result type.
+Why sections. A run's settings answer seven different questions -- which data and protocol
+(``data``), which network (``model``), which method (``method``), how it is optimised
+(``optimisation``), for how long and when to stop (``schedule``), on what hardware and how it is
+fed (``machine``), and where it is written (``output``). Kept apart, a reader finds a setting by
+its concern and each section checks its own values.
 
-Options that only make sense for one kind of source are listed in :data:`IMAGE_ONLY` and
-:data:`FEATURE_ONLY`; giving one of them a non-default value on the other kind is an error
-(:meth:`RunConfig.check_source`), never silently ignored.
+Every setting has a unique name across sections, so a *flat* mapping (``{"dataset": "yeast",
+"lr": 0.003}``) names settings as unambiguously as a nested one (``{"data": {"dataset": "yeast"},
+"optimisation": {"lr": 0.003}}``). Presets, sweep files, command-line options and config files
+may use either; :func:`config_from_dict` reads both, and so do run folders written by earlier
+versions of spmlkit (their ``config.yaml`` was flat). ``config.yaml`` is written nested.
 
 Where the values come from (later wins) is decided above this layer, by
-:func:`spmlkit.experiments.presets.resolve_config`: the dataclass defaults < the dataset's
-defaults < the (method, dataset) preset < a config file < explicit options. The resolved
-config is saved with every run (``config.yaml``), so a run can be repeated from its folder.
+:func:`spmlkit.experiments.presets.resolve_config`: defaults < the dataset's defaults < the
+(method, dataset) preset < a config file < the command line < the saved run when resuming.
+
+A setting that applies to only one kind of run (image runs or feature runs) says so in its
+field metadata (``applies``); giving it a non-default value on the other kind is an error
+(:meth:`RunConfig.check_source`), never silently ignored.
 """
 
 from __future__ import annotations
@@ -21,151 +26,262 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunConfig", "IMAGE_ONLY", "FEATURE_ONLY", "config_from_dict", "load_config_file", "save_config"]
+__all__ = ["RunConfig", "DataConfig", "ModelConfig", "MethodConfig", "OptimisationConfig", "ScheduleConfig",
+           "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "config_from_dict", "flat_settings",
+           "load_config_file", "saved_settings", "save_config"]
+
+
+def _images(default: Any = None, *, factory: Any = None) -> Any:
+    """A field that only image runs use."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"applies": "images"})
+    return field(default=default, metadata={"applies": "images"})
+
+
+def _features(default: Any) -> Any:
+    """A field that only feature runs use."""
+    return field(default=default, metadata={"applies": "features"})
 
 
 @dataclass
-class RunConfig:
-    # ---- data source
+class DataConfig:
+    """Which data, and the protocol applied to it (docs/protocol.md)."""
+
     #: a feature dataset (yeast, an `extract` folder) or an image dataset (voc2012 | voc2007 |
     #: coco2014 | nuswide | cub | digits-mosaic | prepared)
     dataset: str = "digits-mosaic"
-    root: str | None = None  # dataset root (as downloaded) for benchmark image datasets
-    prepared: str | None = None  # folder written by `spmlkit prepare` (default: <root>/spmlkit-prepared/...)
-    dataset_variant: str | None = None  # e.g. coco2014: None (the SPML list) or "pu_mlc"
+    root: str | None = _images()  # dataset root (as downloaded) for benchmark image datasets
+    prepared: str | None = _images()  # folder written by `spmlkit prepare` (default: <root>/spmlkit-prepared/...)
+    dataset_variant: str | None = _images()  # e.g. coco2014: None (the SPML list) or "pu_mlc"
     subset: int | None = None  # only the first N rows of the official train list (quick checks)
     observation: str = "single_positive"
     #: fraction of the official train list held out for validation; 0 trains on all of it and
     #: keeps the last epoch (there is nothing to select on)
     val_frac: float = 0.2
     val_variant: str = "clean"  # model selection on clean val labels or on the observed positives
-    # ---- method
-    method: str = "an"
+    image_size: int = _images(448)  # images are resized to image_size x image_size
+    hflip: bool = _images(True)  # random horizontal flips of training images
+    standardize: bool = _features(True)  # z-score features with the train split's mean/std
+    mosaic_train: int = _images(2000)  # digits-mosaic generator: training images
+    mosaic_test: int = _images(1000)  # and test images
+
+    def __post_init__(self) -> None:
+        _choice("val_variant", self.val_variant, ("clean", "observed"))
+        _positive_int("image_size", self.image_size)
+        if self.subset is not None:
+            _positive_int("subset", self.subset)
+        if not (isinstance(self.val_frac, (int, float)) and 0 <= self.val_frac < 1):
+            raise ValueError(f"val_frac must be in [0, 1), got {self.val_frac!r}")
+
+
+@dataclass
+class ModelConfig:
+    """Which network: a backbone and head for images, a head on fixed features."""
+
+    backbone: str = _images("torchvision:resnet50")
+    pretrained: bool = _images(True)
+    lgconv: bool = _images(False)  # PU-MLC's local-global convolutions
+    head: str = _features("linear")  # feature runs: linear | mlp
+    hidden: int = _features(256)
+    dropout: float = _features(0.0)
+
+    def __post_init__(self) -> None:
+        _choice("head", self.head, ("linear", "mlp"))
+        _positive_int("hidden", self.hidden)
+        _non_negative("dropout", self.dropout)
+
+
+@dataclass
+class MethodConfig:
+    """Which method (docs/methods.md) and its hyperparameters."""
+
+    name: str = "an"  # the setting "method" (docs/methods.md; `spmlkit methods` lists them)
     hparams: dict[str, Any] = field(default_factory=dict)
-    # ---- model
-    backbone: str = "torchvision:resnet50"  # image runs
-    pretrained: bool = True
-    lgconv: bool = False
-    image_size: int = 448
-    hflip: bool = True
-    head: str = "linear"  # feature runs: linear | mlp
-    hidden: int = 256
-    dropout: float = 0.0
-    standardize: bool = True  # feature runs: z-score features with the train split's mean/std
-    # ---- optimisation
-    optimizer: str = "adam"  # adam | sgd
-    lr: float = 1e-5
-    head_lr_mult: float = 1.0
-    weight_decay: float = 0.0
-    momentum: float = 0.9
-    batch_size: int = 8
-    epochs: int = 10
-    linear_init_epochs: int = 0  # LinearInit: train the head on frozen features first
-    linear_init_lr: float | None = None
-    # ---- stopping rule (docs/protocol.md, "Training protocols")
-    #: stop after this many epochs without a val-mAP gain larger than min_delta; 0 is EM's
-    #: rule (stop at the first epoch that is not strictly better); None trains every epoch
-    patience: int | None = None
-    min_delta: float = 0.0
-    stop_drop: float | None = None  # stop when val mAP < best - stop_drop (LL: 0.03, GR: 0.02)
-    seed: int = 0
-    # ---- machinery
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    amp: str = "auto"  # auto (bf16 on GPU, none on CPU) | none | bf16 | fp16
-    channels_last: bool = True  # GPU only
-    #: DataLoader worker processes of image runs. None: automatic (the CPUs this process may
-    #: use, shared among the processes torchrun started on the node, minus one, at most 8;
-    #: spmlkit.data.images.loader_workers); 0: load in the main process. The (index, flip)
-    #: order is drawn in the main process, so results do not depend on this number
-    num_workers: int | None = None
-    #: where the training JPEGs are decoded: "cpu" (PIL in the loader workers) or "gpu"
-    #: (nvJPEG via torchvision.io.decode_jpeg, resized on the GPU; CUDA only)
-    decode: str = "cpu"
-    #: torch.compile the model's training forward (the first steps compile for a while)
-    compile: bool = False
-    eval_batch_size: int | None = None
-    num_threads: int | None = None  # torch CPU threads for this run (None: leave as is)
     #: under torch.distributed: "global" (the loss sees the whole global batch, equal to one
     #: process), "process" (each process's own slice, as PU-MLC's code) or None (the method's
     #: default); docs/architecture.md, "Distributed training"
     batch_statistics: str | None = None
-    out: str | None = None  # run folder; None keeps everything in memory (sweeps of feature runs)
-    #: where each epoch's metrics go besides metrics.csv: tensorboard | mlflow | wandb | a name
-    #: registered with training.loggers.register_logger (or an entry point "spmlkit.loggers")
-    loggers: list[str] = field(default_factory=list)
-    # ---- digits-mosaic generator
-    mosaic_train: int = 2000
-    mosaic_test: int = 1000
 
     def __post_init__(self) -> None:
         from ..methods import get_method
 
-        get_method(self.method)
-        _choice("val_variant", self.val_variant, ("clean", "observed"))
+        get_method(self.name)
+        if not isinstance(self.hparams, dict):
+            raise ValueError(f"hparams must be a mapping of NAME: VALUE, got {self.hparams!r}")
+        if self.batch_statistics is not None:
+            _choice("batch_statistics", self.batch_statistics, ("global", "process"))
+
+
+@dataclass
+class OptimisationConfig:
+    """How the model is optimised: the optimiser, its step, the batch, the seed."""
+
+    optimizer: str = "adam"  # adam | sgd
+    lr: float = 1e-5
+    head_lr_mult: float = _images(1.0)
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    batch_size: int = 8
+    #: seeds the model's initial weights and the batch order (every method sees the same split
+    #: and observed labels whatever the seed)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
         _choice("optimizer", self.optimizer, ("adam", "sgd"))
+        _positive_number("lr", self.lr)
+        _positive_int("batch_size", self.batch_size)
+        _non_negative("weight_decay", self.weight_decay)
+
+
+@dataclass
+class ScheduleConfig:
+    """How long a run trains and when it stops (docs/protocol.md, "Training protocols")."""
+
+    epochs: int = 10
+    linear_init_epochs: int = _images(0)  # LinearInit: train the head on frozen features first
+    linear_init_lr: float | None = _images()
+    #: stop after this many epochs without a val-mAP gain larger than min_delta; 0 is EM's rule
+    #: (stop at the first epoch that is not strictly better); None trains every epoch
+    patience: int | None = None
+    min_delta: float = 0.0
+    stop_drop: float | None = None  # stop when val mAP < best - stop_drop (LL: 0.03, GR: 0.02)
+
+    def __post_init__(self) -> None:
+        _positive_int("epochs", self.epochs)
+        if not isinstance(self.linear_init_epochs, int) or isinstance(self.linear_init_epochs, bool) \
+                or self.linear_init_epochs < 0:
+            raise ValueError(f"linear_init_epochs must be an integer >= 0, got {self.linear_init_epochs!r}")
+        if self.linear_init_lr is not None:
+            _positive_number("linear_init_lr", self.linear_init_lr)
+        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 0):
+            raise ValueError(f"patience must be an integer >= 0 or null, got {self.patience!r}")
+        _non_negative("min_delta", self.min_delta)
+        if self.stop_drop is not None and not (math.isfinite(self.stop_drop) and self.stop_drop >= 0):
+            raise ValueError(f"stop_drop must be a number >= 0 or null, got {self.stop_drop!r}")
+
+
+@dataclass
+class MachineConfig:
+    """On what hardware, and how the run is fed. The device, the precision and compilation change
+    only the rounding of what the run computes; the workers, threads and evaluation batch change
+    nothing at all (a resumed run may change those, :data:`RESUME_FREE`)."""
+
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    amp: str = _images("auto")  # auto (bf16 on GPU, none on CPU) | none | bf16 | fp16
+    channels_last: bool = _images(True)  # GPU only
+    #: DataLoader worker processes of image runs. None: automatic (the CPUs this process may
+    #: use, shared among the processes torchrun started on the node, minus one, at most 8;
+    #: spmlkit.data.images.loader_workers); 0: load in the main process. The (index, flip)
+    #: order is drawn in the main process, so results do not depend on this number
+    num_workers: int | None = _images()
+    #: where the training JPEGs are decoded: "cpu" (PIL in the loader workers) or "gpu"
+    #: (nvJPEG via torchvision.io.decode_jpeg, resized on the GPU; CUDA only)
+    decode: str = _images("cpu")
+    #: torch.compile the model's training forward (the first steps compile for a while)
+    compile: bool = False
+    eval_batch_size: int | None = _images()
+    num_threads: int | None = None  # torch CPU threads for this run (None: leave as is)
+
+    def __post_init__(self) -> None:
         _choice("amp", self.amp, ("auto", "none", "bf16", "fp16"))
-        _choice("head", self.head, ("linear", "mlp"))
         _choice("decode", self.decode, ("cpu", "gpu"))
         if not isinstance(self.compile, bool):
             raise ValueError(f"compile must be true or false, got {self.compile!r}")
-        if self.batch_statistics is not None:
-            _choice("batch_statistics", self.batch_statistics, ("global", "process"))
-        for name in ("image_size", "batch_size", "epochs", "hidden"):
-            _positive_int(name, getattr(self, name))
-        for name in ("subset", "eval_batch_size", "num_threads"):
+        for name in ("eval_batch_size", "num_threads"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
-        for name in ("linear_init_epochs", "num_workers"):
-            value = getattr(self, name)
-            if name == "num_workers" and value is None:  # automatic
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                also = " or null (automatic)" if name == "num_workers" else ""
-                raise ValueError(f"{name} must be an integer >= 0{also}, got {value!r}")
-        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 0):
-            raise ValueError(f"patience must be an integer >= 0 or null, got {self.patience!r}")
-        _positive_number("lr", self.lr)
-        if self.linear_init_lr is not None:
-            _positive_number("linear_init_lr", self.linear_init_lr)
-        for name in ("weight_decay", "min_delta", "dropout"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-        if self.stop_drop is not None and not (math.isfinite(self.stop_drop) and self.stop_drop >= 0):
-            raise ValueError(f"stop_drop must be a number >= 0 or null, got {self.stop_drop!r}")
-        if not (isinstance(self.val_frac, (int, float)) and 0 <= self.val_frac < 1):
-            raise ValueError(f"val_frac must be in [0, 1), got {self.val_frac!r}")
-        if self.val_frac == 0 and (self.patience is not None or self.stop_drop is not None):
-            raise ValueError("early stopping (patience / stop_drop) needs validation data; val_frac is 0")
-        if not isinstance(self.hparams, dict):
-            raise ValueError(f"hparams must be a mapping of NAME: VALUE, got {self.hparams!r}")
+        if self.num_workers is not None and (not isinstance(self.num_workers, int)
+                                             or isinstance(self.num_workers, bool) or self.num_workers < 0):
+            raise ValueError(f"num_workers must be an integer >= 0 or null (automatic), got {self.num_workers!r}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+@dataclass
+class OutputConfig:
+    """Where the run is written; changes no number."""
+
+    out: str | None = None  # run folder; None keeps everything in memory (sweeps of feature runs)
+    #: where each epoch's metrics go besides metrics.csv: tensorboard | mlflow | wandb | a name
+    #: registered with training.loggers.register_logger (or an entry point "spmlkit.loggers")
+    loggers: list[str] = field(default_factory=list)
+
+
+#: section name -> its dataclass, in the order config.yaml lists them
+SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "method": MethodConfig,
+                             "optimisation": OptimisationConfig, "schedule": ScheduleConfig,
+                             "machine": MachineConfig, "output": OutputConfig}
+#: a setting's flat name where it differs from its field's (``config.method.name`` is "method")
+_FLAT_NAMES = {("method", "name"): "method"}
+#: every setting's flat name -> (section, field); flat names are unique across sections
+_FIELD_OF: dict[str, tuple[str, str]] = {_FLAT_NAMES.get((section, f.name), f.name): (section, f.name)
+                                         for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+#: a setting's flat name by (section, field)
+_FLAT_OF = {where: flat for flat, where in _FIELD_OF.items()}
+
+
+@dataclass(init=False)
+class RunConfig:
+    """A run's settings, in sections (``config.data.dataset``, ``config.optimisation.lr``, ...).
+
+    Built from sections (``RunConfig(data=DataConfig(...))``) or, since every setting's name is
+    unique, from flat keywords (``RunConfig(dataset="yeast", lr=0.003)``); :func:`config_from_dict`
+    applies the same rules to mappings. The checks that involve more than one section live here.
+    """
+
+    data: DataConfig
+    model: ModelConfig
+    method: MethodConfig
+    optimisation: OptimisationConfig
+    schedule: ScheduleConfig
+    machine: MachineConfig
+    output: OutputConfig
+
+    def __init__(self, **settings: Any) -> None:
+        sections = {name: settings.pop(name) for name in list(settings)
+                    if name in SECTIONS and not (name == "method" and isinstance(settings[name], str))}
+        unknown = sorted(set(settings) - set(_FIELD_OF))
+        if unknown:
+            raise TypeError(f"unknown setting(s) {', '.join(unknown)}; valid settings: {', '.join(_FIELD_OF)}")
+        for name, cls in SECTIONS.items():
+            given = sections.get(name)
+            flat = {_FIELD_OF[k][1]: v for k, v in settings.items() if _FIELD_OF[k][0] == name}
+            if given is not None and not isinstance(given, cls):
+                raise TypeError(f"section {name!r} must be a {cls.__name__}, got {type(given).__name__}")
+            section = dataclasses.replace(given, **flat) if given is not None else cls(**flat)
+            setattr(self, name, section)
+        if self.data.val_frac == 0 and (self.schedule.patience is not None or self.schedule.stop_drop is not None):
+            raise ValueError("early stopping (patience / stop_drop) needs validation data; val_frac is 0")
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The nested form ``config.yaml`` holds: one mapping per section."""
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    def flat(self) -> dict[str, Any]:
+        """Every setting by its own name (the form presets, sweeps and options use)."""
+        return {_FLAT_OF[(name, k)]: v for name, section in self.to_dict().items() for k, v in section.items()}
+
+    def replace(self, **settings: Any) -> RunConfig:
+        """A copy with ``settings`` (flat names) changed, checked as any config is."""
+        return config_from_dict(settings, base=self)
 
     def check_source(self, kind: str) -> None:
-        """Reject options that do not apply to a ``kind`` ("features" or "images") run."""
-        other = IMAGE_ONLY if kind == "features" else FEATURE_ONLY
-        defaults = RunConfig.__dataclass_fields__
-        given = sorted(k for k in other if getattr(self, k) != _default(defaults[k]))
+        """Reject settings that do not apply to a ``kind`` ("features" or "images") run."""
+        other = "images" if kind == "features" else "features"
+        given = []
+        for name, cls in SECTIONS.items():
+            section = getattr(self, name)
+            for f in dataclasses.fields(cls):
+                if f.metadata.get("applies") == other and getattr(section, f.name) != _default(f):
+                    given.append(f.name)
         if given:
             what = "image" if kind == "features" else "feature"
             raise ValueError(
-                f"{', '.join(given)} only apply to {what} runs, but {self.dataset!r} is a "
+                f"{', '.join(sorted(given))} only apply to {what} runs, but {self.data.dataset!r} is a "
                 f"{'feature' if kind == 'features' else 'image'} dataset; remove them"
             )
-
-
-#: options that only mean something for image runs
-IMAGE_ONLY = ("root", "prepared", "dataset_variant", "backbone", "pretrained", "lgconv", "image_size", "hflip",
-              "head_lr_mult", "linear_init_epochs", "linear_init_lr", "amp", "channels_last", "num_workers",
-              "decode", "eval_batch_size", "mosaic_train", "mosaic_test")
-#: options that only mean something for feature runs
-FEATURE_ONLY = ("head", "hidden", "dropout", "standardize")
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -187,18 +303,67 @@ def _positive_number(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
+def _non_negative(name: str, value: Any) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
+
+#: settings that change no number: a resumed run may change them (where it is written, how it is
+#: logged, how the machine feeds it; workers draw no randomness, the order and flips come from the
+#: run's own generator)
+RESUME_FREE = ("out", "loggers", "num_workers", "eval_batch_size", "num_threads")
+
+
+def saved_settings(values: dict[str, Any]) -> dict[str, Any]:
+    """The flat settings of a configuration saved by any version of spmlkit (a checkpoint's or a
+    run folder's): nested or flat, with settings this version does not know kept as they are
+    (a reader takes what it needs from them)."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in SECTIONS and isinstance(value, dict):
+            flat.update({_FLAT_OF.get((key, name), name): v for name, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def flat_settings(values: dict[str, Any], *, where: str = "config") -> dict[str, Any]:
+    """``values`` with its sections (``{"data": {...}}``) opened into flat settings; flat settings
+    pass through. Unknown names, unknown sections and a setting given twice are errors."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        nested = key in SECTIONS and isinstance(value, dict)  # "method: an" is the flat setting
+        if key in SECTIONS and not nested and key != "method":
+            raise ValueError(f"{where}: section {key!r} must be a mapping of settings, got {value!r}")
+        for name, setting in (value.items() if nested else [(key, value)]):
+            if nested:
+                flat_name = _FLAT_OF.get((key, name))
+                if flat_name is None:
+                    owner = _FIELD_OF.get(name, (None,))[0]
+                    hint = f" (it belongs to section {owner!r})" if owner else ""
+                    raise ValueError(f"{where}: unknown setting {name!r} in section {key!r}{hint}; its settings: "
+                                     f"{', '.join(f.name for f in dataclasses.fields(SECTIONS[key]))}")
+            elif name not in _FIELD_OF:
+                raise ValueError(f"{where}: unknown setting(s) {name}; valid settings: {', '.join(_FIELD_OF)} "
+                                 f"(flat, or under their sections {', '.join(SECTIONS)})")
+            else:
+                flat_name = name
+            if flat_name in flat:
+                raise ValueError(f"{where}: {flat_name!r} is given twice")
+            flat[flat_name] = setting
+    return flat
+
+
 def config_from_dict(values: dict[str, Any], *, base: RunConfig | None = None, where: str = "config") -> RunConfig:
-    """A config from ``base`` (or the defaults) with ``values`` applied; unknown keys are errors.
+    """A config from ``base`` (or the defaults) with ``values`` applied (nested or flat, see the
+    module docstring); unknown keys are errors naming the valid ones.
 
     ``hparams`` merge key by key, so a later layer can change one hyperparameter of a preset
     without restating the others.
     """
-    known = RunConfig.__dataclass_fields__
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(f"{where}: unknown setting(s) {', '.join(unknown)}; valid settings: {', '.join(known)}")
-    current = (base or RunConfig()).to_dict()
-    for key, value in values.items():
+    flat = flat_settings(values, where=where)
+    current = (base or RunConfig()).flat()
+    for key, value in flat.items():
         if key == "hparams":
             if value is not None and not isinstance(value, dict):
                 raise ValueError(f"{where}: hparams must be a mapping of NAME: VALUE, got {value!r}")
@@ -239,6 +404,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def save_config(config: RunConfig, path: str | Path) -> None:
+    """``config.yaml``: the nested form, one block per section."""
     import yaml
 
     from ..io import atomic_write_text

@@ -33,13 +33,13 @@ def linear_init(plan: RunPlan, run: Run, source: ImageSource) -> None:
     feats_tr = source.features(run.model, "train")
     feats_va = source.features(run.model, "val")
     labels = run.state.observed.numpy()
-    phase1 = plan.build_components(epochs=config.linear_init_epochs, device="cpu")
+    phase1 = plan.build_components(epochs=config.schedule.linear_init_epochs, device="cpu")
     head = run.model.head.cpu()
-    lr = config.linear_init_lr or config.lr
+    lr = config.schedule.linear_init_lr or config.optimisation.lr
     optimizer = torch.optim.Adam([{"params": list(head.parameters()), "lr": lr}, *phase1.param_groups(lr)], lr=lr)
-    phase = Run(head, phase1, LabelState(labels), torch.Generator().manual_seed(config.seed + PHASE1_SEED_OFFSET))
-    group = Group([phase], FeatureSource(feats_tr, feats_va, None, config.batch_size), optimizer)
-    run_loop(group, epochs=config.linear_init_epochs, val_targets=plan.split.val_targets,
+    phase = Run(head, phase1, LabelState(labels), torch.Generator().manual_seed(config.optimisation.seed + PHASE1_SEED_OFFSET))
+    group = Group([phase], FeatureSource(feats_tr, feats_va, None, config.optimisation.batch_size), optimizer)
+    run_loop(group, epochs=config.schedule.linear_init_epochs, val_targets=plan.split.val_targets,
              truth_train=plan.split.truth_train)
     head.to(plan.device)
     run.components.loss.transfer_from(phase1.loss)

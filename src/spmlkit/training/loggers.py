@@ -227,12 +227,18 @@ class MLflowLogger:
         self.run = mlflow.start_run(run_name=_run_name(run_dir), nested=mlflow.active_run() is not None)
 
     def log_config(self, config: dict[str, Any]) -> None:
-        params = {}
-        for key, value in config.items():
-            if isinstance(value, dict):  # hparams: one parameter each, so runs compare per hyperparameter
-                params.update({f"{key}.{k}": v for k, v in value.items()})
-            else:
-                params[key] = value
+        # one parameter per setting, named by its place in config.yaml (optimisation.lr), and one per
+        # hyperparameter (method.hparams.alpha), so runs compare setting by setting
+        params: dict[str, Any] = {}
+
+        def walk(prefix: str, values: dict[str, Any]) -> None:
+            for key, value in values.items():
+                if isinstance(value, dict) and value:
+                    walk(f"{prefix}{key}.", value)
+                else:
+                    params[f"{prefix}{key}"] = value
+
+        walk("", config)
         # MLflow keeps parameter values as strings of bounded length
         self.mlflow.log_params({k: json.dumps(v, default=str)[:500] if not isinstance(v, str) else v[:500]
                                 for k, v in params.items()})

@@ -79,8 +79,8 @@ class RunPlan:
         """The plan of another run of this run's group (same :func:`batch_key`): only the
         seed and the learning rate differ, so everything derived from the data is shared."""
         if batch_key(config) != batch_key(self.config) or batch_key(config) is None:
-            raise ValueError(f"run {config.method} seed {config.seed} lr {config.lr:g} cannot train in the group of "
-                             f"seed {self.config.seed} lr {self.config.lr:g}: "
+            raise ValueError(f"run {config.method.name} seed {config.optimisation.seed} lr {config.optimisation.lr:g} cannot train in the group of "
+                             f"seed {self.config.optimisation.seed} lr {self.config.optimisation.lr:g}: "
                              f"{unbatchable_reason(config) or 'the runs differ in more than ' + ', '.join(VARYING)}")
         return dataclasses.replace(self, config=config)
 
@@ -89,12 +89,12 @@ class RunPlan:
         run's seed first (the initial weights are its draws, as in the EM code)."""
         from ..errors import user_input
 
-        torch.manual_seed(self.config.seed)
-        np.random.seed(self.config.seed % 2**32)
+        torch.manual_seed(self.config.optimisation.seed)
+        np.random.seed(self.config.optimisation.seed % 2**32)
         with user_input():  # an unknown backbone, weights that cannot be loaded offline
             model = self.data.build_model(self.config)
         model = model.to(self.device)
-        if self.device.type == "cuda" and self.config.channels_last and self.kind == "images":
+        if self.device.type == "cuda" and self.config.machine.channels_last and self.kind == "images":
             model = model.to(memory_format=torch.channels_last)
         return model
 
@@ -108,7 +108,7 @@ class RunPlan:
             comp = build_components(self.resolved, num_train=len(self.split.train_idx),
                                     num_classes=self.data.num_classes, observed=self.train_labels,
                                     expected_num_pos=self.expected_num_pos,
-                                    epochs=self.config.epochs if epochs is None else epochs, seed=self.config.seed)
+                                    epochs=self.config.schedule.epochs if epochs is None else epochs, seed=self.config.optimisation.seed)
         return comp.to(self.device if device is None else device)
 
     def checkpoint_extras(self, with_run_folder: bool) -> dict[str, Any]:
@@ -121,7 +121,7 @@ class RunPlan:
         if data.images is not None:
             transform = data.images.transform_spec
         elif with_run_folder:
-            transform = feature_spec(data.X_train[self.split.train_idx], self.config.standardize)
+            transform = feature_spec(data.X_train[self.split.train_idx], self.config.data.standardize)
         else:
             transform = {"kind": "features"}
         return {"class_names": list(data.class_names), "threshold": self.method.threshold, "transform": transform}
@@ -130,7 +130,7 @@ class RunPlan:
 def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distributed | None = None) -> RunPlan:
     """Derive everything ``config`` needs before its first step (the one place that does).
 
-    ``data`` replaces loading ``config.dataset`` (the estimator's arrays, a group's shared data).
+    ``data`` replaces loading ``config.data.dataset`` (the estimator's arrays, a group's shared data).
     Every check of the user's settings and data happens here, before any run folder exists, so a
     refused run leaves nothing behind; the errors are :class:`~spmlkit.errors.InputError`.
     """
@@ -138,16 +138,16 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
 
     dist = dist or Distributed()
     with user_input():
-        resolved = resolve_hparams(config.method, config.hparams)
+        resolved = resolve_hparams(config.method.name, config.method.hparams)
         data = load_run_data(config) if data is None else data
         split = split_and_observe(config, data)
         train_labels = method_label_matrix(resolved.method, split.observed, split.truth_train)
         validate_observed(train_labels, where=f"the training labels of {data.name}")
         if not (train_labels != 0).any():
             raise ValueError(f"the training rows of {data.name} carry no observed label at all under observation "
-                             f"{config.observation!r}; there is nothing to learn from")
+                             f"{config.data.observation!r}; there is nothing to learn from")
         device = _device(config, data, dist)
-    global_batch = (config.batch_statistics or resolved.method.batch_statistics) == "global"
+    global_batch = (config.method.batch_statistics or resolved.method.batch_statistics) == "global"
     return RunPlan(config=config, resolved=resolved, data=data, split=split, train_labels=train_labels,
                    expected_num_pos=expected_positives(train_labels, split.truth_train), device=device,
                    global_batch=global_batch)
@@ -155,9 +155,9 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
 
 def _device(config: RunConfig, data: RunData, dist: Distributed) -> torch.device:
     # feature runs are a few matrix products per step: the CPU unless a device is named
-    if data.kind == "features" and config.device == "auto":
+    if data.kind == "features" and config.machine.device == "auto":
         return torch.device("cpu")
-    return dist.device(resolve_device(config.device))
+    return dist.device(resolve_device(config.machine.device))
 
 
 def unbatchable_reason(config: RunConfig) -> str | None:
@@ -174,7 +174,7 @@ def unbatchable_reason(config: RunConfig) -> str | None:
 
     try:
         feature = is_feature_run(config)
-        method = resolve_hparams(config.method, config.hparams).method
+        method = resolve_hparams(config.method.name, config.method.hparams).method
     except Exception:  # noqa: BLE001 - an unknown dataset or method is planning's error to report
         return "the run's settings cannot be checked here"
     for name in (method.loss, *(reg for reg, _ in method.regularizers)):
@@ -182,12 +182,12 @@ def unbatchable_reason(config: RunConfig) -> str | None:
             return f"loss {name!r} declares that it cannot be batched"
     checks = (
         (not feature, "image runs train one at a time (their backbones and input pipelines are one run's)"),
-        (feature and not FeatureHead.batchable_with(config.head, config.dropout),
+        (feature and not FeatureHead.batchable_with(config.model.head, config.model.dropout),
          "a feature head with dropout draws from the global random stream, which batched runs cannot share"),
-        (config.linear_init_epochs != 0, "LinearInit trains a phase of its own"),
-        (config.out is not None, "a run with a run folder checkpoints on its own"),
-        (bool(config.loggers), "a run with loggers logs on its own"),
-        (bool(config.compile), "a compiled run trains on its own"),
+        (config.schedule.linear_init_epochs != 0, "LinearInit trains a phase of its own"),
+        (config.output.out is not None, "a run with a run folder checkpoints on its own"),
+        (bool(config.output.loggers), "a run with loggers logs on its own"),
+        (bool(config.machine.compile), "a compiled run trains on its own"),
         (int(os.environ.get("WORLD_SIZE", "1")) > 1, "distributed runs train on their own"),
     )
     return next((why for bad, why in checks if bad), None)
@@ -198,5 +198,5 @@ def batch_key(config: RunConfig) -> str | None:
     settings without :data:`VARYING`, as text, so configs with equal keys form one group."""
     if unbatchable_reason(config) is not None:
         return None
-    values = {k: v for k, v in config.to_dict().items() if k not in VARYING}
+    values = {k: v for k, v in config.flat().items() if k not in VARYING}
     return json.dumps(values, sort_keys=True, default=str)

@@ -43,7 +43,7 @@ class RunResult:
 
     def summary(self) -> dict[str, Any]:
         """A flat row: the run's key settings and numbers (benchmark ``runs.csv``)."""
-        out = {"method": self.config.method, "seed": self.config.seed, "lr": self.config.lr,
+        out = {"method": self.config.method.name, "seed": self.config.optimisation.seed, "lr": self.config.optimisation.lr,
                "val_map": self.val_map, "test_map": self.test_map, "best_epoch": self.best_epoch,
                "seconds": self.seconds}
         out.update({f"test_{k}": v for k, v in self.test_metrics.items()})

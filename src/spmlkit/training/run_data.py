@@ -1,6 +1,6 @@
 """The data of a run: the official train and test lists of a feature or image dataset.
 
-:func:`load_run_data` turns ``config.dataset`` into a :class:`RunData`: full labels of the
+:func:`load_run_data` turns ``config.data.dataset`` into a :class:`RunData`: full labels of the
 official train list (which the protocol splits into train/val and observes) and of the
 test list, the class names, and how to build the run's :class:`DataSource` and model. A
 feature dataset and an image dataset differ only here; the trainer above is the same.
@@ -99,8 +99,8 @@ class RunData:
         from ..models import FeatureHead, build_model
 
         if self.kind == "features":
-            return FeatureHead(int(self.X_train.shape[1]), self.num_classes, config.head, config.hidden, config.dropout)
-        return build_model(config.backbone, self.num_classes, pretrained=config.pretrained, lgconv=config.lgconv)
+            return FeatureHead(int(self.X_train.shape[1]), self.num_classes, config.model.head, config.model.hidden, config.model.dropout)
+        return build_model(config.model.backbone, self.num_classes, pretrained=config.model.pretrained, lgconv=config.model.lgconv)
 
 
 def _check_features(name: str, split: str, X: np.ndarray | None, rows: int | None, dim: int | None = None) -> None:
@@ -117,16 +117,16 @@ def _check_features(name: str, split: str, X: np.ndarray | None, rows: int | Non
 def is_feature_run(config: RunConfig) -> bool:
     from ..data import registry
 
-    return registry.is_feature_dataset(config.dataset)
+    return registry.is_feature_dataset(config.data.dataset)
 
 
 def load_run_data(config: RunConfig) -> RunData:
-    """Read ``config.dataset`` and apply ``config.subset`` (the first N official-train rows)."""
+    """Read ``config.data.dataset`` and apply ``config.data.subset`` (the first N official-train rows)."""
     if is_feature_run(config):
         from ..data import registry
 
         config.check_source("features")
-        ds = registry.load_features(config.dataset)
+        ds = registry.load_features(config.data.dataset)
         data = RunData("features", ds.name, tuple(ds.class_names), np.asarray(ds.Y_train), np.asarray(ds.Y_test),
                        X_train=ds.X_train, X_test=ds.X_test)
     else:
@@ -141,12 +141,12 @@ def load_run_data(config: RunConfig) -> RunData:
             observed = load_prepared(_prepared_dir(config)).observed
         data = RunData("images", images.name, images.class_names, images.Y_train, images.Y_test, images=images,
                        observed=observed)
-    if config.subset is not None:
-        if config.subset > data.num_train:
-            raise ValueError(f"subset {config.subset} is larger than the {data.num_train} training rows of {data.name}")
+    if config.data.subset is not None:
+        if config.data.subset > data.num_train:
+            raise ValueError(f"subset {config.data.subset} is larger than the {data.num_train} training rows of {data.name}")
         for name in ("Y_train", "X_train", "observed"):
             if getattr(data, name) is not None:
-                setattr(data, name, getattr(data, name)[: config.subset])
+                setattr(data, name, getattr(data, name)[: config.data.subset])
     return data
 
 
@@ -169,14 +169,14 @@ def split_and_observe(config: RunConfig, data: RunData) -> RunSplit:
     """
     from ..protocol import Observation, split_train_val
 
-    observation = Observation.parse(config.observation)
+    observation = Observation.parse(config.data.observation)
     if observation.kind == "given":
         if data.observed is None:
             raise ValueError(f"{data.name} brings no observed labels of its own; choose a simulated observation "
                              "(single_positive, pos=K,neg=M, ratio=R, full)")
         observed = np.asarray(data.observed)
     elif data.Y_train is None:
-        raise ValueError(f"{data.name} has no full labels to simulate observation {config.observation!r} from; "
+        raise ValueError(f"{data.name} has no full labels to simulate observation {config.data.observation!r} from; "
                          "use observation 'given' (its own labels)")
     else:
         observed = observation.apply(data.Y_train)
@@ -184,11 +184,11 @@ def split_and_observe(config: RunConfig, data: RunData) -> RunSplit:
         train_idx, val_idx = np.arange(data.num_train), np.arange(0)
         val_targets = np.asarray(data.Y_val)
     else:
-        train_idx, val_idx = split_train_val(data.num_train, val_frac=config.val_frac)
-        if len(val_idx) == 0 and config.val_frac > 0:
+        train_idx, val_idx = split_train_val(data.num_train, val_frac=config.data.val_frac)
+        if len(val_idx) == 0 and config.data.val_frac > 0:
             raise ValueError(f"the validation split is empty ({data.num_train} training examples, val_frac="
-                             f"{config.val_frac}); use a larger val_frac, more data, or val_frac 0 (keep the last epoch)")
-        if config.val_variant == "clean":
+                             f"{config.data.val_frac}); use a larger val_frac, more data, or val_frac 0 (keep the last epoch)")
+        if config.data.val_variant == "clean":
             if data.Y_train is None:
                 raise ValueError(f"{data.name} has no clean labels to validate on; use val_variant 'observed' "
                                  "(select on the observed positives of the validation rows)")
@@ -223,11 +223,11 @@ def standardize(X_fit: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, ...
 
 
 def load_image_data(config: RunConfig) -> ImageData:
-    """Build :class:`ImageData` for ``config.dataset``.
+    """Build :class:`ImageData` for ``config.data.dataset``.
 
     ``digits-mosaic`` is generated in memory (seed 0, documented in
     :mod:`spmlkit.data.digits_mosaic`); a benchmark dataset is read from its prepared folder
-    (``config.prepared``, default under ``<root>/spmlkit-prepared/``), created with
+    (``config.data.prepared``, default under ``<root>/spmlkit-prepared/``), created with
     ``spmlkit prepare`` semantics on first use.
 
     Users' own data (``spmlkit prepare folder|csv``, dataset "folder" or "csv") is never
@@ -235,34 +235,34 @@ def load_image_data(config: RunConfig) -> ImageData:
     ``Y_train`` is None (only observed labels exist; :func:`load_run_data` reads them) and
     its ``Y_test`` is None when it was prepared without a labelled test set.
     """
-    if config.dataset in ("digits-mosaic", "digits_mosaic"):
+    if config.data.dataset in ("digits-mosaic", "digits_mosaic"):
         return _digits_mosaic(config)
     from ..data.formats import USER_DATASETS, load_prepared, prepare
 
-    user_data = config.dataset in USER_DATASETS
+    user_data = config.data.dataset in USER_DATASETS
     if not user_data:
         check_dataset(config)
     from ..data.images import ImageFileDataset, build_transform
 
     prepared_dir = _prepared_dir(config)
-    expect = None if config.dataset == "prepared" else config.dataset
+    expect = None if config.data.dataset == "prepared" else config.data.dataset
     if not (prepared_dir / "meta.json").is_file():
         if user_data:
             raise FileNotFoundError(
                 f"no prepared data at {prepared_dir}; prepare your images first (`spmlkit prepare folder --root DIR` "
                 "or `spmlkit prepare csv --labels FILE --images DIR`) and pass the folder it reports with --prepared"
             )
-        if expect is None or not config.root:
+        if expect is None or not config.data.root:
             raise FileNotFoundError(
-                f"no prepared dataset at {prepared_dir}; run `spmlkit prepare {config.dataset} --root DIR` "
+                f"no prepared dataset at {prepared_dir}; run `spmlkit prepare {config.data.dataset} --root DIR` "
                 "or pass --root (the folder you downloaded the dataset into)"
             )
-        log.info("preparing %s from %s into %s", config.dataset, config.root, prepared_dir)
-        options = {"variant": config.dataset_variant} if config.dataset_variant else {}
-        prepare(config.dataset, config.root, prepared_dir, **options)
-    ds = load_prepared(prepared_dir, expect_dataset=expect, expect_variant=config.dataset_variant)
+        log.info("preparing %s from %s into %s", config.data.dataset, config.data.root, prepared_dir)
+        options = {"variant": config.data.dataset_variant} if config.data.dataset_variant else {}
+        prepare(config.data.dataset, config.data.root, prepared_dir, **options)
+    ds = load_prepared(prepared_dir, expect_dataset=expect, expect_variant=config.data.dataset_variant)
     _refuse_bad_images(config, ds, prepared_dir)
-    size = config.image_size
+    size = config.data.image_size
     train_paths, test_paths = [str(p) for p in ds.paths("train")], [str(p) for p in ds.paths("test")]
     transform = build_transform(size, train=False)
     from ..data.image_cache import open_cache
@@ -291,7 +291,7 @@ def _refuse_bad_images(config: RunConfig, ds: PreparedDataset, prepared_dir: Pat
     Training reads every listed image (``skip_bad=False``: dropping examples would change
     the results), so a listed bad image would otherwise crash the run mid-epoch, possibly
     hours in. Only images of the lists this run reads count: the official train list (its
-    first ``config.subset`` rows when set) and the test list.
+    first ``config.data.subset`` rows when set) and the test list.
     """
     import shlex
 
@@ -299,34 +299,34 @@ def _refuse_bad_images(config: RunConfig, ds: PreparedDataset, prepared_dir: Pat
 
     if not ds.bad_images:
         return
-    train_rows = ds.train_images if config.subset is None else ds.train_images[: config.subset]
+    train_rows = ds.train_images if config.data.subset is None else ds.train_images[: config.data.subset]
     used = set(train_rows) | set(ds.test_images)
     bad = [b for b in ds.bad_images if b.path in used]
     if not bad:
         return
     shown = ", ".join(str(ds.root / b.path) for b in bad[:_SHOW_BAD])
     more = f" and {len(bad) - _SHOW_BAD} more" if len(bad) > _SHOW_BAD else ""
-    dataset = config.dataset if config.dataset != "prepared" else ds.dataset
-    variant = ds.meta.get("variant") or config.dataset_variant
+    dataset = config.data.dataset if config.data.dataset != "prepared" else ds.dataset
+    variant = ds.meta.get("variant") or config.data.dataset_variant
     command = " ".join([
         "spmlkit prepare", dataset, *(["--variant", shlex.quote(variant)] if variant else []),
-        "--root", shlex.quote(config.root) if config.root else "DIR",
-        *(["--out", shlex.quote(str(prepared_dir))] if config.prepared else []), "--check",
+        "--root", shlex.quote(config.data.root) if config.data.root else "DIR",
+        *(["--out", shlex.quote(str(prepared_dir))] if config.data.prepared else []), "--check",
     ])
     raise ValueError(
         f"{len(bad)} image{'s' if len(bad) != 1 else ''} of the {ds.dataset} lists this run trains and tests on "
         f"cannot be read ({shown}{more}; the full list with reasons is in {prepared_dir / BAD_IMAGES}); "
         f"re-download {'them' if len(bad) != 1 else 'it'} (replace each with a readable copy), then prepare again "
         f"with `{command}`"
-        + ("" if config.root else " (DIR: the folder the dataset was unpacked into)") + " before training"
+        + ("" if config.data.root else " (DIR: the folder the dataset was unpacked into)") + " before training"
     )
 
 
 def _digits_mosaic(config: RunConfig) -> ImageData:
     from ..data.digits_mosaic import MOSAIC_MEAN, MOSAIC_STD, DigitsMosaicDataset, make_digits_mosaic
 
-    mosaic = make_digits_mosaic(num_train=config.mosaic_train, num_test=config.mosaic_test, seed=0,
-                                image_size=config.image_size)
+    mosaic = make_digits_mosaic(num_train=config.data.mosaic_train, num_test=config.data.mosaic_test, seed=0,
+                                image_size=config.data.image_size)
     return ImageData(
         name="digits-mosaic",
         class_names=tuple(mosaic.class_names),
@@ -334,19 +334,19 @@ def _digits_mosaic(config: RunConfig) -> ImageData:
         Y_test=mosaic.test_labels,
         train_dataset=lambda: DigitsMosaicDataset(mosaic.train_images),
         test_dataset=lambda: DigitsMosaicDataset(mosaic.test_images),
-        transform_spec={"kind": "grey", "size": config.image_size, "mean": MOSAIC_MEAN, "std": MOSAIC_STD},
+        transform_spec={"kind": "grey", "size": config.data.image_size, "mean": MOSAIC_MEAN, "std": MOSAIC_STD},
     )
 
 
 def _prepared_dir(config: RunConfig) -> Path:
-    if config.prepared:
-        return Path(config.prepared)
-    if config.root:
+    if config.data.prepared:
+        return Path(config.data.prepared)
+    if config.data.root:
         from ..data.formats import default_prepared_dir
 
-        return default_prepared_dir(config.dataset, config.root, config.dataset_variant)
+        return default_prepared_dir(config.data.dataset, config.data.root, config.data.dataset_variant)
     raise ValueError(
-        f"dataset {config.dataset!r} needs --root (where the dataset was unpacked) or --prepared "
+        f"dataset {config.data.dataset!r} needs --root (where the dataset was unpacked) or --prepared "
         "(a folder written by `spmlkit prepare`)"
     )
 
@@ -359,9 +359,9 @@ def check_dataset(config: RunConfig) -> None:
     """Fail early, with the closest name, on a dataset spmlkit does not know."""
     from ..data.formats import DATASETS
 
-    if is_feature_run(config) or config.dataset in (*DATASETS, "digits-mosaic", "digits_mosaic", "prepared"):
+    if is_feature_run(config) or config.data.dataset in (*DATASETS, "digits-mosaic", "digits_mosaic", "prepared"):
         return
-    raise ValueError(_unknown_dataset(config.dataset, [*DATASETS, "digits-mosaic"]))
+    raise ValueError(_unknown_dataset(config.data.dataset, [*DATASETS, "digits-mosaic"]))
 
 
 def _unknown_dataset(name: str, image_datasets: list[str]) -> str:

@@ -1,6 +1,6 @@
 """A run's folder: its resolved config, per-epoch metrics, checkpoints and final numbers.
 
-Layout (``config.out``)::
+Layout (``config.output.out``)::
 
     config.yaml          the resolved configuration (the run can be repeated from it)
     metrics.csv/.json    one row per finished epoch
@@ -32,18 +32,13 @@ import torch
 
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from .checkpoint import load_checkpoint, numpy_rng_state, plain_checkpoint, set_numpy_rng_state
-from .config import RunConfig, save_config
+from .config import RESUME_FREE, RunConfig, save_config, saved_settings
 from .loop import LoopState, Run
 from .run_data import feature_scaling
 
 __all__ = ["RunDirectory", "feature_spec"]
 
 _RUN_FILES = ("config.yaml", "last.pt", "best.pt", "metrics.csv", "metrics.json", "result.json")
-#: settings that do not change what a run computes: a resume may change them
-#: settings a resumed run may change: where it is written, how it is logged, and how the machine
-#: feeds it (none of them changes a number: workers draw no randomness, the order and flips
-#: come from the run's own generator)
-_RESUME_FREE = ("out", "loggers", "num_workers", "eval_batch_size", "num_threads")
 
 
 class RunDirectory:
@@ -86,9 +81,10 @@ class RunDirectory:
         if not self.last.is_file():
             raise FileNotFoundError(f"--resume: no checkpoint at {self.last}; start the run without --resume")
         ckpt = load_checkpoint(self.last)
-        defaults = RunConfig().to_dict()  # a setting added since the run started counts as its default
-        saved = {k: ckpt["config"].get(k, defaults.get(k)) for k in defaults if k not in _RESUME_FREE}
-        now = {k: v for k, v in config.to_dict().items() if k not in _RESUME_FREE}
+        defaults = RunConfig().flat()  # a setting added since the run started counts as its default
+        held = saved_settings(ckpt["config"])  # nested, or flat from an earlier version
+        saved = {k: held.get(k, defaults[k]) for k in defaults if k not in RESUME_FREE}
+        now = {k: v for k, v in config.flat().items() if k not in RESUME_FREE}
         diff = sorted(k for k in now if saved.get(k) != now[k])
         if diff:
             raise ValueError(f"--resume: the run in {self.path} was started with different settings "

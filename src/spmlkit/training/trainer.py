@@ -9,7 +9,7 @@ numbers whatever the entry point. A run is:
    observed labels drawn over the official train list, the reference train/val split
    (docs/protocol.md, "Observed labels" and "Train/val split") --, the label matrix its method
    trains on, its device;
-2. its model (a head on features, or backbone + head on images), seeded by ``config.seed``, its
+2. its model (a head on features, or backbone + head on images), seeded by ``config.optimisation.seed``, its
    method components (loss, regularisers, label algorithm) and label state;
 3. :func:`~spmlkit.training.loop.run_loop` with the stopping rule of the config, selecting the
    best validation epoch (docs/protocol.md, "Training protocols");
@@ -57,29 +57,29 @@ def train(
 ) -> RunResult:
     """Train ``config`` and evaluate its selected epoch on the test list.
 
-    ``config.out`` names the run folder (:mod:`~spmlkit.training.run_dir`); None keeps the run
+    ``config.output.out`` names the run folder (:mod:`~spmlkit.training.run_dir`); None keeps the run
     in memory. ``resume=True`` continues from ``<out>/last.pt`` (a killed run loses at most
     the epoch in progress); ``overwrite=True`` replaces a run already in ``out``.
     ``stop_after=N`` ends this call after N more epochs (time-sliced jobs; resume later).
-    ``data`` replaces loading ``config.dataset`` (the estimator's in-memory arrays).
+    ``data`` replaces loading ``config.data.dataset`` (the estimator's in-memory arrays).
     """
-    if config.out is None and (resume or stop_after is not None):
+    if config.output.out is None and (resume or stop_after is not None):
         raise ValueError("resume and stop_after need a run folder: set out (--out)")
     if stop_after is not None and stop_after < 1:
         raise ValueError(f"stop_after must be a positive number of epochs, got {stop_after!r}")
     t0 = time.perf_counter()
-    dist = Distributed.from_environment(config.device)
+    dist = Distributed.from_environment(config.machine.device)
     try:
         with user_input():  # an unknown logger or a missing package, before any work
-            check_loggers(config.loggers)
+            check_loggers(config.output.loggers)
         plan = plan_run(config, data=data, dist=dist)  # every refusal here leaves no run folder behind
-        run_dir = RunDirectory(config.out) if config.out else None
+        run_dir = RunDirectory(config.output.out) if config.output.out else None
         with user_input():
             # rank 0 alone touches the folder; every process gets its answer (or its refusal)
             ckpt = dist.on_main(lambda: run_dir.start(config, resume=resume, overwrite=overwrite)) if run_dir else None
         if not dist.is_main:
             on_epoch = None  # one process reports
-        with num_threads(config.num_threads):
+        with num_threads(config.machine.num_threads):
             result = _train_one(plan, run_dir, ckpt, stop_after, LoopHooks(on_epoch=on_epoch, on_step=on_step), dist)
         result.seconds = time.perf_counter() - t0
         if run_dir is not None and result.finished and dist.is_main:
@@ -101,7 +101,7 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
     for config in configs:
         why = unbatchable_reason(config)
         if why is not None:
-            raise ValueError(f"run {config.method} seed {config.seed} lr {config.lr:g} cannot train in a group: {why}")
+            raise ValueError(f"run {config.method.name} seed {config.optimisation.seed} lr {config.optimisation.lr:g} cannot train in a group: {why}")
     t0 = time.perf_counter()
     first = plan_run(configs[0], data=data)
     plans = [first, *(first.for_config(config) for config in configs[1:])]
@@ -109,7 +109,7 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
     source = _source(first, Distributed())
     groups = _merged([g for plan, run in zip(plans, runs) for g in _param_groups(plan.config, run)])
     group = Group(runs, source, _optimizer(first.config, groups), first.device)
-    run_loop(group, epochs=first.config.epochs, val_targets=first.split.val_targets,
+    run_loop(group, epochs=first.config.schedule.epochs, val_targets=first.split.val_targets,
              truth_train=first.split.truth_train)
     results = _evaluate(plans, group, resumed_from=0, run_dir=None)
     seconds = (time.perf_counter() - t0) / len(configs)
@@ -125,12 +125,12 @@ def _build_run(plan: RunPlan) -> Run:
     model = plan.build_model()
     state = LabelState(plan.train_labels)
     components = plan.build_components()
-    return Run(model, components, state, torch.Generator().manual_seed(config.seed),
-               StoppingRule(config.patience, config.min_delta, config.stop_drop))
+    return Run(model, components, state, torch.Generator().manual_seed(config.optimisation.seed),
+               StoppingRule(config.schedule.patience, config.schedule.min_delta, config.schedule.stop_drop))
 
 
 def _param_groups(config: RunConfig, run: Run) -> list[dict[str, Any]]:
-    return run.model.param_groups(config.lr, config.head_lr_mult) + run.components.param_groups(config.lr)
+    return run.model.param_groups(config.optimisation.lr, config.optimisation.head_lr_mult) + run.components.param_groups(config.optimisation.lr)
 
 
 def _merged(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -155,13 +155,13 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
         raise InputError(f"{plan.method.name} corrects labels during each step; with per-process batch statistics "
                          "the processes' label states would drift apart: use --batch-statistics global")
     source = _source(plan, dist)
-    autocast, scaler = autocast_factory(config.amp, plan.device) if plan.kind == "images" else (None, None)
+    autocast, scaler = autocast_factory(config.machine.amp, plan.device) if plan.kind == "images" else (None, None)
     if isinstance(source, ImageSource):
         source.autocast = autocast
-    if ckpt is None and config.linear_init_epochs > 0:
+    if ckpt is None and config.schedule.linear_init_epochs > 0:
         linear_init(plan, run, source)
     run.train_model = dist.wrap(run.model)  # synchronised batch norms replace the plain ones in ``model``
-    if config.compile:  # the training forward only: checkpoints keep the plain module's parameter names
+    if config.machine.compile:  # the training forward only: checkpoints keep the plain module's parameter names
         run.train_model = torch.compile(run.train_model)
     optimizer = _optimizer(config, _param_groups(config, run))
     group = Group([run], source, optimizer, plan.device, autocast, scaler, dist=dist, global_batch=plan.global_batch)
@@ -171,7 +171,7 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
     resumed_from = run.loop.epoch
     stop_epoch = None if stop_after is None else run.loop.epoch + stop_after
     with user_input():  # rank 0 alone logs, as it alone writes the run folder
-        loggers = open_loggers(config.loggers, _out(run_dir)) if dist.is_main else LoggerGroup()
+        loggers = open_loggers(config.output.loggers, _out(run_dir)) if dist.is_main else LoggerGroup()
     loggers.log_config(config.to_dict())
     extra_best = plan.checkpoint_extras(with_run_folder=run_dir is not None)
 
@@ -180,12 +180,12 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
             run_dir.save_epoch(done, optimizer, config, extra_best)
         dist.barrier()  # nobody runs ahead of the checkpoint a resume would start from
         loggers.log_metrics(done.loop.history[-1], done.loop.epoch)
-        if stop_epoch is not None and stop_epoch <= done.loop.epoch < config.epochs and not done.loop.stopped_early:
+        if stop_epoch is not None and stop_epoch <= done.loop.epoch < config.schedule.epochs and not done.loop.stopped_early:
             raise _StopNow()
 
     hooks = LoopHooks(on_epoch=hooks.on_epoch, on_epoch_end=on_epoch_end, on_step=hooks.on_step)
     try:
-        run_loop(group, epochs=config.epochs, val_targets=plan.split.val_targets, truth_train=plan.split.truth_train,
+        run_loop(group, epochs=config.schedule.epochs, val_targets=plan.split.val_targets, truth_train=plan.split.truth_train,
                  hooks=hooks)
     except _StopNow:
         ls = run.loop
@@ -236,14 +236,14 @@ def _source(plan: RunPlan, dist: Distributed) -> DataSource:
         X_val = data.X_train[va] if data.X_val is None else data.X_val
         X_test = data.X_test if data.X_test is not None else data.X_train[:0]
         mats = (data.X_train[tr], X_val, X_test)
-        mats = standardize(*mats) if config.standardize else tuple(np.asarray(X, dtype=np.float32) for X in mats)
+        mats = standardize(*mats) if config.data.standardize else tuple(np.asarray(X, dtype=np.float32) for X in mats)
         Xtr, Xva, Xte = (as_tensor(X).to(device) for X in mats)
-        return FeatureSource(Xtr, Xva, Xte, config.batch_size, dist)
+        return FeatureSource(Xtr, Xva, Xte, config.optimisation.batch_size, dist)
     images = data.images
-    return ImageSource(images.train_dataset(), images.test_dataset(), tr, va, batch_size=config.batch_size,
-                       eval_batch_size=config.eval_batch_size, hflip=config.hflip, num_workers=config.num_workers,
-                       device=device, channels_last=config.channels_last, num_classes=data.num_classes, dist=dist,
-                       decode=config.decode)
+    return ImageSource(images.train_dataset(), images.test_dataset(), tr, va, batch_size=config.optimisation.batch_size,
+                       eval_batch_size=config.machine.eval_batch_size, hflip=config.data.hflip, num_workers=config.machine.num_workers,
+                       device=device, channels_last=config.machine.channels_last, num_classes=data.num_classes, dist=dist,
+                       decode=config.machine.decode)
 
 
 def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
@@ -251,11 +251,11 @@ def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
     PyTorch's fused implementation (one kernel for all parameters of a group), on the GPU and the
     CPU alike: on a GPU it spares ResNet-50 some 160 small kernel launches per step, on the CPU a
     group of R feature runs pays one call per learning rate instead of one per tensor."""
-    if config.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    if config.optimisation.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=config.optimisation.lr, momentum=config.optimisation.momentum, weight_decay=config.optimisation.weight_decay)
     params = [p for g in groups for p in g["params"]]
     fused = {"fused": True} if params and all(p.is_floating_point() for p in params) else {}
-    return torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay, **fused)
+    return torch.optim.Adam(groups, lr=config.optimisation.lr, weight_decay=config.optimisation.weight_decay, **fused)
 
 
 def _out(run_dir: RunDirectory | None):
