@@ -226,12 +226,12 @@ def test_the_dataset_raises_an_input_error_that_survives_a_worker(tmp_path):
     from spmlkit.data.images import (
         ImageFileDataset,
         UnreadableImageError,
-        build_transform,
+        ImageTransform,
     )
 
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"not an image")
-    dataset = ImageFileDataset([bad], build_transform(8, train=False))
+    dataset = ImageFileDataset([bad], ImageTransform(8))
     with pytest.raises(InputError, match=r"cannot read image .*bad\.jpg \(UnidentifiedImageError"):
         dataset[0]
     with pytest.raises(UnreadableImageError) as info:

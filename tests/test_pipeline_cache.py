@@ -20,8 +20,8 @@ from PIL import Image
 
 from spmlkit.cli import main
 from spmlkit.data.formats import PreparedFormatError, load_prepared, prepare
-from spmlkit.data.image_cache import CACHE_DIR, open_cache, write_image_cache
-from spmlkit.data.images import IMAGENET_STD, ImageFileDataset, build_transform
+from spmlkit.data.formats.image_cache import CACHE_DIR, open_cache, write_image_cache
+from spmlkit.data.images import IMAGENET_STD, ImageFileDataset, ImageTransform
 from spmlkit.training.config import config_from_dict
 from spmlkit.training.run_data import load_image_data
 
@@ -53,7 +53,7 @@ def _inputs(prepared: Path, size: int, cache_size: int | None) -> list[torch.Ten
     """Every train and test input at ``size``, read through the cache of ``cache_size`` or from the files."""
     ds = load_prepared(prepared)
     cache = open_cache(prepared, ds, size) if cache_size else None
-    transform = build_transform(size, train=False)
+    transform = ImageTransform(size)
     out = []
     for split in ("train", "test"):
         data = ImageFileDataset(ds.paths(split), transform, cache=cache.split(split) if cache else None)
@@ -161,8 +161,8 @@ def test_cache_options_on_the_command_line(tmp_path, capsys):
     ds = load_prepared(tmp_path / "own")
     assert ds.meta["image_cache"]["size"] == 20 and "test" not in ds.meta["image_cache"]["files"]  # no test list
     cache = open_cache(tmp_path / "own", ds, 20)
-    first = ImageFileDataset(ds.paths("train"), build_transform(20, train=False))
-    cached = ImageFileDataset(ds.paths("train"), build_transform(20, train=False), cache=cache.split("train"))
+    first = ImageFileDataset(ds.paths("train"), ImageTransform(20))
+    cached = ImageFileDataset(ds.paths("train"), ImageTransform(20), cache=cache.split("train"))
     assert torch.equal(first[0][0], cached[0][0])
 
 

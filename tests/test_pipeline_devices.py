@@ -12,8 +12,8 @@ import torch
 
 from spmlkit.cli import main
 from spmlkit.data.digits_mosaic import DigitsMosaicDataset, make_digits_mosaic
-from spmlkit.data.gpu_decode import EncodedImages, GpuDecoder, collate_encoded
-from spmlkit.data.images import IMAGENET_STD, ImageFileDataset, build_transform
+from spmlkit.data.gpu_decode import EncodedImages, GpuDecoder
+from spmlkit.data.images import IMAGENET_STD, ImageFileDataset, ImageTransform
 from spmlkit.errors import InputError
 from spmlkit.experiments.presets import DATASET_DEFAULTS
 from spmlkit.training import train
@@ -59,7 +59,7 @@ def test_decode_gpu_is_refused_on_the_cpu_with_one_line(tmp_path, capsys):
 
 def test_image_source_refuses_gpu_decoding_off_cuda(tmp_path):
     paths = _photos(tmp_path / "img", 3)
-    files = ImageFileDataset(paths, build_transform(32, train=False))
+    files = ImageFileDataset(paths, ImageTransform(32))
     with pytest.raises(InputError, match="this run's device is cpu"):
         ImageSource(files, files, np.arange(2), np.arange(2, 3), batch_size=2, eval_batch_size=None, hflip=True,
                     num_workers=0, device=CPU, channels_last=True, num_classes=2, decode="gpu")
@@ -68,7 +68,7 @@ def test_image_source_refuses_gpu_decoding_off_cuda(tmp_path):
 def test_cpu_batches_are_the_dataset_images_in_the_drawn_order_and_flips(tmp_path):
     """The CPU path: batch k holds the transform of each drawn row, flipped where the draw says so."""
     paths = _photos(tmp_path / "img", 6)
-    files = ImageFileDataset(paths, build_transform(24, train=False))
+    files = ImageFileDataset(paths, ImageTransform(24))
     rows = np.array([5, 0, 3, 1])
     source = ImageSource(files, files, rows, np.arange(0), batch_size=3, eval_batch_size=None, hflip=True,
                          num_workers=0, device=CPU, channels_last=True, num_classes=2)
@@ -85,32 +85,36 @@ def test_cpu_batches_are_the_dataset_images_in_the_drawn_order_and_flips(tmp_pat
 
 
 def test_gpu_decoder_arithmetic_run_on_the_cpu_is_close_to_the_pil_path(tmp_path):
-    """torchvision decodes on the CPU too, which checks the GPU path's resize, flip and normalisation
-    here: libjpeg-turbo decodes as PIL does, so what differs is torch's antialiased bilinear resize
-    from PIL's, by about a grey level (nvJPEG adds its own rounding on a GPU)."""
+    """torchvision decodes on the CPU too, which checks the GPU path's resize here: libjpeg-turbo
+    decodes as PIL does, so what differs is torch's antialiased bilinear resize from PIL's, by
+    about a grey level (nvJPEG adds its own rounding on a GPU; tests/test_cuda.py measures that)."""
     paths = _photos(tmp_path / "img", 6)
     size, rows = 56, np.arange(6)
-    reference = ImageFileDataset(paths, build_transform(size, train=False))
-    encoded = EncodedImages(paths, rows)
-    items = collate_encoded([encoded[(i, i % 2 == 1)] for i in range(6)])
-    assert [is_jpeg for _, is_jpeg, _, _ in items] == [True] * 5 + [False]  # the PNG came decoded by the worker
-    batch = GpuDecoder(size, CPU, encoded.path)(items)
-    assert batch.shape == (6, 3, size, size) and batch.dtype == torch.float32
-    std = torch.tensor(IMAGENET_STD).view(3, 1, 1)
-    for i in range(6):
-        expected = reference[i][0].flip(-1) if i % 2 == 1 else reference[i][0]
-        levels = ((batch[i] - expected) * std * 255).abs()
-        assert float(levels.mean()) < 1.0 and float(levels.max()) <= 40, i
+    transform = ImageTransform(size)
+    reference = ImageFileDataset(paths, transform).pixels(rows)
+    items = EncodedImages(paths, transform).encoded(rows)
+    assert [is_jpeg for _, is_jpeg in items] == [True] * 5 + [False]  # the PNG came decoded by the worker
+    batch = GpuDecoder(transform, CPU)(items, paths)
+    assert batch.shape == (6, size, size, 3) and batch.dtype == torch.uint8
+    levels = (batch.int() - reference.int()).abs()
+    assert torch.equal(batch[5], reference[5])  # PIL decoded and resized the PNG, as the CPU path does
+    for i in range(5):
+        assert float(levels[i].float().mean()) < 1.0 and int(levels[i].max()) <= 40, i
 
 
 def test_gpu_decoder_names_an_unreadable_file(tmp_path):
     from spmlkit.data.images import UnreadableImageError
 
-    paths = _photos(tmp_path / "img", 2)
+    paths = _photos(tmp_path / "img", 3)  # two JPEGs and a PNG
     paths[0].write_bytes(b"\xff\xd8 a truncated JPEG")
-    encoded = EncodedImages(paths, np.arange(2))
     with pytest.raises(UnreadableImageError, match=f"cannot read image {paths[0]}"):
-        GpuDecoder(16, CPU, encoded.path)(collate_encoded([encoded[(0, False)], encoded[(1, False)]]))
+        EncodedImages(paths, ImageTransform(16)).encoded([0, 1])  # no header: the worker names it
+    # a JPEG whose header reads but whose data nvJPEG (and PIL) refuse is named by the decoder
+    good = paths[1].read_bytes()
+    paths[0].write_bytes(good[: len(good) // 3])
+    items = EncodedImages(paths, ImageTransform(16)).encoded([0, 1])
+    with pytest.raises(UnreadableImageError, match=f"cannot read image {paths[0]}"):
+        GpuDecoder(ImageTransform(16), CPU)(items, paths)
 
 
 def _compiles() -> bool:

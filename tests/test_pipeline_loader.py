@@ -33,8 +33,10 @@ def _cpus(monkeypatch: pytest.MonkeyPatch, n: int, local_world_size: int | None 
 def test_automatic_worker_count_follows_the_cpus_this_process_may_use(monkeypatch):
     _cpus(monkeypatch, 4)
     assert loader_workers(None) == 3  # one CPU left to the main process
+    _cpus(monkeypatch, 16)
+    assert loader_workers(None) == 15  # a 16-core GPU machine: every core but the main process decodes
     _cpus(monkeypatch, 64)
-    assert loader_workers(None) == MAX_AUTO_WORKERS == 8
+    assert loader_workers(None) == MAX_AUTO_WORKERS == 16
     _cpus(monkeypatch, 1)
     assert loader_workers(None) == 0  # one CPU: load in the main process
     _cpus(monkeypatch, 16, local_world_size=4)

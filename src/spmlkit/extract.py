@@ -25,7 +25,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from .data.feature_dir import FEATURES_KIND, FORMAT_VERSION
 from .errors import InputError
@@ -51,6 +50,7 @@ def extract_features(
     from .models import build_model
     from .training.device import resolve_device
     from .training.run_data import load_image_data
+    from .training.sources import model_inputs, pixel_loader
 
     if dtype not in ("float32", "float16"):
         raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
@@ -68,13 +68,13 @@ def extract_features(
     bs = config.machine.eval_batch_size or max(config.optimisation.batch_size, 64)
     for split, dataset, labels in (("train", data.train_dataset(), data.Y_train),
                                    ("test", data.test_dataset(), data.Y_test)):
-        loader = DataLoader(dataset, batch_size=bs, shuffle=False, num_workers=loader_workers(config.machine.num_workers),
-                            pin_memory=device.type == "cuda")
+        loader = pixel_loader(dataset, np.arange(len(dataset)), batch_size=bs,
+                              num_workers=loader_workers(config.machine.num_workers), device=device)
         tmp = out / f"{split}_features.npy.tmp"
         arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.dtype(dtype), shape=(len(dataset), model.feat_dim))
         start = 0
-        for x, _ in loader:
-            f = model.features(x.to(device)).float().cpu().numpy()
+        for x in model_inputs(loader, dataset.transform, device):
+            f = model.features(x).float().cpu().numpy()
             arr[start : start + len(f)] = f
             start += len(f)
             if on_batch:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from .data.images import ImageFileDataset, collate_skip_bad, transform_from_spec
+from .data.images import ImageFileDataset, ImageTransform, collate_skip_bad
 from .io import atomic_write_text
 from .training.checkpoint import load_checkpoint
 from .training.config import saved_settings
@@ -158,7 +158,7 @@ def predict_images(
         raise ValueError(f"{checkpoint} is a run on features, not images: `spmlkit predict` scores image files; "
                          "score feature rows with SPMLClassifier, or with the model that `spmlkit export` writes")
     paths = find_images(images)
-    dataset = ImageFileDataset(paths, transform_from_spec(spec), skip_bad=True)
+    dataset = ImageFileDataset(paths, ImageTransform.from_spec(spec), skip_bad=True)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                         collate_fn=collate_skip_bad)
     scores = np.full((len(paths), len(class_names)), np.nan, dtype=np.float32)

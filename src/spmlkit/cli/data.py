@@ -136,7 +136,7 @@ def _write_cache(screen: Any, out: Path, size: int) -> None:
     """``--cache-size``: resize every image of the prepared folder ``out`` once, with a progress bar."""
     from rich.progress import Progress
 
-    from ..data.image_cache import write_image_cache
+    from ..data.formats.image_cache import write_image_cache
     from ..errors import user_input
 
     with Progress(console=screen, disable=not screen.is_terminal) as progress, user_input():

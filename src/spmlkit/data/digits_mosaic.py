@@ -215,6 +215,10 @@ class DigitsMosaicDataset(Dataset):
     channel repeated ``channels`` times, 3 by default for ImageNet-shaped backbones). Labels are
     not returned: the training loop looks them up by ``index`` in its label state, which is
     where observed and pseudo-labels live.
+
+    The training pipeline reads whole batches of uint8 pixels (:meth:`pixels`, a gather from
+    the in-memory array) and normalises them on the run's device with :attr:`transform`, the
+    same arithmetic as the items (:mod:`spmlkit.data.images`).
     """
 
     def __init__(
@@ -225,12 +229,16 @@ class DigitsMosaicDataset(Dataset):
         mean: float = MOSAIC_MEAN,
         std: float = MOSAIC_STD,
     ) -> None:
+        from .images import ImageTransform
+
         images = np.asarray(images)
         if images.ndim != 4 or images.shape[1] != 1 or images.dtype != np.uint8:
             raise ValueError(
                 "images must be uint8 [N, 1, H, W] as produced by make_digits_mosaic, got "
                 f"{images.dtype} {images.shape}"
             )
+        if images.shape[2] != images.shape[3]:
+            raise ValueError(f"mosaic images must be square, got {images.shape[2]} x {images.shape[3]}")
         channels = _check_positive_int("channels", channels)
         if not std > 0:
             raise ValueError(f"std must be positive, got {std!r}")
@@ -238,6 +246,7 @@ class DigitsMosaicDataset(Dataset):
         self.channels = channels
         self.mean = float(mean)
         self.std = float(std)
+        self.transform = ImageTransform(images.shape[2], (self.mean,), (self.std,), grey=True, channels=channels)
 
     @classmethod
     def from_mosaic(
@@ -249,10 +258,16 @@ class DigitsMosaicDataset(Dataset):
     def __len__(self) -> int:
         return len(self.images)
 
+    def pixels(self, rows: Any) -> torch.Tensor:
+        """uint8 ``[len(rows), H, W, 1]`` pixels of ``rows``, in that order (one gather)."""
+        from .images import new_pixel_batch
+
+        out = new_pixel_batch(len(rows), self.transform.size, 1)
+        out.numpy()[..., 0] = self.images[np.asarray(rows, dtype=np.int64), 0]
+        return out
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        pixels = torch.from_numpy(self.images[index]).to(torch.float32)
-        image = (pixels / 255.0 - self.mean) / self.std
-        return image.expand(self.channels, -1, -1).contiguous(), int(index)
+        return self.transform.normalize(self.pixels([index]))[0], int(index)
 
 
 def export_png(mosaic: DigitsMosaic, out_dir: str | Path) -> Path:

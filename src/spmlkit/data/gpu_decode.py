@@ -1,140 +1,177 @@
 """Training JPEGs decoded on the GPU (``spmlkit train --decode gpu``; CUDA only).
 
 Why: PIL decodes a full-size COCO JPEG in several milliseconds, so a GPU that trains 2,000
-images per second needs a dozen CPU cores for decoding alone. Here the loader workers only
-read each file's bytes; the main process hands a whole batch to nvJPEG
-(:func:`torchvision.io.decode_jpeg` with ``device="cuda"``) and resizes, flips and normalises
-on the GPU. Files that are not JPEGs (PNG, ...) are decoded by PIL in the worker and only
-resized on the GPU; an image nvJPEG refuses (a CMYK JPEG, say) is decoded by PIL instead.
+images per second would need a dozen CPU cores for decoding alone. Here the loader workers only
+read each file's bytes (and glance at its header); the run's device decodes a whole batch with
+nvJPEG (:func:`torchvision.io.decode_jpeg` on a list, ``device="cuda"``: the batched decoder,
+which uses the hardware JPEG engine of A100/H100-class GPUs) and resizes it there. The result
+is the same uint8 ``[B, S, S, 3]`` pixel batch the CPU path hands over, so flips and
+normalisation are shared (:mod:`spmlkit.data.images`).
+
+What nvJPEG does not take is decoded by PIL in the worker, exactly as the CPU path does it:
+files that are not JPEGs (PNG, ...) and JPEGs whose colour model nvJPEG's RGB output does not
+cover (CMYK / YCCK, which PIL converts with its own colour rules). A batch nvJPEG refuses as a
+whole is decoded image by image; an image it still refuses is decoded by PIL, which also names
+a broken file.
+
+**Draining the stream before each decode.** nvJPEG's hardware engine writes its output buffers
+without waiting for the work already queued on the stream it is handed, and the buffers come
+from PyTorch's caching allocator, which recycles a block as soon as it is freed on its stream:
+the decoder can overwrite memory that queued kernels have yet to read (pytorch/vision pull
+request 9606, meta-pytorch/torchcodec pull request 1634). That is how ``--decode gpu`` trained
+to NaN on the first H100. :meth:`GpuDecoder.decode` therefore waits for its stream to finish
+before every decode. The stream is the loader's side stream
+(:func:`spmlkit.training.prefetch.to_device_ahead`), which holds only earlier uploads and
+decodes, so the wait costs no training time: the model's kernels run on the main stream.
 
 The arithmetic is not the CPU path's: nvJPEG's inverse DCT and chroma upsampling differ from
 libjpeg's by a grey level here and there, and the resize is torch's antialiased bilinear
 interpolation in float32 (rounded to whole grey levels, as PIL's) rather than PIL's
 fixed-point one. A ``--decode gpu`` run is therefore close to, not bit-identical with, a
-``--decode cpu`` run. Only the training batches are decoded here; validation, training-set
-predictions and test images keep the CPU path (and the pre-resized cache, when there is
-one), so model selection and test metrics see the same inputs as every other run.
+``--decode cpu`` run (docs/protocol.md, "Decoding on the GPU", has the measured difference).
+Only the training batches are decoded here; validation, training-set predictions and test
+images keep the CPU path (and the pre-resized cache, when there is one), so model selection and
+test metrics see the same inputs as every other run.
 
 torchvision 0.29 marks its image decoders deprecated in favour of TorchCodec (a
 ``DeprecationWarning``, hidden outside tests); they still work, and moving to TorchCodec's GPU
-decoder would change only :meth:`GpuDecoder._decode`.
+decoder would change only :meth:`GpuDecoder.decode`.
 """
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch import Tensor
 
-from .images import IMAGENET_MEAN, IMAGENET_STD, UnreadableImageError
+from .images import ImageTransform, UnreadableImageError
 
-__all__ = ["EncodedImages", "GpuDecoder", "collate_encoded"]
+__all__ = ["Encoded", "EncodedImages", "GpuDecoder", "nvjpeg_takes"]
 
-_JPEG_MAGIC = b"\xff\xd8"
-#: one loaded image: (uint8 bytes of a JPEG file, or uint8 [3, H, W] pixels), is-JPEG, local index, flip
-Item = tuple[torch.Tensor, bool, int, bool]
-
-
-def _unreadable(path: Path, exc: BaseException) -> UnreadableImageError:
-    reason = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return UnreadableImageError(
-        f"cannot read image {path} ({reason}); find every unreadable image with `spmlkit prepare DATASET --root DIR "
-        "--check`, replace each with a readable copy and prepare again"
-    )
+#: one loaded image: (uint8 bytes of a JPEG file, True) or (uint8 [S, S, 3] pixels PIL made, False)
+Encoded = tuple[Tensor, bool]
 
 
-def _pil_pixels(data: bytes, path: Path) -> torch.Tensor:
-    """uint8 ``[3, H, W]`` RGB pixels of an encoded image, decoded by PIL (as the CPU path does)."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            rgb = np.asarray(img.convert("RGB"))
-    except Exception as exc:  # PIL raises many types for broken files
-        raise _unreadable(path, exc) from exc
-    return torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous()
+def nvjpeg_takes(header: object) -> bool:
+    """Whether nvJPEG decodes an image to the RGB PIL would give, from its PIL header (opened,
+    not decoded): a baseline or progressive JPEG in YCbCr or grey. CMYK and YCCK JPEGs carry
+    colour conversions nvJPEG's RGB output does not apply."""
+    return getattr(header, "format", None) == "JPEG" and getattr(header, "mode", None) in ("RGB", "L")
 
 
-class EncodedImages(Dataset):
-    """Rows ``rows`` of a file list; item ``(i, flip)`` -> the file's bytes (see :data:`Item`).
+class EncodedImages:
+    """A file list read for the GPU decoder: :meth:`encoded` gives a batch of rows (in a loader worker)."""
 
-    Reading bytes is all a worker does for a JPEG, so a couple of workers keep up with a GPU.
-    """
-
-    def __init__(self, paths: Sequence[str | Path], rows: np.ndarray) -> None:
-        self.paths, self.rows = [Path(p) for p in paths], np.asarray(rows)
+    def __init__(self, paths: Sequence[str | Path], transform: ImageTransform) -> None:
+        if transform.grey:
+            raise ValueError("--decode gpu decodes RGB photographs; this dataset's images are grey")
+        self.paths, self.transform = [Path(p) for p in paths], transform
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.paths)
 
-    def path(self, i: int) -> Path:
-        """The file of local row ``i``."""
-        return self.paths[int(self.rows[i])]
+    def encoded(self, rows: Sequence[int]) -> list[Encoded]:
+        """What the decoder takes for ``rows``: each file's bytes, or pixels where nvJPEG would not do."""
+        return [self._one(self.paths[int(i)]) for i in rows]
 
-    def __getitem__(self, item: tuple[int, bool]) -> Item:
-        i, flip = item
-        path = self.path(i)
+    def _one(self, path: Path) -> Encoded:
+        from PIL import Image
+
         try:
             data = path.read_bytes()
-        except OSError as exc:
-            raise _unreadable(path, exc) from exc
-        if data[:2] == _JPEG_MAGIC:
-            return torch.frombuffer(bytearray(data), dtype=torch.uint8), True, i, flip
-        return _pil_pixels(data, path), False, i, flip
-
-
-def collate_encoded(items: list[Item]) -> list[Item]:
-    """Batches stay lists: encoded files and images of different sizes cannot be stacked."""
-    return items
+            with Image.open(io.BytesIO(data)) as img:  # reads the header only
+                if nvjpeg_takes(img):
+                    return torch.frombuffer(bytearray(data), dtype=torch.uint8), True
+                image = img.convert("RGB")
+        except Exception as exc:  # PIL raises many types for broken files, OSError for missing ones
+            raise UnreadableImageError.of(path, exc) from exc
+        return torch.from_numpy(self.transform.resize(image)), False
 
 
 class GpuDecoder:
-    """A loaded batch -> float32 ``[B, 3, size, size]`` on ``device``, flipped and normalised.
+    """A loaded batch (:meth:`EncodedImages.encoded`) -> uint8 ``[B, S, S, 3]`` pixels on ``device``.
 
-    ``path_of(i)`` names the file of local row ``i`` in the error an unreadable image raises.
+    Runs on the CPU too (torchvision decodes there with libjpeg-turbo), which is how its
+    resize is tested on machines without a GPU.
     """
 
-    def __init__(self, size: int, device: torch.device, path_of: Callable[[int], Path]) -> None:
-        self.size, self.device, self.path_of = size, device, path_of
-        self.mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1)
-        self.std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1)
+    def __init__(self, transform: ImageTransform, device: torch.device) -> None:
+        self.transform, self.device = transform, torch.device(device)
 
-    def _decode(self, items: list[Item]) -> list[torch.Tensor]:
-        """uint8 ``[3, H, W]`` images on the device, in batch order."""
-        from torchvision.io import ImageReadMode, decode_jpeg
-
-        jpegs = [k for k, (_, is_jpeg, _, _) in enumerate(items) if is_jpeg]
-        out: list[torch.Tensor | None] = [None if is_jpeg else data.to(self.device, non_blocking=True)
-                                          for data, is_jpeg, _, _ in items]
+    def __call__(self, items: list[Encoded], paths: Sequence[Path]) -> Tensor:
+        size = self.transform.size
+        out = torch.empty((len(items), size, size, 3), dtype=torch.uint8, device=self.device)
+        jpegs = [k for k, (_, is_jpeg) in enumerate(items) if is_jpeg]
+        for k, (pixels, is_jpeg) in enumerate(items):
+            if not is_jpeg:
+                out[k].copy_(pixels, non_blocking=True)
         if jpegs:
-            try:  # one nvJPEG batch
-                decoded = decode_jpeg([items[k][0] for k in jpegs], mode=ImageReadMode.RGB, device=self.device)
-            except (RuntimeError, TypeError):  # one image nvJPEG refuses, or a torchvision without batches
-                decoded = [self._decode_one(items[k]) for k in jpegs]
-            for k, image in zip(jpegs, decoded):
-                out[k] = image
-        return out  # type: ignore[return-value]
+            decoded = self.decode([items[k][0] for k in jpegs], [paths[k] for k in jpegs])
+            self._resize_into(out, jpegs, decoded)
+        return out
 
-    def _decode_one(self, item: Item) -> torch.Tensor:
+    def decode(self, data: list[Tensor], paths: Sequence[Path]) -> list[Tensor]:
+        """uint8 ``[3, H, W]`` images on the device: one batched nvJPEG call, image by image if
+        nvJPEG refuses the batch, PIL for an image it still refuses."""
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        data, _, i, _ = item
         try:
-            return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
-        except RuntimeError:  # PIL reads what nvJPEG does not (CMYK), or names the broken file
-            return _pil_pixels(data.numpy().tobytes(), self.path_of(i)).to(self.device, non_blocking=True)
+            self._drain()
+            return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device))
+        except RuntimeError:
+            pass
+        images = []
+        for one, path in zip(data, paths):
+            try:
+                self._drain()
+                images.append(decode_jpeg(one, mode=ImageReadMode.RGB, device=self.device))
+            except RuntimeError:
+                images.append(self._pil(one, path))
+        return images
 
-    def __call__(self, items: list[Item]) -> torch.Tensor:
+    def _drain(self) -> None:
+        """Wait for the current stream: nvJPEG must not be handed memory its queued work still uses."""
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def _pil(self, data: Tensor, path: Path) -> Tensor:
+        """uint8 ``[3, H, W]`` of an image nvJPEG refused, decoded by PIL (or its one-line error)."""
+        from PIL import Image
+
+        try:
+            with Image.open(io.BytesIO(data.numpy().tobytes())) as img:
+                rgb = np.array(img.convert("RGB"))
+        except Exception as exc:  # PIL raises many types for broken files
+            raise UnreadableImageError.of(path, exc) from exc
+        return torch.from_numpy(rgb).permute(2, 0, 1).to(self.device)
+
+    def _resize_into(self, out: Tensor, rows: list[int], images: list[Tensor]) -> None:
+        """Resize ``images`` to the run's size into rows ``rows`` of ``out``: one interpolation per
+        distinct source size (photographs of a dataset come in few sizes), antialiased bilinear
+        in float32, rounded to whole grey levels as PIL's uint8 output is."""
         import torch.nn.functional as F
 
-        batch = torch.empty((len(items), 3, self.size, self.size), dtype=torch.float32, device=self.device)
-        for k, (image, (_, _, _, flip)) in enumerate(zip(self._decode(items), items)):
-            resized = F.interpolate(image[None].float(), size=(self.size, self.size), mode="bilinear",
-                                    align_corners=False, antialias=True)[0]
-            resized = resized.round_().clamp_(0, 255)  # whole grey levels, as PIL's uint8 output
-            batch[k] = resized.flip(-1) if flip else resized
-        return (batch / 255 - self.mean) / self.std
+        size = self.transform.size
+        by_shape: dict[tuple[int, int], list[int]] = {}
+        for k, image in enumerate(images):
+            by_shape.setdefault(tuple(image.shape[1:]), []).append(k)
+        for shape, members in by_shape.items():
+            batch = torch.stack([images[k] for k in members])
+            if shape != (size, size):  # PIL returns an image of the target size unchanged
+                resized = F.interpolate(batch.float(), size=(size, size), mode="bilinear", align_corners=False,
+                                        antialias=True)
+                batch = resized.round_().clamp_(0, 255).to(torch.uint8)
+            out[_on(out.device, [rows[k] for k in members])] = batch.permute(0, 2, 3, 1)
+
+
+def _on(device: torch.device, values: list[int]) -> Tensor:
+    """A small index tensor on ``device`` without a host synchronisation (a pageable copy to a
+    GPU waits for the stream; a pinned one is queued)."""
+    index = torch.tensor(values, dtype=torch.long)
+    if device.type != "cuda":
+        return index
+    return index.pin_memory().to(device, non_blocking=True)

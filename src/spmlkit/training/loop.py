@@ -222,8 +222,9 @@ def train_epoch(group: Group, runs: list[Run], epoch: int, on_step: Callable[[in
         seen += size
         if on_step is not None:
             on_step(size)
+    losses = (total / max(steps, 1)).tolist()  # reading them waits for the device: the pass is timed to its end
     seconds = time.perf_counter() - t0
-    return {"losses": (total / max(steps, 1)).tolist(), "seconds": seconds,
+    return {"losses": losses, "seconds": seconds,
             "images_per_second": seen / seconds if seconds > 0 else float("nan")}
 
 

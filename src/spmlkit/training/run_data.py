@@ -242,7 +242,7 @@ def load_image_data(config: RunConfig) -> ImageData:
     user_data = config.data.dataset in USER_DATASETS
     if not user_data:
         check_dataset(config)
-    from ..data.images import ImageFileDataset, build_transform
+    from ..data.images import ImageFileDataset, ImageTransform
 
     prepared_dir = _prepared_dir(config)
     expect = None if config.data.dataset == "prepared" else config.data.dataset
@@ -264,8 +264,8 @@ def load_image_data(config: RunConfig) -> ImageData:
     _refuse_bad_images(config, ds, prepared_dir)
     size = config.data.image_size
     train_paths, test_paths = [str(p) for p in ds.paths("train")], [str(p) for p in ds.paths("test")]
-    transform = build_transform(size, train=False)
-    from ..data.image_cache import open_cache
+    transform = ImageTransform(size)
+    from ..data.formats.image_cache import open_cache
 
     # `spmlkit prepare --cache-size S` (S >= size): pre-resized pixels read instead of the files
     cache = open_cache(prepared_dir, ds, size)
@@ -278,7 +278,7 @@ def load_image_data(config: RunConfig) -> ImageData:
         train_dataset=lambda: ImageFileDataset(train_paths, transform, cache=train_cache),
         test_dataset=lambda: ImageFileDataset(test_paths, transform, cache=test_cache),
         paths={"train": train_paths, "test": test_paths},
-        transform_spec={"kind": "imagenet", "size": size},
+        transform_spec=transform.spec(),
     )
 
 
@@ -323,7 +323,7 @@ def _refuse_bad_images(config: RunConfig, ds: PreparedDataset, prepared_dir: Pat
 
 
 def _digits_mosaic(config: RunConfig) -> ImageData:
-    from ..data.digits_mosaic import MOSAIC_MEAN, MOSAIC_STD, DigitsMosaicDataset, make_digits_mosaic
+    from ..data.digits_mosaic import DigitsMosaicDataset, make_digits_mosaic
 
     mosaic = make_digits_mosaic(num_train=config.data.mosaic_train, num_test=config.data.mosaic_test, seed=0,
                                 image_size=config.data.image_size)
@@ -334,7 +334,7 @@ def _digits_mosaic(config: RunConfig) -> ImageData:
         Y_test=mosaic.test_labels,
         train_dataset=lambda: DigitsMosaicDataset(mosaic.train_images),
         test_dataset=lambda: DigitsMosaicDataset(mosaic.test_images),
-        transform_spec={"kind": "grey", "size": config.data.image_size, "mean": MOSAIC_MEAN, "std": MOSAIC_STD},
+        transform_spec=DigitsMosaicDataset(mosaic.test_images[:1]).transform.spec(),
     )
 
 

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .distributed import Distributed
 
-__all__ = ["DataSource", "FeatureSource", "ImageSource", "predict_proba"]
+__all__ = ["DataSource", "FeatureSource", "ImageSource", "model_inputs", "pixel_loader", "predict_proba"]
 
 
 class DataSource(Protocol):
@@ -103,34 +103,65 @@ class FeatureSource:
         return self._predict(model, self.X_test)
 
 
-class _Indexed(Dataset):
-    """Rows ``rows`` of ``base``; item ``(i, flip)`` -> ``(image, i)`` with ``i`` local."""
+class _PixelRows(Dataset):
+    """Rows ``rows`` of a pixel dataset, read a batch at a time in a loader worker.
 
-    def __init__(self, base: Dataset, rows: np.ndarray):
+    The DataLoader hands :meth:`__getitems__` a whole batch of local indices -- ``i`` for
+    evaluation, ``(i, flip)`` for training -- and it returns ``(uint8 pixels [b, S, S, c],
+    local indices [b], flips [b] or None)``: one :meth:`~spmlkit.data.images.PixelDataset.pixels`
+    call per batch (a single gather from a pre-resized cache), the flips applied later on the
+    device.
+    """
+
+    def __init__(self, base: Any, rows: np.ndarray):
         self.base, self.rows = base, np.asarray(rows)
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def __getitem__(self, item: Any) -> tuple[torch.Tensor, int]:
-        i, flip = item if isinstance(item, tuple) else (item, False)
-        x, _ = self.base[int(self.rows[i])]
-        if flip:
-            x = torch.flip(x, dims=(-1,))
-        return x, i
+    def _split(self, items: list[Any]) -> tuple[list[int], torch.Tensor | None]:
+        if items and isinstance(items[0], tuple):
+            return [int(i) for i, _ in items], torch.tensor([bool(f) for _, f in items])
+        return [int(i) for i in items], None
+
+    def __getitems__(self, items: list[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        local, flips = self._split(items)
+        return self.base.pixels(self.rows[local]), torch.tensor(local, dtype=torch.long), flips
+
+    def __getitem__(self, item: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        return self.__getitems__([item])
 
 
-class _IndexedPlain(Dataset):
-    """Rows ``rows`` of ``base`` (evaluation: no flips)."""
+class _EncodedRows(_PixelRows):
+    """Rows of a file list as the GPU decoder takes them (:mod:`spmlkit.data.gpu_decode`)."""
 
-    def __init__(self, base: Dataset, rows: np.ndarray):
-        self.base, self.rows = base, rows
+    def __getitems__(self, items: list[Any]) -> tuple[list, torch.Tensor, torch.Tensor | None]:
+        local, flips = self._split(items)
+        return self.base.encoded(self.rows[local]), torch.tensor(local, dtype=torch.long), flips
 
-    def __len__(self) -> int:
-        return len(self.rows)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return self.base[int(self.rows[i])][0], i
+def _as_is(batch: Any) -> Any:
+    """The collate function of batches a dataset already assembled (module level: workers pickle it)."""
+    return batch
+
+
+def pixel_loader(dataset: Any, rows: np.ndarray, *, batch_size: int, num_workers: int, device: torch.device,
+                 persistent: bool = False) -> DataLoader:
+    """Rows ``rows`` of a pixel dataset in batches of ``batch_size``, in order: ``(uint8 pixels,
+    local indices, None)`` per batch, in pinned memory for a CUDA ``device``."""
+    return DataLoader(_PixelRows(dataset, rows), batch_size=batch_size, num_workers=num_workers,
+                      pin_memory=device.type == "cuda", persistent_workers=persistent and num_workers > 0,
+                      collate_fn=_as_is)
+
+
+def model_inputs(loader: DataLoader, transform: Any, device: torch.device, *, channels_last: bool = False
+                 ) -> Iterator[torch.Tensor]:
+    """The model's input batches of a :func:`pixel_loader`, in order: each batch copied to
+    ``device`` one step ahead and normalised there (no flips)."""
+    from .prefetch import to_device_ahead
+
+    for pixels in to_device_ahead(loader, device, lambda loaded: loaded[0].to(device, non_blocking=True)):
+        yield transform.normalize(pixels, channels_last=channels_last)
 
 
 class _EpochBatches(Sampler):
@@ -149,12 +180,17 @@ class _EpochBatches(Sampler):
 class ImageSource:
     """Image loaders over the train/val rows of the official train list, and the test list.
 
+    The datasets are pixel datasets (:class:`~spmlkit.data.images.PixelDataset`): loader workers read whole
+    batches of uint8 pixels of the run's size; the batch is copied to the device one step ahead
+    (:func:`~spmlkit.training.prefetch.to_device_ahead`, pinned memory and a side stream on
+    CUDA), then flipped and normalised there by the dataset's
+    :class:`~spmlkit.data.images.ImageTransform` (docs/architecture.md, "Feeding the GPU").
+
     ``num_workers``: loader processes (None: :func:`~spmlkit.data.images.loader_workers`
     chooses from the CPUs available; 0: the main process). Workers only load what the main
     process asks for: the (index, flip) batches are drawn here, so results do not depend on
-    their number. On CUDA, batches come in pinned memory and are copied to the GPU without
-    waiting (``non_blocking``) before the step needs them. ``decode="gpu"`` decodes the training
-    JPEGs with nvJPEG (:mod:`spmlkit.data.gpu_decode`; CUDA only); evaluation stays on the CPU.
+    their number. ``decode="gpu"`` decodes the training JPEGs with nvJPEG
+    (:mod:`spmlkit.data.gpu_decode`; CUDA only); evaluation stays on the CPU path.
     """
 
     track_train = False
@@ -162,90 +198,107 @@ class ImageSource:
     #: and a deeper queue absorbs the slow ones before the GPU waits
     train_prefetch = 4
 
-    def __init__(self, train_dataset: Dataset, test_dataset: Dataset, train_idx: np.ndarray, val_idx: np.ndarray, *,
+    def __init__(self, train_dataset: Any, test_dataset: Any, train_idx: np.ndarray, val_idx: np.ndarray, *,
                  batch_size: int, eval_batch_size: int | None, hflip: bool, num_workers: int | None,
                  device: torch.device, channels_last: bool, num_classes: int, dist: Distributed | None = None,
                  decode: str = "cpu"):
         from ..data.images import loader_workers
 
         self.device, self.hflip, self.batch_size, self.num_classes = device, hflip, batch_size, num_classes
+        self.transform = train_dataset.transform
         self.dist = dist or Distributed()
         self.channels_last = channels_last and device.type == "cuda"
         self.n = len(train_idx)
         self.num_workers = workers = loader_workers(num_workers)
-        common: dict[str, Any] = dict(num_workers=workers, pin_memory=device.type == "cuda",
-                                      persistent_workers=workers > 0)
         prefetch = {"prefetch_factor": self.train_prefetch} if workers > 0 else {}
         self.sampler = _EpochBatches()
-        self.decoder: Callable[[list], torch.Tensor] | None = None
+        self.decoder: Callable[..., torch.Tensor] | None = None
         if decode == "gpu":
-            from ..data.gpu_decode import collate_encoded
-
-            encoded = self._encoded(train_dataset, train_idx, device)
-            self.train_loader = DataLoader(encoded, batch_sampler=self.sampler, collate_fn=collate_encoded,
-                                           **common, **prefetch)
+            rows: Dataset = self._encoded(train_dataset, train_idx, device)
         elif decode == "cpu":
-            self.train_loader = DataLoader(_Indexed(train_dataset, train_idx), batch_sampler=self.sampler, **common,
-                                           **prefetch)
+            rows = _PixelRows(train_dataset, train_idx)
         else:
             raise ValueError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
+        self.train_loader = DataLoader(rows, batch_sampler=self.sampler, num_workers=workers,
+                                       pin_memory=device.type == "cuda", persistent_workers=workers > 0,
+                                       collate_fn=_as_is, **prefetch)
         eval_bs = eval_batch_size or max(batch_size, 64)
-        self.train_eval_loader = self._shard_loader(train_dataset, train_idx, eval_bs, common)
-        self.val_loader = self._shard_loader(train_dataset, val_idx, eval_bs, common)
+        self.train_eval_loader = self._shard_loader(train_dataset, train_idx, eval_bs)
+        self.val_loader = self._shard_loader(train_dataset, val_idx, eval_bs)
         test_rows = np.arange(len(test_dataset))
         # read once, at the end of the run: workers that outlive it would only hold memory
-        self.test_loader = self._shard_loader(test_dataset, test_rows, eval_bs, {**common, "persistent_workers": False})
+        self.test_loader = self._shard_loader(test_dataset, test_rows, eval_bs, persistent=False)
         self.sizes = {"train": len(train_idx), "val": len(val_idx), "test": len(test_rows)}
         self.autocast: Callable[[], Any] | None = None
 
-    def _encoded(self, train_dataset: Dataset, train_idx: np.ndarray, device: torch.device) -> Dataset:
+    def _encoded(self, train_dataset: Any, train_idx: np.ndarray, device: torch.device) -> Dataset:
         """The training rows as file bytes for ``decode="gpu"``; sets :attr:`decoder`."""
         from ..data.gpu_decode import EncodedImages, GpuDecoder
-        from ..data.images import transform_size
         from ..errors import InputError
 
         if device.type != "cuda":
             raise InputError(f"--decode gpu decodes JPEGs on a CUDA GPU, but this run's device is {device}; use "
                              "--decode cpu (the default)")
-        paths, size = getattr(train_dataset, "paths", None), transform_size(getattr(train_dataset, "transform", None))
-        if paths is None or size is None:
-            raise InputError(f"--decode gpu reads image files, but this dataset ({type(train_dataset).__name__}) has "
-                             "none (the digits mosaic is generated in memory); use --decode cpu (the default)")
-        encoded = EncodedImages(paths, np.asarray(train_idx))
-        self.decoder = GpuDecoder(size, device, encoded.path)
-        return encoded
+        paths = getattr(train_dataset, "paths", None)
+        if paths is None or self.transform.grey:
+            raise InputError(f"--decode gpu reads photographs from image files, but this dataset "
+                             f"({type(train_dataset).__name__}) has none (the digits mosaic is generated in memory); "
+                             "use --decode cpu (the default)")
+        encoded = EncodedImages(paths, self.transform)
+        rows = _EncodedRows(encoded, train_idx)
+        decoder = GpuDecoder(self.transform, device)
+        self.decoder = lambda items, local: decoder(items, [encoded.paths[int(r)] for r in rows.rows[local.numpy()]])
+        return rows
 
-    def _shard_loader(self, dataset: Dataset, rows: np.ndarray, batch_size: int, common: dict) -> DataLoader:
+    def _shard_loader(self, dataset: Any, rows: np.ndarray, batch_size: int, persistent: bool = True) -> DataLoader:
         """This process's contiguous share of ``rows``, in index order."""
-        return DataLoader(_IndexedPlain(dataset, np.asarray(rows)[self.dist.shard(len(rows))]), batch_size=batch_size,
-                          **common)
+        return pixel_loader(dataset, np.asarray(rows)[self.dist.shard(len(rows))], batch_size=batch_size,
+                            num_workers=self.num_workers, device=self.device, persistent=persistent)
 
-    def train_batches(self, generators: Sequence[torch.Generator]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _upload(self, loaded: tuple[Any, torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A loaded batch on the device: ``(uint8 pixels, flips or None)`` (on the side stream on CUDA)."""
+        data, local, flips = loaded
+        pixels = self.decoder(data, local) if self.decoder is not None else data.to(self.device, non_blocking=True)
+        return pixels, None if flips is None else flips.to(self.device, non_blocking=True)
+
+    def _inputs(self, pixels: torch.Tensor, flips: torch.Tensor | None = None) -> torch.Tensor:
+        """The model's input batch from uint8 pixels on the device: flipped where drawn, normalised."""
+        from ..data.images import flip_rows
+
+        return self.transform.normalize(flip_rows(pixels, flips), channels_last=self.channels_last)
+
+    def pixel_batches(self, generators: Sequence[torch.Generator]) -> Iterator[tuple[torch.Tensor, torch.Tensor | None, list[int]]]:
+        """One epoch of ``(uint8 pixels on the device, flips or None, the batch's train indices)``:
+        the input pipeline without the model's arithmetic (``benchmarks/bench_train_throughput.py``
+        times it alone)."""
+        from .prefetch import to_device_ahead
+
         if len(generators) != 1:
             raise ValueError("an image source feeds one run at a time")
         generator = generators[0]
         perm = torch.randperm(self.n, generator=generator).tolist()
-        flips = (torch.rand(self.n, generator=generator) < 0.5).tolist() if self.hflip else [False] * self.n
+        flips = (torch.rand(self.n, generator=generator) < 0.5).tolist() if self.hflip else None
         bs = self.batch_size
         batches = [perm[s : s + bs] for s in range(0, self.n, bs)]
-        self.sampler.batches = [[(i, flips[i]) for i in b[self.dist.shard(len(b))]] for b in batches]
-        for batch, loaded in zip(batches, self.train_loader):
-            # on the device before the layout change: converting a pinned batch on the host would
-            # copy it into pageable memory, whose transfer can no longer overlap the running step
-            x = self.decoder(loaded) if self.decoder is not None else loaded[0].to(self.device, non_blocking=True)
-            if self.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            yield x[None], torch.as_tensor(batch)[None]
+        self.sampler.batches = [[i if flips is None else (i, flips[i]) for i in b[self.dist.shard(len(b))]]
+                                for b in batches]
+        for batch, (pixels, flipped) in zip(batches, to_device_ahead(self.train_loader, self.device, self._upload)):
+            yield pixels, flipped, batch
+
+    def train_batches(self, generators: Sequence[torch.Generator]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for pixels, flips, batch in self.pixel_batches(generators):
+            yield self._inputs(pixels, flips)[None], torch.as_tensor(batch)[None]
+
+    def _eval_inputs(self, loader: DataLoader) -> Iterator[torch.Tensor]:
+        """The model's inputs of ``loader``'s batches, in order (no flips)."""
+        return model_inputs(loader, self.transform, self.device, channels_last=self.channels_last)
 
     @torch.no_grad()
     def _local_predictions(self, model: nn.Module, loader: DataLoader) -> torch.Tensor:
         was = model.training
         model.eval()
         out = []
-        for x, _ in loader:
-            x = x.to(self.device, non_blocking=True)
-            if self.channels_last:  # the layout the model's weights have (as in training)
-                x = x.contiguous(memory_format=torch.channels_last)
+        for x in self._eval_inputs(loader):
             with self.autocast() if self.autocast else torch.autocast("cpu", enabled=False):
                 out.append(torch.sigmoid(model(x).float()))
         model.train(was)
@@ -272,7 +325,7 @@ class ImageSource:
         model.eval()
 
         def local(rows: slice) -> torch.Tensor:
-            out = [model.features(x.to(self.device)).float() for x, _ in loader]
+            out = [model.features(x).float() for x in self._eval_inputs(loader)]
             return torch.cat(out) if out else torch.zeros(0, model.feat_dim, device=self.device)
 
         return self.dist.gather_predictions(local, self.sizes[split]).cpu()

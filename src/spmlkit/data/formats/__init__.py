@@ -23,14 +23,12 @@ Example::
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .check import BadImage, ProgressCallback, require_images, verify_images
-from .coco import COCO_VARIANTS, parse_coco2014
 from .common import (
     AnnotationError,
     DatasetNotFoundError,
@@ -38,8 +36,6 @@ from .common import (
     ParsedDataset,
     PrepareError,
 )
-from .cub import parse_cub
-from .nuswide import parse_nuswide
 from .prepared import (
     FORMAT_VERSION,
     PreparedDataset,
@@ -51,7 +47,8 @@ from .prepared import (
 )
 from .user_data import USER_DATASETS, UserData, UserDataError, default_user_out
 from .user_prepare import prepare_csv, prepare_folder, read_csv_labels, read_folder
-from .voc import VOC_CLASSES, parse_voc2007, parse_voc2012
+from .readers import DATASETS, VARIANTS, dataset_options, dataset_variants, reader
+from .voc import VOC_CLASSES
 
 __all__ = [
     "DATASETS",
@@ -83,42 +80,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_READERS: dict[str, Callable[..., ParsedDataset]] = {
-    "voc2012": parse_voc2012,
-    "voc2007": parse_voc2007,
-    "coco2014": parse_coco2014,
-    "nuswide": parse_nuswide,
-    "cub": parse_cub,
-}
-DATASETS: tuple[str, ...] = tuple(_READERS)
-"""Names accepted by :func:`prepare`."""
-
-_VARIANTS: dict[str, tuple[str, ...]] = {"coco2014": COCO_VARIANTS}
-"""Datasets whose reader takes a ``variant`` option, with its values (the default first)."""
-
 _PREPARED_FOLDER = "spmlkit-prepared"  # under the dataset root: one prepared folder per dataset variant
-
-
-def _reader(dataset: str) -> Callable[..., ParsedDataset]:
-    if dataset not in _READERS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {list(DATASETS)}")
-    return _READERS[dataset]
-
-
-def dataset_options(dataset: str) -> dict[str, Any]:
-    """The reader options of ``dataset`` with their defaults (e.g. coco2014: ``{"variant": "spml"}``)."""
-    parameters = inspect.signature(_reader(dataset)).parameters
-    return {name: p.default for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-
-def dataset_variants(dataset: str) -> tuple[str, ...]:
-    """The values of ``dataset``'s ``variant`` option, the default first; empty if it has none.
-
-    A variant selects another image list of the same official files (coco2014: "spml", the
-    annotated images of the SPML papers, or "pu_mlc", every image as PU-MLC uses them).
-    """
-    _reader(dataset)  # an unknown name fails here with the list of known ones
-    return _VARIANTS.get(dataset, ())
 
 
 def default_prepared_dir(dataset: str, root: str | Path, variant: str | None = None) -> Path:
@@ -150,7 +112,7 @@ def default_prepared_dir(dataset: str, root: str | Path, variant: str | None = N
         if not variants:
             raise ValueError(
                 f"{dataset} has no variants, got variant {variant!r}; drop --variant "
-                f"(datasets with variants: {', '.join(f'{d} {list(v)}' for d, v in _VARIANTS.items())})"
+                f"(datasets with variants: {', '.join(f'{d} {list(v)}' for d, v in VARIANTS.items())})"
             )
         raise ValueError(f"unknown variant {variant!r} of {dataset}; choose one of {list(variants)} (--variant)")
     return folder / f"{dataset}-{variant}"
@@ -163,7 +125,7 @@ def parse(dataset: str, root: str | Path, **options: Any) -> ParsedDataset:
     if unknown:
         listed = ", ".join(f"{k}={v!r}" for k, v in allowed.items()) or "none"
         raise ValueError(f"unknown option(s) {unknown} for {dataset}; its options are: {listed}")
-    return _reader(dataset)(Path(root), **options)
+    return reader(dataset)(Path(root), **options)
 
 
 def prepare(
@@ -192,7 +154,7 @@ def prepare(
     without variants); :func:`default_prepared_dir` gives each variant its own ``out``.
 
     ``cache_size=S`` also writes every train and test image resized to ``S x S`` into
-    ``out/image_cache`` (:func:`spmlkit.data.image_cache.write_image_cache`), which runs at an
+    ``out/image_cache`` (:func:`.image_cache.write_image_cache`), which runs at an
     image size <= S then read instead of decoding the original JPEGs every epoch
     (docs/protocol.md, "Pre-resized image cache").
     """
@@ -231,7 +193,7 @@ def prepare(
     )
     if cache_size is None:
         return result
-    from ..image_cache import write_image_cache
+    from .image_cache import write_image_cache
 
     write_image_cache(out, cache_size)
     return load_prepared(out)  # with the cache recorded in its meta

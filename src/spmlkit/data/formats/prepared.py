@@ -15,7 +15,7 @@ Layout of ``out/`` (format version 1)::
     test_labels.npy    uint8 0/1 matrix [N_test, C]
     bad_images.txt     only after a check=True run: "path<TAB>reason" per unreadable image
     image_cache/       only after ``prepare --cache-size S``: the images pre-resized to S x S
-                       (:mod:`spmlkit.data.image_cache`), recorded as ``meta["image_cache"]``
+                       (:mod:`spmlkit.data.formats.image_cache`), recorded as ``meta["image_cache"]``
 
 Users' own data (``spmlkit prepare folder`` / ``spmlkit prepare csv``; docs/protocol.md,
 "Your own data") has no full train labels: it records what was observed instead, and may
@@ -367,7 +367,7 @@ def _read_meta(out: Path) -> dict[str, Any]:
 def record_image_cache(out: str | Path, entry: dict[str, Any] | None) -> None:
     """Set ``meta["image_cache"]`` of the prepared folder ``out`` to ``entry``, or remove it (None).
 
-    The cache (:mod:`spmlkit.data.image_cache`) is optional and written after the folder, so it
+    The cache (:mod:`spmlkit.data.formats.image_cache`) is optional and written after the folder, so it
     is recorded by rewriting ``meta.json`` atomically with only this key changed: a folder
     without a cache keeps the exact keys and checksums it had.
     """
@@ -411,7 +411,7 @@ def recorded_variant(meta: dict[str, Any]) -> str | None:
 
 def _default_variant(dataset: str) -> str | None:
     """The default variant of a dataset of :func:`spmlkit.data.formats.prepare`, else None."""
-    from . import DATASETS, dataset_variants  # the reader registry; importing it here avoids a cycle
+    from .readers import DATASETS, dataset_variants
 
     variants = dataset_variants(dataset) if dataset in DATASETS else ()
     return variants[0] if variants else None
