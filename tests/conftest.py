@@ -6,6 +6,9 @@ they are skipped, and pytest's summary (``-rs``, set in pyproject.toml) shows wh
 ``benchmarks/gpu_check.sh`` runs them on a machine that has one.
 """
 
+import json
+import os
+
 import pytest
 import torch
 
@@ -35,3 +38,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def record(request):
+    """``record(name, value)``: a measurement worth reporting (a tolerance's measured value, a
+    speed-up). With ``SPMLKIT_MEASUREMENTS=FILE`` set (benchmarks/gpu_check.sh sets it) each is
+    appended to FILE as a JSON line naming its test; otherwise they are only printed."""
+    path = os.environ.get("SPMLKIT_MEASUREMENTS")
+
+    def write(name: str, value) -> None:
+        print(f"{request.node.nodeid}: {name} = {value}")
+        if path:
+            with open(path, "a") as fh:
+                fh.write(json.dumps({"test": request.node.nodeid, "name": name, "value": value}) + "\n")
+
+    return write

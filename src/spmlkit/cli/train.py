@@ -21,6 +21,7 @@ _OPTIONS = {
     "linear_init_epochs": "linear_init_epochs", "weight_decay": "weight_decay", "out": "out",
     "pretrained": "pretrained", "lgconv": "lgconv", "head": "head", "subset": "subset", "features": "dataset",
     "batch_statistics": "batch_statistics", "decode": "decode", "compile": "compile", "loggers": "loggers",
+    "deterministic": "deterministic",
 }
 
 
@@ -66,6 +67,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                         "(nvJPEG, resized on the GPU; CUDA only)")
     p.add_argument("--compile", action="store_true", default=None,
                    help="torch.compile the model (faster steps after a compilation of a minute or more)")
+    p.add_argument("--deterministic", action="store_true", default=None,
+                   help="CUDA: deterministic algorithms and no TF32, so two runs with one seed are bit-identical "
+                        "(slower); CPU runs always are")
     p.add_argument("--batch-statistics", choices=("global", "process"),
                    help="under torchrun: loss statistics over the whole global batch or each process's slice "
                         "(default: the method's; PU-MLC: process)")

@@ -183,14 +183,18 @@ class MachineConfig:
     decode: str = _images("cpu")
     #: torch.compile the model's training forward (the first steps compile for a while)
     compile: bool = False
+    #: deterministic algorithms and no TF32 on CUDA: two runs with one seed are bit-identical on
+    #: one GPU, at some speed (docs/architecture.md, "Numbers across devices"); CPU runs always are
+    deterministic: bool = False
     eval_batch_size: int | None = _images()
     num_threads: int | None = None  # torch CPU threads for this run (None: leave as is)
 
     def __post_init__(self) -> None:
         _choice("amp", self.amp, ("auto", "none", "bf16", "fp16"))
         _choice("decode", self.decode, ("cpu", "gpu"))
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"compile must be true or false, got {self.compile!r}")
+        for name in ("compile", "deterministic"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("eval_batch_size", "num_threads"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))

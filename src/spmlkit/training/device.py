@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from typing import Any, Callable, Iterator
 
 import torch
 
-__all__ = ["resolve_device", "autocast_factory", "num_threads"]
+__all__ = ["resolve_device", "autocast_factory", "deterministic_cuda", "num_threads"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -55,3 +56,39 @@ def num_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def deterministic_cuda(enabled: bool) -> Iterator[None]:
+    """Run the block with CUDA's deterministic algorithms and without TF32 (``enabled``), restoring
+    the process's settings after.
+
+    Why each switch (docs/architecture.md, "Numbers across devices"): cuDNN and cuBLAS pick
+    among algorithms whose sums run in different orders, some with atomic additions whose
+    order changes from run to run; ``torch.use_deterministic_algorithms`` keeps only
+    reproducible ones (``warn_only``: an operation without one warns rather than stopping a
+    run), and cuBLAS needs a fixed workspace for that (``CUBLAS_WORKSPACE_CONFIG``, read when
+    its first handle is made: set here when the run is the first to use CUDA in this process).
+    TF32 rounds float32 products to 10 mantissa bits on Ampere and later GPUs, which is
+    reproducible but far from the CPU's float32; it is switched off so that such a run also
+    compares with the CPU at float32 precision. Disabled, nothing changes.
+    """
+    if not enabled:
+        yield
+        return
+    import torch.backends.cuda
+    import torch.backends.cudnn
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+              torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2], before[3]
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before[4], before[5]

@@ -30,7 +30,7 @@ import torch
 from ..errors import InputError, user_input
 from ..labels import LabelState
 from .config import RunConfig
-from .device import autocast_factory, num_threads
+from .device import autocast_factory, deterministic_cuda, num_threads
 from .distributed import Distributed
 from .evaluation import evaluate_test, unobserved_analysis
 from .linear_init import linear_init
@@ -79,7 +79,7 @@ def train(
             ckpt = dist.on_main(lambda: run_dir.start(config, resume=resume, overwrite=overwrite)) if run_dir else None
         if not dist.is_main:
             on_epoch = None  # one process reports
-        with num_threads(config.machine.num_threads):
+        with num_threads(config.machine.num_threads), deterministic_cuda(config.machine.deterministic):
             result = _train_one(plan, run_dir, ckpt, stop_after, LoopHooks(on_epoch=on_epoch, on_step=on_step), dist)
         result.seconds = time.perf_counter() - t0
         if run_dir is not None and result.finished and dist.is_main:
