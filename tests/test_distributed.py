@@ -2,7 +2,10 @@
 
 A 2-process run equals a 1-process run with the same global batch (weights to 1e-5, the same
 validation mAP, the same label state), for methods of every family; a 2-process run stopped
-and resumed equals an uninterrupted one (docs/architecture.md, "Distributed training").
+and resumed equals an uninterrupted one (docs/architecture.md, "Distributed training"). Every
+run names the CPU (``device: cpu`` in tests/helpers/distributed_runs.py), on a machine with a
+GPU too. More processes per node than GPUs, on CUDA, is one line before any process group is
+made; that is checked here with CUDA's answers replaced, no GPU or process group needed.
 """
 
 import json
@@ -15,8 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from spmlkit.cli import main
+from spmlkit.errors import InputError
 from spmlkit.training.checkpoint import load_checkpoint
-from spmlkit.training.distributed import shard_bounds
+from spmlkit.training.distributed import Distributed, shard_bounds
 
 HELPER = Path(__file__).parent / "helpers" / "distributed_runs.py"
 #: every method family; PU-MLC with its batch statistics over the global batch (its default is per process)
@@ -125,3 +130,64 @@ def test_global_batch_norm_equals_batch_norm_over_the_whole_batch(tmp_path):
     # two (world size) times the one-process gradient; DistributedDataParallel's average undoes it
     assert torch.allclose(torch.cat([p["grad"] for p in parts]) / 2, x.grad, atol=1e-5)
     assert torch.allclose(parts[0]["running"], bn.running_var, atol=1e-5)
+
+
+def _torchrun_rank0(monkeypatch, processes: int, gpus: int) -> list[str]:
+    """This process as rank 0 of ``processes`` that torchrun started on a node with ``gpus`` CUDA
+    GPUs. CUDA's answers are replaced, and choosing a GPU or making a process group is recorded
+    in the returned list instead of done."""
+    import torch.distributed as dist
+
+    calls: list[str] = []
+    monkeypatch.setenv("WORLD_SIZE", str(processes))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(processes))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(f"set_device {device}"))
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kwargs: calls.append(f"init {backend}"))
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: calls[-1].split()[-1])
+    return calls
+
+
+@pytest.mark.parametrize("device", ["auto", "cuda:0"])
+def test_more_processes_per_node_than_gpus_is_one_line_before_any_process_group(monkeypatch, device):
+    calls = _torchrun_rank0(monkeypatch, processes=3, gpus=2)
+    with pytest.raises(InputError) as refused:
+        Distributed.from_environment(device)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "3 processes per node" in message and "this machine has 2 CUDA GPUs" in message
+    assert "--nproc_per_node 2 or fewer" in message and "--device cpu" in message and "(gloo)" in message
+    assert calls == []  # refused before a GPU was chosen or a process group made
+
+
+def test_the_refusal_reaches_the_command_line_as_one_line_and_leaves_no_run_folder(monkeypatch, tmp_path, capsys):
+    calls = _torchrun_rank0(monkeypatch, processes=2, gpus=1)
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "digits-mosaic", "--epochs", "1", "--out", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert "2 processes per node" in err and "1 CUDA GPU," in err and "--nproc_per_node 1 or fewer" in err
+    assert calls == [] and not run.exists()
+
+
+def test_a_launcher_without_local_world_size_is_counted_from_its_local_rank(monkeypatch):
+    calls = _torchrun_rank0(monkeypatch, processes=2, gpus=1)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # the second process of this node: at least two share it
+    with pytest.raises(InputError, match="2 processes per node .* 1 CUDA GPU,"):
+        Distributed.from_environment("auto")
+    assert calls == []
+
+
+def test_as_many_processes_as_gpus_or_any_number_on_the_cpu_start_their_group(monkeypatch):
+    calls = _torchrun_rank0(monkeypatch, processes=2, gpus=2)
+    group = Distributed.from_environment("auto")
+    assert calls == ["set_device 0", "init nccl"]
+    assert (group.backend, group.world_size, group.rank, group.owns_group) == ("nccl", 2, 0, True)
+    calls = _torchrun_rank0(monkeypatch, processes=4, gpus=1)
+    group = Distributed.from_environment("cpu")  # --device cpu: gloo, whatever the GPUs
+    assert calls == ["init gloo"] and (group.backend, group.world_size) == ("gloo", 4)

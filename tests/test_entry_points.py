@@ -3,7 +3,9 @@
 Entry points: ``train(config)`` from Python, ``spmlkit train``, ``spmlkit sweep``,
 ``spmlkit benchmark`` and ``SPMLClassifier``. Each builds its configuration with
 ``resolve_config`` (or, for the estimator, hands its arrays to ``train``), so on the same
-settings their histories and test mAP must be equal to the last bit.
+settings their histories and test mAP must be equal to the last bit. Every run is on the CPU:
+named where the entry point takes a device; ``spmlkit benchmark`` and ``SPMLClassifier`` take
+none, and train feature runs, which ``auto`` puts on the CPU (training/plan.py).
 """
 
 import json
@@ -21,7 +23,7 @@ from spmlkit.experiments.store import ResultsStore
 from spmlkit.experiments.sweep import SweepSpec, run_sweep
 from spmlkit.training import train
 
-SETTINGS = {"dataset": "yeast", "method": "em_apl", "subset": 300, "epochs": 6, "lr": 0.01, "seed": 1}
+SETTINGS = {"dataset": "yeast", "method": "em_apl", "subset": 300, "epochs": 6, "lr": 0.01, "seed": 1, "device": "cpu"}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,7 +38,7 @@ def reference():
 
 def test_cli_train_equals_train(reference, tmp_path):
     args = ["train", "--dataset", "yeast", "--method", "em_apl", "--subset", "300", "--epochs", "6", "--lr", "0.01",
-            "--seed", "1", "--out", str(tmp_path / "run"), "--quiet"]
+            "--seed", "1", "--device", "cpu", "--out", str(tmp_path / "run"), "--quiet"]
     assert main(args) == 0
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["test_map"] == reference.test_map
@@ -46,7 +48,7 @@ def test_cli_train_equals_train(reference, tmp_path):
 
 def test_sweep_and_benchmark_equal_train(reference, tmp_path):
     spec = SweepSpec(name="eq", datasets=["yeast"], methods=["em_apl"], seeds=[1], lrs=[0.01], batch_sizes=[64],
-                     settings={"epochs": 6, "subset": 300}, store=str(tmp_path / "s.db"))
+                     settings={"epochs": 6, "subset": 300, "device": "cpu"}, store=str(tmp_path / "s.db"))
     run_sweep(spec)
     (record,) = ResultsStore(spec.store).records()
     assert record["status"] == "ok" and record["test_map"] == reference.test_map

@@ -1,3 +1,7 @@
+"""SPMLClassifier: fit, predict, scikit-learn's protocol. It takes no device: it trains feature
+runs, which ``device: auto`` puts on the CPU (training/plan.py), so its numbers are the CPU's on
+any machine."""
+
 import numpy as np
 import pytest
 

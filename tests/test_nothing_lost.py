@@ -48,7 +48,7 @@ def test_train_never_replaces_an_earlier_run_without_being_asked(tmp_path, capsy
 
 def test_a_feature_run_resumes_exactly(tmp_path):
     config = resolve_config({"dataset": "yeast", "method": "em_apl", "subset": 300, "epochs": 6, "lr": 0.01,
-                             "hparams": {"warmup_epochs": 2}, "out": str(tmp_path / "cut")})
+                             "hparams": {"warmup_epochs": 2}, "device": "cpu", "out": str(tmp_path / "cut")})
     part = train(config, stop_after=3)
     assert not part.finished and len(part.history) == 3
     resumed = train(config, resume=True)
@@ -60,7 +60,7 @@ def test_a_feature_run_resumes_exactly(tmp_path):
 
 
 def test_subset_cuts_only_the_training_rows():
-    res = train(resolve_config({"dataset": "yeast", "method": "an", "subset": 30, "epochs": 2}))
+    res = train(resolve_config({"dataset": "yeast", "method": "an", "subset": 30, "epochs": 2, "device": "cpu"}))
     ds = registry.load_features("yeast")
     tr = np.arange(30)[np.isin(np.arange(30), np.sort(np.random.RandomState(1200).permutation(30)[:24]))]
     mean, std = feature_scaling(ds.X_train[tr])
@@ -73,7 +73,8 @@ def test_subset_cuts_only_the_training_rows():
 
 def test_pu_mlc_stays_well_defined_with_a_one_row_last_batch():
     # 1200 training rows in batches of 109: the last batch has one row
-    res = train(resolve_config({"dataset": "yeast", "method": "pu_mlc", "batch_size": 109, "epochs": 15}))
+    res = train(resolve_config({"dataset": "yeast", "method": "pu_mlc", "batch_size": 109, "epochs": 15,
+                                "device": "cpu"}))
     losses_per_epoch = [h["train_loss"] for h in res.history]
     assert all(np.isfinite(losses_per_epoch)) and max(abs(v) for v in losses_per_epoch) < 20
 

@@ -39,7 +39,7 @@ def test_zero_and_negative_values_are_rejected_never_replaced_by_defaults(capsys
 
 
 def test_feature_runs_follow_the_drop_rule_and_patience():
-    base = {"dataset": "yeast", "method": "an", "subset": 300, "epochs": 12, "lr": 0.05}
+    base = {"dataset": "yeast", "method": "an", "subset": 300, "epochs": 12, "lr": 0.05, "device": "cpu"}
     free = train(resolve_config(base))
     vals = [h["val_map"] for h in free.history]
     best = np.maximum.accumulate(vals)
@@ -55,7 +55,8 @@ def test_feature_runs_follow_the_drop_rule_and_patience():
 
 
 def test_without_validation_the_last_epoch_is_kept():
-    res = train(resolve_config({"dataset": "yeast", "method": "an", "subset": 200, "epochs": 3, "val_frac": 0.0}))
+    res = train(resolve_config({"dataset": "yeast", "method": "an", "subset": 200, "epochs": 3, "val_frac": 0.0,
+                                "device": "cpu"}))
     assert res.best_epoch == 3 and np.isnan(res.val_map) and 0 < res.test_map < 1
     with pytest.raises(ValueError, match="needs validation data"):
         resolve_config({"dataset": "yeast", "val_frac": 0.0, "patience": 0})
@@ -115,7 +116,8 @@ def test_config_yaml_is_written_nested_and_an_earlier_flat_run_folder_still_resu
     from spmlkit.training.config import saved_settings
 
     run = tmp_path / "run"
-    config = resolve_config({"dataset": "yeast", "method": "an", "subset": 200, "epochs": 3, "out": str(run)})
+    config = resolve_config({"dataset": "yeast", "method": "an", "subset": 200, "epochs": 3, "device": "cpu",
+                             "out": str(run)})
     full = train(resolve_config({**config.flat(), "out": str(tmp_path / "full")}))
     train(config, stop_after=2)
     saved = yaml.safe_load((run / "config.yaml").read_text())

@@ -54,7 +54,8 @@ def _one_line_error(capsys) -> str:
 @pytest.mark.parametrize("method", ["an", "em_apl", "role", "gr", "opml_sp", "ll_cp", "pu_mlc"])
 def test_every_method_writes_safe_checkpoints_and_resumes_exactly(tmp_path, method):
     hp = {"warmup_epochs": 1} if method == "em_apl" else {}
-    settings = {"dataset": "yeast", "method": method, "subset": 300, "epochs": 4, "lr": 0.01, "hparams": hp}
+    settings = {"dataset": "yeast", "method": method, "subset": 300, "epochs": 4, "lr": 0.01, "hparams": hp,
+                "device": "cpu"}
     cut = resolve_config({**settings, "out": str(tmp_path / "cut")})
     part = train(cut, stop_after=2)
     assert not part.finished and len(part.history) == 2

@@ -1,4 +1,5 @@
-"""Sweeps: expansion, skip-finished resume (also after a hard kill), failure isolation."""
+"""Sweeps: expansion, skip-finished resume (also after a hard kill), failure isolation. Every sweep
+names the CPU in its settings (``device: cpu``)."""
 
 import os
 import signal
@@ -20,7 +21,7 @@ lrs: [0.003]
 hparams:
   em: {alpha: [0.05, 0.1]}
   gr: {schedule: [{bogus: [0, 1]}]}
-settings: {epochs: 2}
+settings: {epochs: 2, device: cpu}
 store: t.db
 """
 
@@ -69,7 +70,7 @@ def test_resume_skips_finished_runs_and_failures_do_not_stop_the_sweep(tmp_path)
 def test_a_killed_sweep_resumes_where_it_stopped(tmp_path):
     (tmp_path / "s.yaml").write_text(
         "name: k\ndatasets: [yeast]\nmethods: [an, em, epr, dw]\nseeds: [0, 1, 2]\nlrs: [0.003]\n"
-        "settings: {epochs: 15}\nstore: k.db\n")
+        "settings: {epochs: 15, device: cpu}\nstore: k.db\n")
     cmd = [sys.executable, "-m", "spmlkit", "sweep", str(tmp_path / "s.yaml"), "--quiet"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -94,7 +95,7 @@ def test_report_command_writes_tables_and_every_figure(tmp_path):
 
     (tmp_path / "s.yaml").write_text(
         "name: r\ndatasets: [yeast]\nmethods: [bce, an, em_apl]\nseeds: [0, 1]\nlrs: [0.003, 0.01]\n"
-        "hparams:\n  em_apl: {alpha: [0.05, 0.1], warmup_epochs: 1}\nsettings: {epochs: 3}\nstore: r.db\n")
+        "hparams:\n  em_apl: {alpha: [0.05, 0.1], warmup_epochs: 1}\nsettings: {epochs: 3, device: cpu}\nstore: r.db\n")
     assert main(["sweep", str(tmp_path / "s.yaml"), "--quiet"]) == 0
     out = tmp_path / "rep"
     assert main(["report", "--store", str(tmp_path / "r.db"), "--out", str(out), "--reference", "EM"]) == 0

@@ -24,7 +24,7 @@ from spmlkit.experiments.sweep import expand, load_sweep, run_sweep
 ray = pytest.importorskip("ray")
 
 GRID = ("name: r\ndatasets: [yeast]\nmethods: [an, em]\nseeds: [0, 1]\nlrs: [0.003]\n"
-        "settings: {epochs: 2, subset: 200}\nstore: r.db\n")
+        "settings: {epochs: 2, subset: 200, device: cpu}\nstore: r.db\n")
 #: per-epoch timings: the only history entries that may differ between two executions
 _TIMINGS = ("epoch_seconds", "train_seconds", "images_per_second")
 

@@ -14,8 +14,9 @@ from spmlkit.training.sources import predict_proba
 
 
 def FeatureTrainConfig(**kwargs):
-    """A feature run on in-memory rows: observed labels as given, no standardisation, no test set."""
-    return RunConfig(dataset="toy", observation="given", standardize=False, **kwargs)
+    """A feature run on in-memory rows: observed labels as given, no standardisation, no test set,
+    on the CPU, named (the numbers below are the CPU's; ``auto`` would also choose it for features)."""
+    return RunConfig(dataset="toy", observation="given", standardize=False, device="cpu", **kwargs)
 
 
 def train_on_features(X, obs, X_val, y_val, config, truth_train=None):

@@ -1,4 +1,7 @@
-"""Image pipeline end to end on the digits mosaic (CPU, small CNN, a few hundred images)."""
+"""Image pipeline end to end on the digits mosaic (CPU, small CNN, a few hundred images).
+
+Runs whose numbers are compared name the CPU (``device: cpu``, ``--device cpu``): under the
+default ``auto`` an image run trains on a GPU where there is one, whose numbers differ."""
 
 import json
 
@@ -13,7 +16,7 @@ from spmlkit.training.config import config_from_dict
 from spmlkit.training import train
 
 BASE = {**DATASET_DEFAULTS["digits-mosaic"], "dataset": "digits-mosaic", "mosaic_train": 240, "mosaic_test": 60,
-        "hflip": True, "batch_size": 32}
+        "hflip": True, "batch_size": 32, "device": "cpu"}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -45,8 +48,8 @@ def test_train_then_predict_on_exported_mosaics(tmp_path, capsys):
     from spmlkit.data.digits_mosaic import export_png, make_digits_mosaic
 
     run = tmp_path / "run"
-    assert main(["train", "--dataset", "digits-mosaic", "--method", "an", "--epochs", "2", "--out", str(run),
-                 "--quiet"]) == 0
+    assert main(["train", "--dataset", "digits-mosaic", "--method", "an", "--epochs", "2", "--device", "cpu",
+                 "--out", str(run), "--quiet"]) == 0
     for name in ("config.yaml", "metrics.csv", "metrics.json", "best.pt", "last.pt", "result.json"):
         assert (run / name).is_file(), name
     history = json.loads((run / "metrics.json").read_text())
@@ -78,7 +81,7 @@ def test_extract_then_feature_training_round_trip(tmp_path):
 
     feats = tmp_path / "feats"
     assert main(["extract", "--dataset", "digits-mosaic", "--no-pretrained", "--features-out", str(feats),
-                 "--quiet", "--seed", "0"]) == 0
+                 "--quiet", "--seed", "0", "--device", "cpu"]) == 0  # compared with the model on the CPU below
     ds = load_feature_dir(feats)
     assert ds.X_train.shape == (2000, 128) and ds.Y_test.shape == (1000, 10)
     # features equal the pooled backbone output of the same (seeded) model
@@ -91,7 +94,8 @@ def test_extract_then_feature_training_round_trip(tmp_path):
     with torch.no_grad():
         np.testing.assert_allclose(ds.X_test[:5], model.features(x).numpy(), atol=1e-5)
     out = tmp_path / "res"
-    assert main(["train", "--features", str(feats), "--method", "em", "--epochs", "2", "--out", str(out)]) == 0
+    assert main(["train", "--features", str(feats), "--method", "em", "--epochs", "2", "--device", "cpu",
+                 "--out", str(out)]) == 0
     res = json.loads((out / "result.json").read_text())
     assert res["config"]["data"]["dataset"] == str(feats) and 0 < res["test_map"] <= 1
 
@@ -144,8 +148,8 @@ def test_prepare_then_train_on_a_miniature_voc(tmp_path):
     run = tmp_path / "run"
     assert main(["train", "--dataset", "voc2012", "--root", str(tmp_path / "data"), "--method", "em_apl",
                  "--backbone", "small:cnn", "--no-pretrained", "--image-size", "32", "--epochs", "2",
-                 "--batch-size", "8", "--lr", "0.001", "--hparam", "warmup_epochs=1", "--out", str(run),
-                 "--quiet"]) == 0
+                 "--batch-size", "8", "--lr", "0.001", "--hparam", "warmup_epochs=1", "--device", "cpu",
+                 "--out", str(run), "--quiet"]) == 0
     result = json.loads((run / "result.json").read_text())
     assert len(result["test_ap"]) == 20 and len(result["class_names"]) == 20
     history = json.loads((run / "metrics.json").read_text())

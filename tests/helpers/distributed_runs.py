@@ -4,7 +4,10 @@ process when no torchrun environment is set. Used by tests/test_distributed.py:
     python tests/helpers/distributed_runs.py OUT METHOD[:k=v,...] ...          (one process)
     torchrun --nproc_per_node 2 tests/helpers/distributed_runs.py OUT ...       (two processes)
 
-One launch for all methods keeps the test fast: torch and the mosaic data load once.
+One launch for all methods keeps the test fast: torch and the mosaic data load once. Every run
+names its device, the CPU (gloo): under ``--device auto`` a machine with one GPU would give it to
+both processes, which NCCL refuses, and the one-process runs they are compared with would
+train on the GPU.
 """
 
 import sys
@@ -15,7 +18,7 @@ from spmlkit.training.distributed import Distributed
 
 
 def main(out: str, specs: list[str]) -> None:
-    group = Distributed.from_environment("cpu")  # joined once: every run below finds it open and leaves it
+    group = Distributed.from_environment("cpu")  # joined once (gloo): every run below finds it open and leaves it
     for spec in specs:
         method, _, extra = spec.partition(":")
         values = dict(kv.split("=", 1) for kv in extra.split(",") if kv)
@@ -26,7 +29,7 @@ def main(out: str, specs: list[str]) -> None:
         settings = {k: v for k, v in values.items() if not k.startswith("hp.")}
         config = resolve_config({
             "dataset": "digits-mosaic", "method": method, "backbone": "small:cnn-gn", "mosaic_train": 240,
-            "mosaic_test": 60, "hflip": True, "batch_size": 33, "epochs": int(settings.pop("epochs", 2)),
+            "mosaic_test": 60, "hflip": True, "batch_size": 33, "epochs": int(settings.pop("epochs", 2)), "device": "cpu",
             "optimizer": "sgd", "lr": float(settings.pop("lr", 0.01)), "num_threads": 1, "hparams": hparams, "out": f"{out}/{name}",
             **settings,
         })

@@ -126,6 +126,25 @@ def _check_decode(config: Any) -> None:
         raise ValueError(f"--decode gpu decodes JPEGs on a CUDA GPU, but {where}; use --decode cpu (the default)")
 
 
+def _cost(res: Any) -> str:
+    """What a run took: its seconds and its peak memory, e.g. "41.2 s, peak memory 1.2 GB (GPU)".
+
+    The GPU's peak is the one that limits a CUDA run (batch size, image size), so it is the one
+    shown when there is one; otherwise the host's, which is the process's peak resident set
+    (docs/architecture.md, "Peak memory"). A run that measured neither shows its time alone."""
+    text = f"{res.seconds:.1f} s"
+    if res.peak_gpu_memory_bytes is not None:
+        return f"{text}, peak memory {_bytes(res.peak_gpu_memory_bytes)} (GPU)"
+    if res.peak_host_memory_bytes is not None:
+        return f"{text}, peak memory {_bytes(res.peak_host_memory_bytes)} (host process)"
+    return text
+
+
+def _bytes(n: int) -> str:
+    """Decimal units, one decimal from a gigabyte on: 734 MB, 1.2 GB."""
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -164,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         test = f"test mAP {100 * res.test_map:.2f}%" + (
             f", F1 at {t:g}: per-class {100 * f1[f'CF1@{t:g}']:.2f}%, overall {100 * f1[f'OF1@{t:g}']:.2f}%"
             if f"CF1@{t:g}" in f1 and f"OF1@{t:g}" in f1 else "")
-        out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  ({res.seconds:.1f} s); "
+        out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  ({_cost(res)}); "
                   f"outputs in {res.out}")
         return 0
     # users' data without a labelled test set: say plainly what the numbers above are, and are not
@@ -174,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         selected = "model selected on the observed labels of the validation split"
     else:
         selected = "model selected on the clean labels of the validation split"
-    out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%  ({res.seconds:.1f} s); "
+    out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%  ({_cost(res)}); "
               f"outputs in {res.out}")
     out.print(f"no labelled test set: no clean metric exists; {selected}")
     return 0

@@ -1,15 +1,18 @@
-"""The machinery of a run: its device, mixed precision, and its share of CPU threads."""
+"""The machinery of a run: its device, mixed precision, its share of CPU threads, and the peak
+memory it used."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from typing import Any, Callable, Iterator
 
 import torch
 
-__all__ = ["resolve_device", "autocast_factory", "deterministic_cuda", "num_threads"]
+__all__ = ["resolve_device", "autocast_factory", "deterministic_cuda", "num_threads", "reset_peak_memory",
+           "peak_memory"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -92,3 +95,35 @@ def deterministic_cuda(enabled: bool) -> Iterator[None]:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2], before[3]
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before[4], before[5]
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a run's count of peak GPU memory here, so that what an earlier run of the same
+    process allocated on ``device`` is not counted (docs/architecture.md, "Peak memory"). The
+    host's peak cannot be reset: it stays the process's (:func:`peak_memory`)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> tuple[int | None, int | None]:
+    """``(host bytes, GPU bytes)``: the peak memory a run needed (docs/architecture.md, "Peak memory").
+
+    GPU: ``torch.cuda.max_memory_allocated`` on ``device`` since :func:`reset_peak_memory`,
+    the tensors' bytes (what the run's model and batches need, without the allocator's cached
+    blocks); None when the run is not on CUDA.
+
+    Host: the peak resident set of this *process* (``getrusage(RUSAGE_SELF).ru_maxrss``), not
+    of the run alone: the operating system keeps one peak per process and offers no way to
+    reset it, so in a process that ran something bigger before (a notebook, a test session)
+    it is that earlier peak. Loader worker processes are not counted. An upper bound of the
+    run's own need, and exact for ``spmlkit train``, which runs one run per process. None
+    where the platform has no ``resource`` module (Windows).
+    """
+    gpu = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+    try:
+        import resource
+    except ImportError:
+        return None, gpu
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is in KiB on Linux and the BSDs, in bytes on macOS
+    return (int(peak) if sys.platform == "darwin" else int(peak) * 1024), gpu

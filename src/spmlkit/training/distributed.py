@@ -34,6 +34,8 @@ from typing import Any, Callable, TypeVar
 import torch
 from torch import nn
 
+from ..errors import InputError
+
 __all__ = ["Distributed", "GlobalBatchNorm", "shard_bounds"]
 
 T = TypeVar("T")
@@ -74,6 +76,7 @@ class Distributed:
         use_cuda = device != "cpu" and torch.cuda.is_available()
         backend = "nccl" if use_cuda else "gloo"
         if use_cuda:
+            _check_one_gpu_per_process(device, local_rank)
             torch.cuda.set_device(local_rank)
         owns = not dist.is_initialized()  # a caller's group (several runs in one launch) is left open
         if owns:
@@ -160,6 +163,27 @@ class Distributed:
             if dist.is_initialized():
                 dist.destroy_process_group()
             _free_backends_before_exit()
+
+
+def _check_one_gpu_per_process(device: str, local_rank: int) -> None:
+    """Refuse, before any process group exists, more processes on this node than it has GPUs.
+
+    Why: on CUDA every process of a node trains on GPU ``LOCAL_RANK`` (NCCL, one rank per
+    device; docs/architecture.md, "Distributed training"). With more processes than GPUs, NCCL
+    refuses two ranks on one device, or ``set_device`` fails on a GPU that does not exist, and
+    every process stops with a traceback from inside torch instead of the one fix. torchrun
+    sets ``LOCAL_WORLD_SIZE``; another launcher may not, and then this process's own
+    ``LOCAL_RANK`` says that at least ``LOCAL_RANK + 1`` processes share the node.
+    """
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", str(local_rank + 1)))
+    gpus = torch.cuda.device_count()
+    if processes > gpus:
+        asked = "--device auto" if device == "auto" else f"--device {device}"
+        raise InputError(
+            f"{processes} processes per node were started (torchrun --nproc_per_node {processes}) but this "
+            f"machine has {gpus} CUDA GPU{'s' if gpus != 1 else ''}, and with {asked} each process trains on a "
+            f"GPU of its own: use --nproc_per_node {gpus} or fewer, or --device cpu to train the processes on "
+            f"the CPU (gloo)")
 
 
 _EXIT_COLLECTION_REGISTERED = False

@@ -37,6 +37,10 @@ class RunResult:
     stopped_early: bool = False
     finished: bool = True
     resumed_from: int = 0
+    #: peak memory of the run (:func:`~spmlkit.training.device.peak_memory`): the host's is the
+    #: process's peak resident set, the GPU's is None off CUDA; None where not measured
+    peak_host_memory_bytes: int | None = None
+    peak_gpu_memory_bytes: int | None = None
     out: Path | None = None
     model: nn.Module | None = field(default=None, repr=False, compare=False)
     label_state: LabelState | None = field(default=None, repr=False, compare=False)
@@ -50,9 +54,16 @@ class RunResult:
         return out
 
     def to_record(self) -> dict[str, Any]:
-        """Everything JSON-able: what the results store and ``result.json`` keep."""
+        """Everything JSON-able: what the results store and ``result.json`` keep.
+
+        A peak memory that was not measured is left out rather than written as null, so a run
+        off CUDA has no ``peak_gpu_memory_bytes`` key, and a record written before these keys
+        existed reads the same as one of a run that did not measure them."""
+        peaks = {"peak_host_memory_bytes": self.peak_host_memory_bytes,
+                 "peak_gpu_memory_bytes": self.peak_gpu_memory_bytes}
         return {"config": self.config.to_dict(), "best_epoch": self.best_epoch, "val_map": self.val_map,
                 "test_map": self.test_map, "test_metrics": self.test_metrics, "test_ap": self.test_ap,
                 "history": self.history, "analysis": self.analysis, "class_names": self.class_names,
                 "seconds": self.seconds, "images_per_second": self.images_per_second,
-                "stopped_early": self.stopped_early, "finished": self.finished, "resumed_from": self.resumed_from}
+                "stopped_early": self.stopped_early, "finished": self.finished, "resumed_from": self.resumed_from,
+                **{k: v for k, v in peaks.items() if v is not None}}

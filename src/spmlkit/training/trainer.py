@@ -30,7 +30,7 @@ import torch
 from ..errors import InputError, user_input
 from ..labels import LabelState
 from .config import RunConfig
-from .device import autocast_factory, deterministic_cuda, num_threads
+from .device import autocast_factory, deterministic_cuda, num_threads, peak_memory, reset_peak_memory
 from .distributed import Distributed
 from .evaluation import evaluate_test, unobserved_analysis
 from .linear_init import linear_init
@@ -73,6 +73,7 @@ def train(
         with user_input():  # an unknown logger or a missing package, before any work
             check_loggers(config.output.loggers)
         plan = plan_run(config, data=data, dist=dist)  # every refusal here leaves no run folder behind
+        reset_peak_memory(plan.device)
         run_dir = RunDirectory(config.output.out) if config.output.out else None
         with user_input():
             # rank 0 alone touches the folder; every process gets its answer (or its refusal)
@@ -82,6 +83,7 @@ def train(
         with num_threads(config.machine.num_threads), deterministic_cuda(config.machine.deterministic):
             result = _train_one(plan, run_dir, ckpt, stop_after, LoopHooks(on_epoch=on_epoch, on_step=on_step), dist)
         result.seconds = time.perf_counter() - t0
+        result.peak_host_memory_bytes, result.peak_gpu_memory_bytes = peak_memory(plan.device)
         if run_dir is not None and result.finished and dist.is_main:
             run_dir.write_result(result.to_record())
         dist.barrier()
@@ -95,7 +97,8 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
     copies of one model in one loop (docs/architecture.md, "Many runs at once"); result ``i`` is
     ``train(configs[i])``'s within the stated tolerance. A run that cannot be batched
     (:func:`~spmlkit.training.plan.unbatchable_reason`) is refused with the reason. ``seconds``
-    of each result, and the times in its history, are the group's divided among its runs."""
+    of each result, and the times in its history, are the group's divided among its runs; its peak
+    memory is the whole group's, which does not divide among runs that share one loop."""
     if not configs:
         return []
     for config in configs:
@@ -104,6 +107,7 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
             raise ValueError(f"run {config.method.name} seed {config.optimisation.seed} lr {config.optimisation.lr:g} cannot train in a group: {why}")
     t0 = time.perf_counter()
     first = plan_run(configs[0], data=data)
+    reset_peak_memory(first.device)
     plans = [first, *(first.for_config(config) for config in configs[1:])]
     runs = [_build_run(plan) for plan in plans]
     source = _source(first, Distributed())
@@ -113,8 +117,10 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
              truth_train=first.split.truth_train)
     results = _evaluate(plans, group, resumed_from=0, run_dir=None)
     seconds = (time.perf_counter() - t0) / len(configs)
+    peaks = peak_memory(first.device)  # the group's: its runs share one model stack and one process
     for result in results:
         result.seconds = seconds
+        result.peak_host_memory_bytes, result.peak_gpu_memory_bytes = peaks
     return results
 
 

@@ -1,0 +1,101 @@
+"""A run records the peak memory it needed (docs/architecture.md, "Peak memory"): the process's
+peak resident set on the host, and on CUDA the allocator's peak since the run started; the
+summary of ``spmlkit train`` shows it, and records without it still read."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from spmlkit.cli import main
+from spmlkit.cli.train import _cost
+from spmlkit.data.digits_mosaic import DigitsMosaicDataset, make_digits_mosaic
+from spmlkit.experiments.presets import DATASET_DEFAULTS, resolve_config
+from spmlkit.experiments.store import ResultsStore
+from spmlkit.training import RunConfig, RunResult, train, train_group
+
+MOSAIC = {**DATASET_DEFAULTS["digits-mosaic"], "dataset": "digits-mosaic", "mosaic_train": 120, "mosaic_test": 30,
+          "batch_size": 32, "method": "an", "epochs": 1}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _lower_bound(result: RunResult, batch_size: int) -> int:
+    """Bytes the run must have held at once: its model's parameters and one batch of its inputs."""
+    parameters = sum(p.numel() * p.element_size() for p in result.model.parameters())
+    image = DigitsMosaicDataset(make_digits_mosaic(num_train=1, num_test=1, seed=0).train_images)[0][0]
+    return parameters + batch_size * image.numel() * image.element_size()
+
+
+def test_a_cpu_run_records_its_process_peak_and_no_gpu_peak(tmp_path: Path) -> None:
+    result = train(resolve_config({**MOSAIC, "device": "cpu", "out": str(tmp_path / "run")}))
+    record = json.loads((tmp_path / "run" / "result.json").read_text())
+    peak = record["peak_host_memory_bytes"]
+    assert isinstance(peak, int) and peak == result.peak_host_memory_bytes
+    assert peak >= _lower_bound(result, MOSAIC["batch_size"])
+    assert "peak_gpu_memory_bytes" not in record and result.peak_gpu_memory_bytes is None
+
+
+def test_each_run_of_a_batched_group_records_the_groups_peak() -> None:
+    configs = [resolve_config({"dataset": "yeast", "method": "an", "subset": 200, "epochs": 2, "device": "cpu",
+                               "seed": seed}) for seed in (0, 1)]
+    results = train_group(configs)
+    peaks = {r.peak_host_memory_bytes for r in results}
+    assert len(peaks) == 1  # one group, one process: one peak
+    (peak,) = peaks
+    features = 200 * 103 * 4  # the float32 rows of the subset the group trains on
+    parameters = sum(p.numel() * p.element_size() for r in results for p in r.model.parameters())
+    assert isinstance(peak, int) and peak >= features + parameters
+    assert all("peak_gpu_memory_bytes" not in r.to_record() for r in results)
+
+
+def test_the_summary_shows_the_peak_that_result_json_holds(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", "yeast", "--subset", "200", "--epochs", "2", "--device", "cpu",
+                 "--out", str(run), "--quiet"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    peak = json.loads((run / "result.json").read_text())["peak_host_memory_bytes"]
+    shown = re.search(r"peak memory (\d+(?:\.\d)?) (MB|GB) \(host process\)", said)
+    assert shown, said
+    assert float(shown.group(1)) == round(peak / (1e6 if shown.group(2) == "MB" else 1e9), 0 if shown.group(2) == "MB" else 1)
+    # on CUDA the GPU's peak is the one shown; a run that measured nothing shows its time alone
+    res = RunResult(RunConfig(), 1, 0.5, 0.5, [], seconds=12.34, peak_host_memory_bytes=3_000_000_000,
+                    peak_gpu_memory_bytes=1_234_000_000)
+    assert _cost(res) == "12.3 s, peak memory 1.2 GB (GPU)"
+    res.peak_host_memory_bytes = res.peak_gpu_memory_bytes = None
+    assert _cost(res) == "12.3 s"
+
+
+def test_records_with_and_without_the_peak_read_from_one_store(tmp_path: Path) -> None:
+    """A store written before runs recorded their peak memory keeps working beside new records."""
+    result = train(resolve_config({"dataset": "yeast", "method": "an", "subset": 200, "epochs": 1, "device": "cpu"}))
+    head = {"sweep": "s", "status": "ok", "error": None, "dataset": "yeast", "method": "an",
+            "observation": "single_positive", "seed": 0, "lr": 3e-3, "batch_size": 64, "hparams": {}}
+    new = {**head, "run_id": "new", **result.to_record()}
+    old = {k: v for k, v in new.items() if not k.startswith("peak_")} | {"run_id": "old"}
+    store = ResultsStore(tmp_path / "r.db")
+    store.add_many([old, new])
+    records = {r["run_id"]: r for r in store.records()}
+    assert records["new"]["peak_host_memory_bytes"] == result.peak_host_memory_bytes
+    assert "peak_host_memory_bytes" not in records["old"]
+    frame = store.to_dataframe().set_index("run_id")
+    assert frame.loc["new", "peak_host_memory_bytes"] == result.peak_host_memory_bytes
+    assert math.isnan(frame.loc["old", "peak_host_memory_bytes"])
+
+
+@pytest.mark.cuda
+def test_a_cuda_run_records_the_gpu_peak_since_it_started(tmp_path: Path) -> None:
+    # something bigger allocated before the run must not count: the peak is reset at its start
+    ballast = torch.empty(4 * 2**30, dtype=torch.uint8, device="cuda")
+    del ballast
+    result = train(resolve_config({**MOSAIC, "device": "cuda", "num_workers": 0, "out": str(tmp_path / "run")}))
+    record = json.loads((tmp_path / "run" / "result.json").read_text())
+    peak = record["peak_gpu_memory_bytes"]
+    assert isinstance(peak, int) and peak == result.peak_gpu_memory_bytes
+    assert _lower_bound(result, MOSAIC["batch_size"]) <= peak < 4 * 2**30
+    assert isinstance(record["peak_host_memory_bytes"], int)
