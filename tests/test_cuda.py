@@ -84,11 +84,12 @@ def test_deterministic_settings_are_restored_after_the_run():
 
 
 def test_bf16_autocast_is_close_to_fp32(record):
-    """bf16 keeps 8 bits of mantissa: twice the run-to-run tolerance."""
+    """bf16 keeps 8 bits of mantissa, so its trajectory leaves fp32's sooner: three times the
+    run-to-run tolerance (the same two runs in bf16 on the 2-core CPU differ by 0.019)."""
     fp32, bf16 = _run(device="cuda", amp="none"), _run(device="cuda", amp="bf16")
     record("digits-mosaic test mAP, bf16 minus fp32", bf16.test_map - fp32.test_map)
     assert all(math.isfinite(h["train_loss"]) for h in bf16.history)
-    assert abs(bf16.test_map - fp32.test_map) <= 2 * MAP_TOLERANCE
+    assert abs(bf16.test_map - fp32.test_map) <= 3 * MAP_TOLERANCE
 
 
 def test_compile_equals_eager_and_reports_its_speedup(record):
@@ -260,3 +261,29 @@ def test_export_and_predict_from_a_cuda_trained_run(tmp_path, record):
     record("predict, largest |CUDA - CPU| probability", difference)
     assert on_gpu.images == on_cpu.images and difference <= 1e-4
     assert math.isfinite(result.test_map)
+
+
+def test_a_one_process_nccl_run_equals_a_plain_run(tmp_path):
+    """torchrun with one process on the GPU: the NCCL group starts and ends, and the run trains
+    exactly as without torchrun (deterministic algorithms, so the two are compared bit for bit)."""
+    import os
+    import subprocess
+    import sys
+
+    from spmlkit.training.checkpoint import load_checkpoint
+
+    helper = Path(__file__).parent / "helpers" / "distributed_runs.py"
+    env = {**os.environ, "SPMLKIT_TEST_DEVICE": "cuda", "PYTHONUNBUFFERED": "1"}
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    spec = "an:deterministic=true"
+    launches = {"plain": [], "torchrun": ["-m", "torch.distributed.run", "--nproc_per_node", "1",
+                                          "--master_addr", "127.0.0.1", "--master_port", "29517"]}
+    for name, launcher in launches.items():
+        done = subprocess.run([sys.executable, *launcher, str(helper), str(tmp_path / name), spec], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    plain, nccl = (load_checkpoint(tmp_path / name / "an" / "best.pt") for name in launches)
+    assert all(torch.equal(plain["model"][k], nccl["model"][k]) for k in plain["model"])
+    results = [json.loads((tmp_path / name / "an" / "result.json").read_text()) for name in launches]
+    assert results[0]["test_map"] == results[1]["test_map"]

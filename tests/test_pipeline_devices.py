@@ -23,7 +23,7 @@ from spmlkit.training.trainer import _optimizer
 
 CPU = torch.device("cpu")
 MOSAIC = {**DATASET_DEFAULTS["digits-mosaic"], "dataset": "digits-mosaic", "mosaic_train": 80, "mosaic_test": 20,
-          "method": "an", "epochs": 1, "batch_size": 32}
+          "method": "an", "epochs": 1, "batch_size": 32, "device": "cpu"}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,7 +15,7 @@ from spmlkit.training.config import RunConfig, config_from_dict
 from spmlkit.training.sources import ImageSource
 
 BASE = {**DATASET_DEFAULTS["digits-mosaic"], "dataset": "digits-mosaic", "mosaic_train": 240, "mosaic_test": 60,
-        "hflip": True, "batch_size": 32, "method": "an", "epochs": 2}
+        "hflip": True, "batch_size": 32, "method": "an", "epochs": 2, "device": "cpu"}
 #: what an epoch's record holds besides the results: wall-clock measurements
 TIMINGS = ("train_seconds", "epoch_seconds", "images_per_second")
 

@@ -10,6 +10,7 @@ both processes, which NCCL refuses, and the one-process runs they are compared w
 train on the GPU.
 """
 
+import os
 import sys
 
 from spmlkit.experiments.presets import resolve_config
@@ -18,7 +19,8 @@ from spmlkit.training.distributed import Distributed
 
 
 def main(out: str, specs: list[str]) -> None:
-    group = Distributed.from_environment("cpu")  # joined once (gloo): every run below finds it open and leaves it
+    device = os.environ.get("SPMLKIT_TEST_DEVICE", "cpu")
+    group = Distributed.from_environment(device)  # joined once: every run below finds it open and leaves it
     for spec in specs:
         method, _, extra = spec.partition(":")
         values = dict(kv.split("=", 1) for kv in extra.split(",") if kv)
@@ -26,10 +28,10 @@ def main(out: str, specs: list[str]) -> None:
         resume = values.pop("resume", "0") == "1"
         name = values.pop("name", method)
         hparams = {k[3:]: float(v) if "." in v else int(v) for k, v in values.items() if k.startswith("hp.")}
-        settings = {k: v for k, v in values.items() if not k.startswith("hp.")}
+        settings = {k: {"true": True, "false": False}.get(v, v) for k, v in values.items() if not k.startswith("hp.")}
         config = resolve_config({
             "dataset": "digits-mosaic", "method": method, "backbone": "small:cnn-gn", "mosaic_train": 240,
-            "mosaic_test": 60, "hflip": True, "batch_size": 33, "epochs": int(settings.pop("epochs", 2)), "device": "cpu",
+            "mosaic_test": 60, "hflip": True, "batch_size": 33, "epochs": int(settings.pop("epochs", 2)), "device": device,
             "optimizer": "sgd", "lr": float(settings.pop("lr", 0.01)), "num_threads": 1, "hparams": hparams, "out": f"{out}/{name}",
             **settings,
         })

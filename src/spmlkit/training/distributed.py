@@ -66,9 +66,16 @@ class Distributed:
 
     @classmethod
     def from_environment(cls, device: str) -> "Distributed":
-        """Join the process group ``torchrun`` describes in the environment (WORLD_SIZE > 1)."""
+        """Join the process group ``torchrun`` describes in the environment.
+
+        ``device``: the device the run asks for (NCCL for CUDA, gloo for the CPU). A launch of
+        a single process (``--nproc_per_node 1``) joins a group too, so that its backend starts
+        and ends as in a larger launch, but trains exactly as a plain run: with one process
+        there is nothing to gather or average.
+        """
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        if world_size <= 1:
+        launched = "RANK" in os.environ and "MASTER_ADDR" in os.environ
+        if world_size <= 1 and not launched:
             return cls()
         import torch.distributed as dist
 
@@ -157,7 +164,7 @@ class Distributed:
     def close(self) -> None:
         """Destroy the process group this object created, and make sure its backend is freed
         while the interpreter is still whole (:func:`_free_backends_before_exit`)."""
-        if self.enabled and self.owns_group:
+        if self.backend is not None and self.owns_group:
             import torch.distributed as dist
 
             if dist.is_initialized():

@@ -38,7 +38,7 @@ from .device import resolve_device
 from .distributed import Distributed
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
 
-__all__ = ["VARYING", "RunPlan", "batch_key", "plan_run", "unbatchable_reason"]
+__all__ = ["VARYING", "RunPlan", "batch_key", "plan_run", "requested_device", "unbatchable_reason"]
 
 #: the settings in which runs of one batched group may differ; everything else they share
 VARYING = ("seed", "lr")
@@ -153,11 +153,17 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
                    global_batch=global_batch)
 
 
+def requested_device(config: RunConfig, kind: str) -> str:
+    """The device a ``kind`` ("features" or "images") run asks for: ``config.machine.device``, but
+    ``auto`` keeps feature runs on the CPU -- a step is a few small matrix products, which a GPU
+    would only wait for -- so that under torchrun too such a run joins a gloo group, not NCCL."""
+    if kind == "features" and config.machine.device == "auto":
+        return "cpu"
+    return config.machine.device
+
+
 def _device(config: RunConfig, data: RunData, dist: Distributed) -> torch.device:
-    # feature runs are a few matrix products per step: the CPU unless a device is named
-    if data.kind == "features" and config.machine.device == "auto":
-        return torch.device("cpu")
-    return dist.device(resolve_device(config.machine.device))
+    return dist.device(resolve_device(requested_device(config, data.kind)))
 
 
 def unbatchable_reason(config: RunConfig) -> str | None:

@@ -36,9 +36,9 @@ from .evaluation import evaluate_test, unobserved_analysis
 from .linear_init import linear_init
 from .loggers import LoggerGroup, check_loggers, open_loggers
 from .loop import Group, LoopHooks, Run, StoppingRule, run_loop
-from .plan import RunPlan, plan_run, unbatchable_reason
+from .plan import RunPlan, plan_run, requested_device, unbatchable_reason
 from .result import RunResult
-from .run_data import RunData, as_tensor, standardize
+from .run_data import RunData, as_tensor, is_feature_run, standardize
 from .run_dir import RunDirectory
 from .sources import DataSource, FeatureSource, ImageSource
 
@@ -68,7 +68,8 @@ def train(
     if stop_after is not None and stop_after < 1:
         raise ValueError(f"stop_after must be a positive number of epochs, got {stop_after!r}")
     t0 = time.perf_counter()
-    dist = Distributed.from_environment(config.machine.device)
+    kind = data.kind if data is not None else ("features" if is_feature_run(config) else "images")
+    dist = Distributed.from_environment(requested_device(config, kind))
     try:
         with user_input():  # an unknown logger or a missing package, before any work
             check_loggers(config.output.loggers)
