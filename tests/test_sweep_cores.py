@@ -108,6 +108,11 @@ def test_tasks_split_a_group_evenly_so_many_workers_stay_busy(tmp_path: Path) ->
     assert _task_sizes(spec, 8) == [5, 4, 5, 4]
     assert _task_sizes(spec, 4) == [3, 3, 3, 3, 3, 3]
     assert _task_sizes(spec, 1) == [1] * 18
+    # a block of 19: 3 tasks of 7, 6 and 6, not 8, 8 and 3; beyond 4 x size runs (which a claim
+    # does not look past, so a grid of thousands of seeds stays cheap), tasks of the most runs
+    long = SweepSpec(name="l", seeds=list(range(19)), store=str(tmp_path / "l.db"))
+    assert _task_sizes(long, 8) == [7, 6, 6]
+    assert _task_sizes(long, 4) == [4, 4, 4, 4, 3]
 
 
 def _numbers(store: Path) -> dict[str, str]:

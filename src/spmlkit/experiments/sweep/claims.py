@@ -9,6 +9,7 @@ sweep writes the store, whatever backend trains the runs.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sqlite3
 import threading
@@ -83,14 +84,24 @@ class SweepState:
             first = self._queue.popleft()
             group, key = [first], group_key(first)
             if room > 1 and self._can_stack(key, first):
-                block = 1 + next((i for i, run in enumerate(self._queue) if group_key(run) != key), len(self._queue))
-                take = min(room, math.ceil(block / math.ceil(block / size)))
+                block = 1 + self._same_key_ahead(key, 4 * size)
+                take = min(room, size if block > 4 * size else math.ceil(block / math.ceil(block / size)))
                 group += [self._queue.popleft() for _ in range(take - 1)]
             outcomes = self.store.claim_many([run["run_id"] for run in group], self.owner,
                                              duration=self._lease_seconds, redo_failed_until=self._redo_failed_until)
             claimed = [run for run, outcome in zip(group, outcomes) if self._tally(run, outcome)]
             if claimed:
                 return claimed
+
+    def _same_key_ahead(self, key: str, most: int) -> int:
+        """How many of the next candidates (``most`` looked at, at most: a claim stays cheap in a
+        grid of thousands of seeds) have group key ``key``, counted until the first that has not."""
+        count = 0
+        for run in itertools.islice(self._queue, most + 1):
+            if group_key(run) != key:
+                break
+            count += 1
+        return count
 
     def _can_stack(self, key: str, run: dict[str, Any]) -> bool:
         """Whether the runs of group ``key`` (``run`` is one of them) can train as one group;
