@@ -51,8 +51,8 @@ QUICK_METHODS = ("an", "em_apl", "role", "pu_mlc", "ll_cp", "opml_sp")
 _UNSTACKED = """
 import sys
 from spmlkit.cli import main
-from spmlkit.experiments import sweep
-sweep.STACK_MAX = 1  # one run per task: the sweep before stacking
+from spmlkit.experiments.sweep import processes
+processes.STACK_MAX = 1  # one run per task: the sweep before stacking
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from spmlkit.experiments import sweep as sweep_module
 from spmlkit.experiments.store import CLAIMED, FINISHED, HELD, ResultsStore, new_owner_id
 from spmlkit.experiments.sweep import SweepSpec, expand, run_sweep
+from spmlkit.experiments.sweep import processes as local_backend
+from spmlkit.experiments.sweep.execute import now
 
 #: an owner on another host: never considered dead, its leases end only by expiry
 OTHER = "other-host:1:cafe"
@@ -35,7 +36,7 @@ def _record(run_id: str, status: str = "ok", finished_at: str = "2026-01-01T00:0
 def _fake_run(run: dict[str, Any], runs_dir: str | None = None) -> dict[str, Any]:
     """A stand-in for execute_run: a valid record at once, no training."""
     return {**_record(run["run_id"]), "sweep": run["sweep"], "lr": run["lr"], "batch_size": run["batch_size"],
-            "finished_at": sweep_module._now()}
+            "finished_at": now()}
 
 
 def test_a_claim_is_exclusive_until_released_or_recorded(tmp_path: Path) -> None:
@@ -118,7 +119,7 @@ def test_the_heartbeat_renews_the_lease_of_a_run_longer_than_the_lease(tmp_path:
             outcomes.append(store.claim(run["run_id"], OTHER, duration=60))
         return _fake_run(run)
 
-    monkeypatch.setattr(sweep_module, "execute_run", slow_run)
+    monkeypatch.setattr(local_backend, "execute_run", slow_run)
     result = run_sweep(spec, lease_seconds=1.0, renew_seconds=0.1)
     assert result.ran == 1 and outcomes == [HELD] * 10
     assert store.leases() == []
@@ -138,11 +139,11 @@ def test_an_interrupted_sweep_keeps_its_records_releases_its_leases_and_resumes(
             raise KeyboardInterrupt
         return _fake_run(run)
 
-    monkeypatch.setattr(sweep_module, "execute_run", interrupted_on_the_third)
+    monkeypatch.setattr(local_backend, "execute_run", interrupted_on_the_third)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(spec)
     assert len(store) == 2 and store.leases() == []
-    monkeypatch.setattr(sweep_module, "execute_run", _fake_run)
+    monkeypatch.setattr(local_backend, "execute_run", _fake_run)
     resumed = run_sweep(spec)
     assert (resumed.ran, resumed.skipped, resumed.held) == (2, 2, 0)
     assert sorted(r["run_id"] for r in store.records()) == sorted(r["run_id"] for r in expand(spec))
@@ -154,7 +155,7 @@ def test_runs_held_by_another_sweep_are_skipped_and_counted(tmp_path: Path, monk
     first = expand(spec)[0]["run_id"]
     store.claim(first, OTHER, duration=60)
     skipped: list[tuple[str, str]] = []
-    monkeypatch.setattr(sweep_module, "execute_run", _fake_run)
+    monkeypatch.setattr(local_backend, "execute_run", _fake_run)
     result = run_sweep(spec, on_skip=lambda run, why: skipped.append((run["run_id"], why)))
     assert (result.ran, result.skipped, result.held) == (2, 0, 1)
     assert skipped == [(first, HELD)]

@@ -195,7 +195,7 @@ def test_a_worker_exits_when_its_parent_dies_without_the_death_signal(tmp_path: 
     script = tmp_path / "orphan.py"
     script.write_text(
         "import os, sys, time\n"
-        "from spmlkit.experiments.sweep import _worker_init\n"
+        "from spmlkit.experiments.sweep.processes import _worker_init\n"
         "read, write = os.pipe()\n"
         "if os.fork() == 0:\n"  # the 'sweep'
         "    worker = os.fork()\n"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from spmlkit.cli import main
-from spmlkit.experiments.ray_backend import RayOptions
+from spmlkit.experiments.sweep.ray_backend import RayOptions
 from spmlkit.experiments.store import ResultsStore
 from spmlkit.experiments.sweep import expand, load_sweep, run_sweep
 
@@ -39,7 +39,7 @@ def _crash_hook(crash_dir: str) -> Callable[[], None]:
     def hook() -> None:
         import signal
 
-        from spmlkit.experiments import ray_backend
+        from spmlkit.experiments.sweep import ray_backend
 
         task = ray_backend._task
 

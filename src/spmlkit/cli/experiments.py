@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ._common import console, csv_list, positive_int
 
 if TYPE_CHECKING:
-    from ..experiments.ray_backend import RayOptions
+    from ..experiments.sweep.ray_backend import RayOptions
 
 __all__ = ["add_parsers"]
 
@@ -34,7 +34,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--head", choices=("linear", "mlp"), default="linear")
     p.add_argument("--val", choices=("clean", "observed"), default="clean", help="validation labels for model selection")
     p.add_argument("--subset", type=int, help="use only the first N training rows (quick check)")
-    p.add_argument("--jobs", type=positive_int, default=2, help="parallel worker processes (default 2)")
+    p.add_argument("--jobs", type=positive_int,
+                   help="parallel worker processes (default: one per CPU this process may use)")
     p.add_argument("--out", default="spmlkit-results/benchmark",
                    help="output folder: results.db (finished runs are reused) and the tables")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -43,8 +44,9 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("sweep", help="run a grid of methods x hyperparameters x seeds into a results store")
     p.add_argument("config", help="sweep file (YAML/TOML/JSON), see spmlkit.experiments.sweep")
     p.add_argument("--jobs", type=positive_int,
-                   help="parallel worker processes, one run each (default 1); with --backend ray, the most runs at "
-                        "once (default: as many as the cluster's CPUs hold)")
+                   help="parallel worker processes (default: one per CPU this process may use for feature "
+                        "datasets, 1 with an image dataset); with --backend ray, the most runs at once (default: as "
+                        "many as the cluster's CPUs hold)")
     p.add_argument("--store", help="results database (default: the sweep file's `store`)")
     p.add_argument("--max-runs", type=positive_int, help="stop after this many runs (resume later)")
     p.add_argument("--retry-failed", action="store_true", help="run recorded failures again")
@@ -114,6 +116,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
     from ..errors import InputError, user_input
     from ..experiments import benchmark as bm
+    from ..experiments.sweep.cores import default_jobs
     from ..methods import METHODS
 
     methods = tuple(args.methods) if args.methods else tuple(METHODS)
@@ -124,10 +127,11 @@ def run_benchmark(args: argparse.Namespace) -> int:
         out = _output_folder(args.out)
     screen = console()
     t0 = time.perf_counter()
+    jobs = args.jobs if args.jobs is not None else default_jobs([spec.dataset])  # a typed --jobs is used as given
     tracker = _SweepProgress(screen, f"benchmark {spec.dataset} ({spec.observation})", args.quiet,
-                             str(out / bm.STORE_NAME), args.jobs)
+                             str(out / bm.STORE_NAME), jobs)
     with tracker.progress:
-        result = bm.run_benchmark(spec, out, jobs=args.jobs, on_result=tracker.on_result, on_start=tracker.on_start)
+        result = bm.run_benchmark(spec, out, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start)
     tracker.print_failures()
     runs = bm.benchmark_runs(spec, result.store)
     if runs.empty or not (runs["status"] == "ok").any():
@@ -161,17 +165,21 @@ def run_sweep(args: argparse.Namespace) -> int:
     from ..errors import InputError, user_input
     from ..experiments.sweep import SweepTerminated, load_sweep, sigterm_stops_sweep
     from ..experiments.sweep import run_sweep as sweep
+    from ..experiments.sweep.cores import default_jobs
 
     with user_input():
         spec = load_sweep(args.config)
         ray_options = _ray_options(args)
     screen = console()
     where = args.store or spec.store
-    workers = (args.jobs or 1) if ray_options is None else (args.jobs or "Ray")
-    tracker = _SweepProgress(screen, f"sweep {spec.name}", args.quiet, where, workers)
+    # a number the user typed is used as given; Ray fills the cluster unless told otherwise
+    jobs = args.jobs
+    if jobs is None and ray_options is None:
+        jobs = default_jobs(spec.datasets)
+    tracker = _SweepProgress(screen, f"sweep {spec.name}", args.quiet, where, jobs or "Ray")
     try:
         with sigterm_stops_sweep(), tracker.progress:
-            result = sweep(spec, jobs=args.jobs, store_path=args.store, max_runs=args.max_runs,
+            result = sweep(spec, jobs=jobs, store_path=args.store, max_runs=args.max_runs,
                            retry_failed=args.retry_failed, on_result=tracker.on_result, on_start=tracker.on_start,
                            on_skip=tracker.on_skip, backend=args.backend, ray_options=ray_options)
     except KeyboardInterrupt as exc:
@@ -191,7 +199,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 def _ray_options(args: argparse.Namespace) -> RayOptions | None:
-    """The sweep's :class:`~spmlkit.experiments.ray_backend.RayOptions`, or None for the
+    """The sweep's :class:`~spmlkit.experiments.sweep.ray_backend.RayOptions`, or None for the
     process backend; a Ray option without ``--backend ray`` is refused rather than ignored,
     since the user expects it to do something."""
     given = {name: getattr(args, name) for name in ("address", "gpus_per_run", "cpus_per_run", "max_retries")
@@ -201,7 +209,7 @@ def _ray_options(args: argparse.Namespace) -> RayOptions | None:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             raise ValueError(f"{flags} only {'applies' if len(given) == 1 else 'apply'} to --backend ray")
         return None
-    from ..experiments.ray_backend import RayOptions
+    from ..experiments.sweep.ray_backend import RayOptions
 
     return RayOptions(**given)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..losses.base import init_defaults
+from ..signatures import init_defaults
 from .apl import APL
 from .base import LabelingAlgorithm
 from .opml_correction import OPMLCorrection

@@ -28,7 +28,6 @@ there is no second list to keep in sync. Constructor arguments that describe the
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, TypedDict
@@ -37,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ..labels import PseudoLabels
+from ..signatures import init_defaults
 
 __all__ = [
     "PseudoLabels",
@@ -347,16 +347,6 @@ def loss_class(name: str) -> type[SPMLLoss]:
 def data_arguments(name: str) -> tuple[str, ...]:
     """Constructor arguments of loss ``name`` that describe the data (filled by the trainer)."""
     return tuple(_lookup(name).cls.data_arguments)
-
-
-def init_defaults(cls: type) -> dict[str, Any]:
-    """Keyword arguments of ``cls.__init__`` with their defaults (None where required)."""
-    sig = inspect.signature(cls.__init__)
-    return {
-        p.name: (None if p.default is inspect.Parameter.empty else p.default)
-        for p in sig.parameters.values()
-        if p.name != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-    }
 
 
 def available() -> dict[str, str]:

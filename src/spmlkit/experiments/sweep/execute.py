@@ -1,0 +1,133 @@
+"""Executing runs: a grid point's configuration, and training one run or a group into records.
+
+This is what every backend calls, in whatever process it runs the work (the sweep's own, a
+worker process, a Ray task), so a run gives the same record whichever backend ran it. Nothing
+here touches the results store: records are returned, and the sweep writes them
+(docs/architecture.md, "Many runs at once").
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ...training import RunConfig, train
+from ...training.device import num_threads
+from ..presets import resolve_config
+from ..store import git_commit, package_version
+
+__all__ = ["run_config", "execute_run", "execute_runs", "failed_record", "now"]
+
+
+def now() -> str:
+    """The time stamp of records (``started_at``, ``finished_at``): UTC, to the second."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
+    """The :class:`~spmlkit.training.RunConfig` of a grid point: the same resolution as ``spmlkit
+    train`` (:func:`~spmlkit.experiments.presets.resolve_config`), with the sweep's ``settings`` as
+    the config-file layer. Image runs get a folder of their own (they checkpoint and resume);
+    feature runs stay in memory."""
+    from ...training.run_data import check_dataset, is_feature_run
+
+    values = {k: run[k] for k in ("dataset", "method", "observation", "seed", "lr", "batch_size", "hparams",
+                                  "val_variant")}
+    config = resolve_config(values, file_values=run["settings"], file_name=f"sweep settings (run {run['run_id']})")
+    check_dataset(config)
+    if not is_feature_run(config):
+        config.output.out = str(Path(runs_dir or "runs") / run["run_id"])
+    return config
+
+
+def execute_run(run: dict[str, Any], runs_dir: str | None = None, threads: int | None = None) -> dict[str, Any]:
+    """Train one run and return its results-store record (never raises: a run that fails is a
+    record with its error). ``threads``: torch CPU threads while it trains, restored after, so
+    a caller's process keeps its own setting; None leaves them as they are (a backend passes
+    :func:`~spmlkit.experiments.sweep.cores.threads_per_run`)."""
+    started, t0 = now(), time.perf_counter()
+    try:
+        with num_threads(threads):
+            fields = _train(run, runs_dir)
+    except Exception as exc:
+        return failed_record(run, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}", started, t0)
+    record = record_head(run, started)
+    record.update(fields)
+    record.update({"status": "ok", "error": None, "seconds": time.perf_counter() - t0, "finished_at": now()})
+    return record
+
+
+def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None,
+                 threads: int | None = None) -> list[dict[str, Any]]:
+    """Train runs that differ only in seed and lr as one group
+    (:func:`~spmlkit.training.train_group`) and return each run's record, as
+    :func:`execute_run` would (never raises). The group shares the steps of its training,
+    nothing else: each run is still its own record with its own numbers, equal to its solo
+    run's. ``seconds`` is the group's time divided among its runs. A group that fails for any
+    reason is run again one run at a time through :func:`execute_run`, so every run gets its
+    own result or its own error."""
+    from ...training.trainer import train_group
+
+    if len(runs) == 1:
+        return [execute_run(runs[0], runs_dir, threads)]
+    started, t0 = now(), time.perf_counter()
+    try:
+        with num_threads(threads):
+            results = train_group([run_config(run, runs_dir) for run in runs])
+    except Exception:  # noqa: BLE001 - each run then meets its own error (or none) on its own
+        return [execute_run(run, runs_dir, threads) for run in runs]
+    seconds, finished = (time.perf_counter() - t0) / len(runs), now()
+    records = []
+    for run, res in zip(runs, results):
+        record = record_head(run, started)
+        record.update(_result_fields(res))
+        record.update({"status": "ok", "error": None, "seconds": seconds, "finished_at": finished})
+        records.append(record)
+    return records
+
+
+def record_head(run: dict[str, Any], started: str) -> dict[str, Any]:
+    """The keys of a run's record that describe the run rather than its results."""
+    return {
+        "run_id": run["run_id"], "sweep": run["sweep"], "dataset": run["dataset"], "method": run["method"],
+        "observation": run["observation"], "seed": run["seed"], "lr": run["lr"], "batch_size": run["batch_size"],
+        "hparams": run["hparams"], "config": run, "started_at": started, "spmlkit_version": package_version(),
+        "git_commit": _process_git_commit(),
+    }
+
+
+def failed_record(run: dict[str, Any], error: str, started: str, t0: float) -> dict[str, Any]:
+    """The record of a run that produced no results: its error, empty results, NaN mAP. One
+    shape for every way a run can fail (it raised; a backend lost it), so the sweep goes on,
+    the report skips it and ``--retry-failed`` runs it again. ``t0``: its start on
+    :func:`time.perf_counter`."""
+    record = record_head(run, started)
+    record.update({"status": "failed", "error": error, "history": [], "best_epoch": 0, "val_map": float("nan"),
+                   "test_map": float("nan"), "test_metrics": {}, "test_ap": [], "class_names": [], "analysis": {},
+                   "seconds": time.perf_counter() - t0, "finished_at": now()})
+    return record
+
+
+@functools.lru_cache(maxsize=1)
+def _process_git_commit() -> str | None:
+    """The commit of the code this process runs, asked once: ``git rev-parse`` is a subprocess
+    (milliseconds in a process holding torch), and the code imported here cannot change."""
+    return git_commit()
+
+
+def _train(run: dict[str, Any], runs_dir: str | None) -> dict[str, Any]:
+    config = run_config(run, runs_dir)
+    resume = config.output.out is not None and (Path(config.output.out) / "last.pt").is_file()
+    res = train(config, resume=resume, overwrite=not resume)
+    return _result_fields(res)
+
+
+def _result_fields(res: Any) -> dict[str, Any]:
+    """The keys of a run's record that a :class:`~spmlkit.training.RunResult` fills."""
+    record = res.to_record()
+    return {k: record[k] for k in ("history", "best_epoch", "val_map", "test_map", "test_metrics", "test_ap",
+                                   "class_names", "analysis")}
