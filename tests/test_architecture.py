@@ -4,7 +4,6 @@
 import ast
 from pathlib import Path
 
-import pytest
 
 import spmlkit
 
@@ -69,12 +68,6 @@ def test_lower_layers_never_import_upper_ones():
 def test_no_module_sits_beside_a_package_of_the_same_name():
     for path in ROOT.rglob("*.py"):
         assert not (path.parent / path.stem).is_dir(), f"{path} sits beside the package {path.parent / path.stem}"
-
-
-#: packages whose modules still import each other in a circle, while they are being reorganised
-#: on another branch (data/images.py, data/image_cache.py, data/formats/*): cycles entirely
-#: inside them are left to test_known_cycles_are_gone. Delete the entry once that one passes.
-KNOWN_CYCLES_IN = ("spmlkit.data",)
 
 
 def _module_names(root: Path, package: str) -> dict[str, Path]:
@@ -146,10 +139,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(list(group) for group in groups)
 
 
-def _known(cycle: list[str]) -> bool:
-    return any(all(m == pkg or m.startswith(pkg + ".") for m in cycle) for pkg in KNOWN_CYCLES_IN)
-
-
 def test_the_import_graph_finds_every_kind_of_import(tmp_path: Path) -> None:
     """The checker itself, on a package made for it: absolute, relative and function-level
     imports, a package's ``__init__`` run by importing its module, and a circle of three."""
@@ -186,12 +175,5 @@ def test_the_import_graph_finds_every_kind_of_import(tmp_path: Path) -> None:
 def test_no_modules_import_each_other_in_a_circle() -> None:
     """A circle makes what a module sees depend on which module was imported first (a name
     not yet defined, half a module), and it ties layers that should stand alone."""
-    cycles = [cycle for cycle in _cycles(_import_graph(ROOT, "spmlkit")) if not _known(cycle)]
+    cycles = _cycles(_import_graph(ROOT, "spmlkit"))
     assert not cycles, "modules importing each other in a circle:\n" + "\n".join(" <-> ".join(c) for c in cycles)
-
-
-@pytest.mark.xfail(strict=False, reason="spmlkit.data: data/images.py, data/image_cache.py and data/formats/* import "
-                                        "each other; being fixed on another branch (see KNOWN_CYCLES_IN)")
-def test_known_cycles_are_gone() -> None:
-    known = [cycle for cycle in _cycles(_import_graph(ROOT, "spmlkit")) if _known(cycle)]
-    assert not known, "\n".join(" <-> ".join(c) for c in known)

@@ -99,3 +99,16 @@ def test_a_cuda_run_records_the_gpu_peak_since_it_started(tmp_path: Path) -> Non
     assert isinstance(peak, int) and peak == result.peak_gpu_memory_bytes
     assert _lower_bound(result, MOSAIC["batch_size"]) <= peak < 4 * 2**30
     assert isinstance(record["peak_host_memory_bytes"], int)
+
+
+def test_a_sweep_keeps_each_runs_peak_in_the_store(tmp_path: Path) -> None:
+    from spmlkit.experiments.sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec(name="peak", datasets=["yeast"], methods=["an"], seeds=[0, 1], settings={"epochs": 1},
+                     store=str(tmp_path / "results.db"))
+    run_sweep(spec)
+    records = ResultsStore(tmp_path / "results.db").to_dataframe().to_dict("records")
+    assert len(records) == 2
+    for record in records:
+        assert isinstance(record["peak_host_memory_bytes"], int) and record["peak_host_memory_bytes"] > 2**20
+        assert "peak_gpu_memory_bytes" not in record or math.isnan(record["peak_gpu_memory_bytes"])

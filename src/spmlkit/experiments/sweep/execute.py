@@ -129,5 +129,8 @@ def _train(run: dict[str, Any], runs_dir: str | None) -> dict[str, Any]:
 def _result_fields(res: Any) -> dict[str, Any]:
     """The keys of a run's record that a :class:`~spmlkit.training.RunResult` fills."""
     record = res.to_record()
-    return {k: record[k] for k in ("history", "best_epoch", "val_map", "test_map", "test_metrics", "test_ap",
-                                   "class_names", "analysis")}
+    fields = {k: record[k] for k in ("history", "best_epoch", "val_map", "test_map", "test_metrics", "test_ap",
+                                     "class_names", "analysis")}
+    # measured only where the platform can (docs/architecture.md, "Peak memory")
+    fields.update({k: record[k] for k in ("peak_host_memory_bytes", "peak_gpu_memory_bytes") if k in record})
+    return fields
