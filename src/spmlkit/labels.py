@@ -149,11 +149,7 @@ class LabelState:
         versions = tuple(t._version for t in sources)
         cached = getattr(self, "_cached_tables", None)
         if cached is None or cached[1] != versions or any(a is not b for a, b in zip(cached[0], sources)):
-            # torch.where rather than masked assignment: no data-dependent nonzero()
-            labels = torch.where(self.kind == Kind.CORRECTED, 1.0, self.observed.to(torch.float32))
-            pseudo_mask = self.kind == Kind.PSEUDO_NEGATIVE
-            target = torch.where(pseudo_mask, self.target, torch.zeros((), dtype=torch.float32))
-            cached = (sources, versions, (labels, pseudo_mask, target))
+            cached = (sources, versions, _label_tables(self.observed, self.kind, self.target))
             self._cached_tables = cached
         return cached[2]
 
@@ -185,17 +181,8 @@ class LabelState:
         Entries that are not unobserved any more are skipped (a duplicate index in a batch
         or an entry already pseudo-labelled). Returns the number of new corrections.
         """
-        idx = torch.as_tensor(index, dtype=torch.long)
-        r, c = torch.nonzero(mask.detach().cpu(), as_tuple=True)
-        rows = idx.cpu()[r]
-        keep = self.kind[rows, c] == Kind.UNOBSERVED
-        rows, c = rows[keep], c[keep]
-        if rows.numel():
-            # unique pairs, in case the same example appears twice in the batch
-            flat = torch.unique(rows * self.num_classes + c)
-            rows, c = flat // self.num_classes, flat % self.num_classes
-            self.add_corrections(rows, c, epoch)
-        return int(rows.numel())
+        return _correct(self.kind[None], self.target[None], self.epoch[None],
+                        torch.as_tensor(index, dtype=torch.long)[None], mask[None], epoch)
 
     def _require_unobserved(self, rows: torch.Tensor, cols: torch.Tensor, what: str) -> None:
         if rows.shape != cols.shape:
@@ -266,33 +253,88 @@ class LabelState:
         self.epoch = state["epoch"].clone()
 
 
+def _label_tables(observed: torch.Tensor, kind: torch.Tensor, target: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(effective labels, pseudo-label mask, pseudo targets)`` of label matrices ``[..., N, C]``.
+
+    Selecting then gathering gives exactly what gathering then selecting gives, so a batch is
+    read from these whole-set tables in one gather each. ``torch.where`` rather than masked
+    assignment: no data-dependent ``nonzero()``."""
+    labels = torch.where(kind == Kind.CORRECTED, 1.0, observed.to(torch.float32))
+    pseudo_mask = kind == Kind.PSEUDO_NEGATIVE
+    return labels, pseudo_mask, torch.where(pseudo_mask, target, torch.zeros((), dtype=torch.float32))
+
+
+def _correct(kind: torch.Tensor, target: torch.Tensor, epochs: torch.Tensor, index: torch.Tensor,
+             mask: torch.Tensor, epoch: int) -> int:
+    """Turn the unobserved entries under ``mask`` (``[R, B, C]``, rows ``index`` ``[R, B]``) of R
+    label states (``kind``, ``target``, ``epochs``: ``[R, N, C]``, written in place) into permanent
+    positives; entries not unobserved any more are skipped. Returns the number of distinct new
+    corrections (an example twice in a batch counts once)."""
+    run, b, c = torch.nonzero(mask.detach().cpu(), as_tuple=True)
+    rows = index.cpu()[run, b]
+    keep = kind[run, rows, c] == Kind.UNOBSERVED
+    run, rows, c = run[keep], rows[keep], c[keep]
+    if not rows.numel():
+        return 0
+    kind[run, rows, c] = Kind.CORRECTED
+    target[run, rows, c] = 1.0
+    epochs[run, rows, c] = epoch
+    n, classes = kind.shape[-2:]
+    return int(torch.unique((run * n + rows) * classes + c).numel())
+
+
 class RunLabels:
-    """The label states of R runs, read as one: a batched step's labels in three gathers.
+    """The label states of R runs, read and corrected as one, for the length of an epoch (a
+    context manager): a step's labels in three gathers and its corrections in one write, whatever R.
 
     Each run keeps its own :class:`LabelState` (its label algorithm updates it as in a solo
-    run); for a step of R runs at once (docs/architecture.md, "Many runs at once") the loop
-    needs ``[R, B, C]`` labels, pseudo-label masks and targets. The runs' whole-set tables
-    (:meth:`LabelState._tables`) are stacked into ``[R, N, C]`` and kept until one of them
-    changes (each state's own cache tells), so a step costs one gather per table whatever R.
+    run). On entry the runs' ``kind``, ``target`` and ``epoch`` matrices are copied into
+    ``[R, N, C]`` tensors and each state holds views of its row, so the state a run's code sees
+    is always current; on exit each state gets memory of its own again. The loop
+    (docs/architecture.md, "Many runs at once") reads ``[R, B, C]`` labels, pseudo-label masks
+    and targets from whole-set tables of all runs (:func:`_label_tables`), rebuilt only when a
+    state changed: a write through any run's view bumps the stacked tensor's version counter.
+    A solo run is R = 1 of the same code. The states' tensors must not be replaced while the
+    epoch lasts (``load_state_dict`` is for checkpoints and the best epoch, between epochs).
+    A single state is read through views of its own tensors, without a copy.
     """
 
     def __init__(self, states: list[LabelState]) -> None:
         if not states:
             raise ValueError("RunLabels needs at least one label state")
         self.states = states
-        self._key: tuple | None = None
-        self._stacked: tuple[torch.Tensor, ...] = ()
+        self._key: tuple[int, int] | None = None
+        self._tables_all: tuple[torch.Tensor, ...] = ()
+
+    def __enter__(self) -> RunLabels:
+        states = self.states
+        if len(states) == 1:  # the state's own tensors, seen with a leading run dimension: no copy
+            state = states[0]
+            self.observed, self.kind, self.target, self.epoch = (
+                t[None] for t in (state.observed, state.kind, state.target, state.epoch))
+        else:
+            self.observed = torch.stack([state.observed for state in states])
+            self.kind, self.target, self.epoch = (torch.stack([getattr(state, name) for state in states])
+                                                  for name in ("kind", "target", "epoch"))
+            for r, state in enumerate(states):
+                state.kind, state.target, state.epoch = self.kind[r], self.target[r], self.epoch[r]
+        runs, n = self.kind.shape[:2]
+        self._offsets = torch.arange(0, runs * n, n).unsqueeze(1)
+        self._key = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if len(self.states) > 1:
+            for state in self.states:
+                state.kind, state.target, state.epoch = state.kind.clone(), state.target.clone(), state.epoch.clone()
 
     def _tables(self) -> tuple[torch.Tensor, ...]:
-        # the tensors a state's tables are built from and their version counters (bumped by every
-        # in-place write), as LabelState._tables checks them; the observed labels never change
-        key = tuple((s.kind, s.kind._version, s.target, s.target._version) for s in self.states)
-        if self._key is None or any(a[0] is not b[0] or a[1] != b[1] or a[2] is not b[2] or a[3] != b[3]
-                                    for a, b in zip(self._key, key)):
-            tables = [state._tables() for state in self.states]
-            self._stacked = tuple(torch.stack([per_run[k] for per_run in tables]) for k in range(3))
+        key = (self.kind._version, self.target._version)
+        if key != self._key:
+            self._tables_all = _label_tables(self.observed, self.kind, self.target)
             self._key = key
-        return self._stacked
+        return self._tables_all
 
     def batch(self, index: torch.Tensor) -> LabelBatch:
         """Row ``r`` of ``index`` (``[R, B]``) read from run ``r``'s state: a :class:`LabelBatch`
@@ -301,9 +343,14 @@ class RunLabels:
         runs, batch = idx.shape
         labels, mask, target = self._tables()
         n, c = labels.shape[1:]
-        flat = (idx + torch.arange(0, runs * n, n).unsqueeze(1)).reshape(-1)
+        flat = (idx + self._offsets).reshape(-1)
 
         def gather(table: torch.Tensor) -> torch.Tensor:
-            return torch.index_select(table.reshape(runs * n, c), 0, flat).view(runs, batch, c)
+            return torch.index_select(table.view(runs * n, c), 0, flat).view(runs, batch, c)
 
         return LabelBatch(labels=gather(labels), pseudo=PseudoLabels(gather(mask), gather(target)), index=idx)
+
+    def correct(self, index: torch.Tensor, mask: torch.Tensor, epoch: int) -> None:
+        """Each run's :meth:`LabelState.correct_mask` of one step (``mask`` ``[R, B, C]``, rows
+        ``index`` ``[R, B]``: LL-Cp's corrections), as one write into the stacked states."""
+        _correct(self.kind, self.target, self.epoch, torch.as_tensor(index, dtype=torch.long), mask, epoch)

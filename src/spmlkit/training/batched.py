@@ -12,7 +12,7 @@ one step function, :class:`~spmlkit.training.step.RunStep`, once for all of them
 
 * for the length of an epoch, each parameter of the R runs (model and loss terms: ROLE's label
   estimator) lives in one ``[R, ...]`` leaf, and each run's own parameter is a view of its row.
-  The leaves are swapped into the template step with ``torch.func.functional_call``, so a step
+  The leaves take the place of the template step's own parameters for the epoch, so a step
   stacks nothing: stacking the weights on every step, and splitting the stacked gradient back
   through autograd, cost more than the head's product (docs/architecture.md, "Many runs at
   once"). A leaf's gradient is handed to the runs' parameters as views of its rows, and the one
@@ -51,13 +51,15 @@ class BatchedSteps:
     On entry every parameter of the runs is copied once into a ``[R, ...]`` leaf and each run's
     parameter becomes a view of its row (``Parameter.data``: the same parameter object, so the
     optimiser's state and groups stay the run's own); buffers (soft OPML's class AP) are stacked
-    once, as a loss replaces them only between epochs. On exit each run's parameters get memory
-    of their own again, so between epochs (snapshots, label algorithms, restores) and after
-    training every run's model is an ordinary module.
+    once, as a loss replaces them only between epochs. The leaves and stacked buffers then take
+    the place of the template's own (``steps[0]``, whose code runs) for the epoch, under the same
+    names, so a step is a plain call of the template: nothing is stacked or swapped per step.
+    On exit the template gets its own tensors back and each run's parameters memory of their
+    own, so between epochs (snapshots, label algorithms, restores) and after training every
+    run's model is an ordinary module.
 
-    ``steps[0]`` is the template whose code runs. It must be a run that is still training (its
-    loss schedules are set each epoch), so the loop enters a new :class:`BatchedSteps` each epoch,
-    with the runs still training.
+    The template must be a run that is still training (its loss schedules are set each epoch),
+    so the loop enters a new :class:`BatchedSteps` each epoch, with the runs still training.
     """
 
     def __init__(self, steps: list[RunStep]) -> None:
@@ -65,46 +67,51 @@ class BatchedSteps:
             raise ValueError("BatchedSteps is for two runs or more; a single run calls its RunStep")
         self.steps = steps
         self.template = steps[0]
-        self._names = [name for name, _ in self.template.named_parameters()]
-        self._buffer_names = [name for name, _ in self.template.named_buffers()]
-        self._state: dict[str, Tensor] | None = None
+        self._own: list[tuple[nn.Module, str, Tensor]] = []  # the template's tensors while swapped out
+        self._entered = False
 
     def __enter__(self) -> BatchedSteps:
-        per_run = [list(step.parameters()) for step in self.steps]
-        state: dict[str, Tensor] = {}
-        for i, name in enumerate(self._names):
-            params = [run[i] for run in per_run]
-            leaf = torch.stack([p.detach() for p in params]).requires_grad_(params[0].requires_grad)
+        self._params = [list(step.parameters()) for step in self.steps]
+        stacked: dict[str, Tensor] = {}
+        for i, (name, _) in enumerate(self.template.named_parameters()):
+            params = [run[i] for run in self._params]
+            leaf = nn.Parameter(torch.stack([p.detach() for p in params]), requires_grad=params[0].requires_grad)
             rows = leaf.detach()
             for r, p in enumerate(params):
                 p.data = rows[r]
             if leaf.requires_grad:
                 leaf.register_post_accumulate_grad_hook(_GradRows(params))
-            state[name] = leaf
+            stacked[name] = leaf
         buffers = [list(step.buffers()) for step in self.steps]
-        for i, name in enumerate(self._buffer_names):
-            state[name] = torch.stack([run[i] for run in buffers])
-        self._state = state
+        for i, (name, _) in enumerate(self.template.named_buffers()):
+            stacked[name] = torch.stack([run[i] for run in buffers])
+        for name, tensor in stacked.items():
+            path, _, attr = name.rpartition(".")
+            module = self.template.get_submodule(path)
+            self._own.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, tensor)
+        self._entered = True
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        for step in self.steps:
-            for p in step.parameters():
+        self._entered = False
+        while self._own:
+            module, attr, tensor = self._own.pop()
+            setattr(module, attr, tensor)
+        for params in self._params:
+            for p in params:
                 p.data = p.data.clone()
-        self._state = None
 
     def losses(self, x: Tensor, batch: LabelBatch, mixings: list[Mixing | None]) -> tuple[Tensor, Tensor | None]:
         """``(loss [R], corrections [R, B, C] or None)`` of one step: run r's inputs are ``x[r]``,
         its labels row r of ``batch`` (:class:`~spmlkit.labels.RunLabels`), its draws ``mixings[r]``."""
-        if self._state is None:
+        if not self._entered:
             raise RuntimeError("BatchedSteps.losses is called inside `with BatchedSteps(...)`")
         mixing = None
         if mixings[0] is not None:
             mixing = (torch.stack([m[0] for m in mixings]), torch.stack([m[1] for m in mixings]))
-        return functional_call(self.template, self._state,
-                               (x, batch.index, batch.labels, batch.pseudo.mask, batch.pseudo.target, mixing),
-                               tie_weights=False)
+        return self.template(x, batch.index, batch.labels, batch.pseudo.mask, batch.pseudo.target, mixing)
 
 
 class _GradRows:

@@ -196,17 +196,17 @@ def train_epoch(group: Group, runs: list[Run], epoch: int, on_step: Callable[[in
     for run in runs:
         run.model.train()
     batched = None if len(runs) == 1 else BatchedSteps([run.step for run in runs])
-    with batched or contextlib.nullcontext():  # a group's weights stacked for the epoch
-        total, steps, seen = _train_steps(group, runs, epoch, batched, on_step)
+    # the runs' label states, and a group's weights, stacked for the epoch
+    with RunLabels([run.state for run in runs]) as labels, batched or contextlib.nullcontext():
+        total, steps, seen = _train_steps(group, runs, labels, batched, epoch, on_step)
     seconds = time.perf_counter() - t0
     return {"losses": (total / max(steps, 1)).tolist(), "seconds": seconds,
             "images_per_second": seen / seconds if seconds > 0 else float("nan")}
 
 
-def _train_steps(group: Group, runs: list[Run], epoch: int, batched: BatchedSteps | None,
+def _train_steps(group: Group, runs: list[Run], labels: RunLabels, batched: BatchedSteps | None, epoch: int,
                  on_step: Callable[[int], None] | None) -> tuple[torch.Tensor, int, int]:
     """The steps of one epoch: ``(summed loss of each run [R], steps, examples)``."""
-    labels = RunLabels([run.state for run in runs])
     total = torch.zeros(len(runs), dtype=torch.float64, device=group.device)
     steps = seen = 0
     dist = group.dist
@@ -224,11 +224,8 @@ def _train_steps(group: Group, runs: list[Run], epoch: int, batched: BatchedStep
         else:
             losses, corrections = batched.losses(x, _batch_on(batch, group.device), mixings)
         _backward_and_step(group, losses.sum())
-        if corrections is not None:
-            for r, run in enumerate(runs):
-                run_batch = LabelBatch(batch.labels[r], PseudoLabels(batch.pseudo.mask[r], batch.pseudo.target[r]),
-                                       rows[r])
-                run.components.after_step(run.state, run_batch, epoch, corrections[r])
+        if corrections is not None:  # LL-Cp's permanent corrections of this step, every run's at once
+            labels.correct(rows, corrections, epoch)
         total += losses.detach().double()
         steps += 1
         seen += size
