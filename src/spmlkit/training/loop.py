@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from .. import metrics
-from ..labels import LabelBatch, LabelState, PseudoLabels, RunLabels
+from ..labels import LabelBatch, LabelState, PseudoLabels, RunLabels, pseudo_label_stats
 from .batched import BatchedSteps
 from .batched import probabilities as batched_probabilities
 from .components import MethodComponents
@@ -267,8 +267,8 @@ def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndar
     for record, val_map in zip(records, _val_maps(group, runs, val_targets)):
         record["val_map"] = val_map
     if truth_train is not None:
-        for run, record in zip(runs, records):
-            record.update(run.state.pseudo_label_stats(truth_train))
+        for record, stats in zip(records, pseudo_label_stats([run.state for run in runs], truth_train)):
+            record.update(stats)
     return records
 
 
