@@ -119,6 +119,15 @@ class LabelState:
             self._observed_positives = pos if bool(pos.any()) else None
         return self._observed_positives
 
+    def observed_positive_index(self) -> torch.Tensor | None:
+        """Flat (row-major) positions of the annotated positives in ``[N * C]``, in order (None
+        when there are none): what :meth:`observed_positives` selects, as an index computed once,
+        so that a gather replaces a masked selection every epoch."""
+        if not hasattr(self, "_observed_positive_index"):
+            pos = self.observed_positives()
+            self._observed_positive_index = None if pos is None else pos.reshape(-1).nonzero().squeeze(1)
+        return self._observed_positive_index
+
     def unobserved(self) -> torch.Tensor:
         """Bool mask of entries still carrying no label, pseudo or otherwise."""
         return self.kind == Kind.UNOBSERVED
@@ -340,6 +349,7 @@ class RunLabels:
         key = (self.kind._version, self.target._version)
         if key != self._key:
             self._tables_all = _label_tables(self.observed, self.kind, self.target)
+            self._any_pseudo = bool(self._tables_all[1].any())
             self._key = key
         return self._tables_all
 
@@ -355,7 +365,11 @@ class RunLabels:
         def gather(table: torch.Tensor) -> torch.Tensor:
             return torch.index_select(table.view(runs * n, c), 0, flat).view(runs, batch, c)
 
-        return LabelBatch(labels=gather(labels), pseudo=PseudoLabels(gather(mask), gather(target)), index=idx)
+        if self._any_pseudo:
+            pseudo = PseudoLabels(gather(mask), gather(target))
+        else:  # no run has a pseudo-label (most methods, and APL before its first): zeros, not two gathers
+            pseudo = PseudoLabels(torch.zeros((runs, batch, c), dtype=torch.bool), torch.zeros((runs, batch, c)))
+        return LabelBatch(labels=gather(labels), pseudo=pseudo, index=idx)
 
     def correct(self, index: torch.Tensor, mask: torch.Tensor, epoch: int) -> None:
         """Each run's :meth:`LabelState.correct_mask` of one step (``mask`` ``[R, B, C]``, rows

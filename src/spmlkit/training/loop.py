@@ -290,18 +290,19 @@ def _observed_positive_losses(probs: torch.Tensor, states: list[LabelState]) -> 
     curve the papers plot: it shows how well a method still fits what it was told), from its
     probabilities ``probs[r]`` (``[R, N, C]``), NaN for a run without positives.
 
-    The positives of all runs are selected in one masked gather, run after run, and each run's
-    mean is taken over its own segment: the values of one run's own selection and mean, with a
-    few operations for R runs instead of a few per run."""
-    masks = [state.observed_positives() for state in states]
+    The positives of all runs are read in one gather (each state's positions, computed once,
+    offset to its run), run after run, and each run's mean is taken over its own segment: the
+    values of one run's own selection and mean, with a few operations for R runs instead of a
+    masked selection per run and epoch."""
     out = [float("nan")] * len(states)
-    have = [r for r, mask in enumerate(masks) if mask is not None]
-    if not have:
+    index = [(r, state.observed_positive_index()) for r, state in enumerate(states)]
+    index = [(r, i) for r, i in index if i is not None]
+    if not index:
         return out
-    p = probs.detach()[have].cpu().double() if len(have) < len(states) else probs.detach().cpu().double()
-    selected = p[torch.stack([masks[r] for r in have])].clamp_min(1e-12)
-    counts = [int(masks[r].sum()) for r in have]
-    for r, values in zip(have, torch.split(selected, counts)):
+    size = probs[0].numel()
+    flat = torch.cat([i + r * size for r, i in index])
+    selected = torch.index_select(probs.detach().reshape(-1).cpu(), 0, flat).double().clamp_min(1e-12)
+    for (r, i), values in zip(index, torch.split(selected, [len(i) for _, i in index])):
         out[r] = float(-values.log().mean())
     return out
 
