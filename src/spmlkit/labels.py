@@ -213,15 +213,16 @@ class LabelState:
         (docs/protocol.md, "Metrics"): pseudo-negatives are right where the truth is 0, corrections
         where it is 1. ``nan`` when there are none.
         """
+        return pseudo_label_stats([self], truth)[0]
+
+    def _cached_stats_for(self, truth: np.ndarray | torch.Tensor) -> dict[str, float] | None:
         # asked every epoch; the answer changes only when the kinds do (torch bumps the version
-        # counter on every in-place write), so it is kept until then
-        key = (id(truth), self.kind, self.kind._version)
+        # counter on every in-place write, and RunLabels gives a state back the tensors it had
+        # when nothing wrote them), so it is kept until then
         cached = getattr(self, "_cached_stats", None)
-        if cached is not None and cached[0][0] == key[0] and cached[0][1] is key[1] and cached[0][2] == key[2]:
-            return dict(cached[1])
-        stats = pseudo_label_stats([self], truth)[0]
-        self._cached_stats = (key, stats, truth)  # the truth held, so that its id stays its own
-        return dict(stats)
+        if cached is not None and cached[0] == (id(truth), self.kind._version) and cached[1] is self.kind:
+            return cached[2]
+        return None
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -247,26 +248,31 @@ class LabelState:
 def pseudo_label_stats(states: list[LabelState], truth: np.ndarray | torch.Tensor) -> list[dict[str, float]]:
     """:meth:`LabelState.pseudo_label_stats` of each of ``states`` (label states of one shape),
     counted for all at once: a few operations on their stacked kinds instead of a few per state,
-    and integer counts, so each state's numbers are its own."""
-    y = torch.as_tensor(np.asarray(truth)).to(torch.int8)
-    for state in states:
-        if tuple(y.shape) != state.shape:
-            raise ValueError(f"truth shape {tuple(y.shape)} does not match label state {state.shape}")
-    kind = torch.stack([state.kind for state in states])
-    neg, cor = kind == Kind.PSEUDO_NEGATIVE, kind == Kind.CORRECTED
-    counts = torch.stack([neg.sum((1, 2)), cor.sum((1, 2)), (neg & (y == 0)).sum((1, 2)),
-                          (cor & (y == 1)).sum((1, 2))], dim=1).tolist()
-    out = []
-    for n_neg, n_cor, right_neg, right_cor in counts:
-        total = n_neg + n_cor
-        out.append({
-            "pseudo_negatives": float(n_neg),
-            "pseudo_negative_accuracy": right_neg / n_neg if n_neg else float("nan"),
-            "corrections": float(n_cor),
-            "correction_accuracy": right_cor / n_cor if n_cor else float("nan"),
-            "pseudo_label_accuracy": (right_neg + right_cor) / total if total else float("nan"),
-        })
-    return out
+    and integer counts, so each state's numbers are its own. A state whose kinds did not change
+    since it was last asked (with this ``truth``) answers from its cache."""
+    out = [state._cached_stats_for(truth) for state in states]
+    todo = [r for r, stats in enumerate(out) if stats is None]
+    if todo:
+        y = torch.as_tensor(np.asarray(truth)).to(torch.int8)
+        for r in todo:
+            if tuple(y.shape) != states[r].shape:
+                raise ValueError(f"truth shape {tuple(y.shape)} does not match label state {states[r].shape}")
+        kind = torch.stack([states[r].kind for r in todo])
+        neg, cor = kind == Kind.PSEUDO_NEGATIVE, kind == Kind.CORRECTED
+        counts = torch.stack([neg.sum((1, 2)), cor.sum((1, 2)), (neg & (y == 0)).sum((1, 2)),
+                              (cor & (y == 1)).sum((1, 2))], dim=1).tolist()
+        for r, (n_neg, n_cor, right_neg, right_cor) in zip(todo, counts):
+            total = n_neg + n_cor
+            out[r] = {
+                "pseudo_negatives": float(n_neg),
+                "pseudo_negative_accuracy": right_neg / n_neg if n_neg else float("nan"),
+                "corrections": float(n_cor),
+                "correction_accuracy": right_cor / n_cor if n_cor else float("nan"),
+                "pseudo_label_accuracy": (right_neg + right_cor) / total if total else float("nan"),
+            }
+            # the truth held, so that its id stays its own
+            states[r]._cached_stats = ((id(truth), states[r].kind._version), states[r].kind, out[r], truth)
+    return [dict(stats) for stats in out]
 
 
 def _label_tables(observed: torch.Tensor, kind: torch.Tensor, target: torch.Tensor
@@ -307,7 +313,7 @@ class RunLabels:
     Each run keeps its own :class:`LabelState` (its label algorithm updates it as in a solo
     run). On entry the runs' ``kind``, ``target`` and ``epoch`` matrices are copied into
     ``[R, N, C]`` tensors and each state holds views of its row, so the state a run's code sees
-    is always current; on exit each state gets memory of its own again. The loop
+    is always current; on exit each state gets its own tensors back, with what the epoch wrote. The loop
     (docs/architecture.md, "Many runs at once") reads ``[R, B, C]`` labels, pseudo-label masks
     and targets from whole-set tables of all runs (:func:`_label_tables`), rebuilt only when a
     state changed: a write through any run's view bumps the stacked tensor's version counter.
@@ -330,9 +336,11 @@ class RunLabels:
             self.observed, self.kind, self.target, self.epoch = (
                 t[None] for t in (state.observed, state.kind, state.target, state.epoch))
         else:
+            self._own = [(state.kind, state.target, state.epoch) for state in states]
             self.observed = torch.stack([state.observed for state in states])
             self.kind, self.target, self.epoch = (torch.stack([getattr(state, name) for state in states])
                                                   for name in ("kind", "target", "epoch"))
+            self._entry_versions = (self.kind._version, self.target._version, self.epoch._version)
             for r, state in enumerate(states):
                 state.kind, state.target, state.epoch = self.kind[r], self.target[r], self.epoch[r]
         runs, n = self.kind.shape[:2]
@@ -341,9 +349,16 @@ class RunLabels:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if len(self.states) > 1:
-            for state in self.states:
-                state.kind, state.target, state.epoch = state.kind.clone(), state.target.clone(), state.epoch.clone()
+        if len(self.states) == 1:
+            return
+        stacked = (self.kind, self.target, self.epoch)
+        for r, (state, own) in enumerate(zip(self.states, self._own)):
+            # each state gets its own tensors back, updated where the epoch wrote (LL-Cp): a state
+            # nothing wrote keeps its tensors untouched, and what is cached on them stays valid
+            for name, tensor, table, version in zip(("kind", "target", "epoch"), own, stacked, self._entry_versions):
+                if table._version != version:
+                    tensor.copy_(table[r])
+                setattr(state, name, tensor)
 
     def _tables(self) -> tuple[torch.Tensor, ...]:
         key = (self.kind._version, self.target._version)
