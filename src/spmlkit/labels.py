@@ -190,8 +190,10 @@ class LabelState:
         Entries that are not unobserved any more are skipped (a duplicate index in a batch
         or an entry already pseudo-labelled). Returns the number of new corrections.
         """
-        return _correct(self.kind[None], self.target[None], self.epoch[None],
-                        torch.as_tensor(index, dtype=torch.long)[None], mask[None], epoch)
+        run, rows, cols = _correct(self.kind[None], self.target[None], self.epoch[None],
+                                   torch.as_tensor(index, dtype=torch.long)[None], mask[None], epoch)
+        # an example twice in the batch counts once
+        return int(torch.unique(rows * self.num_classes + cols).numel())
 
     def _require_unobserved(self, rows: torch.Tensor, cols: torch.Tensor, what: str) -> None:
         if rows.shape != cols.shape:
@@ -288,22 +290,20 @@ def _label_tables(observed: torch.Tensor, kind: torch.Tensor, target: torch.Tens
 
 
 def _correct(kind: torch.Tensor, target: torch.Tensor, epochs: torch.Tensor, index: torch.Tensor,
-             mask: torch.Tensor, epoch: int) -> int:
+             mask: torch.Tensor, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Turn the unobserved entries under ``mask`` (``[R, B, C]``, rows ``index`` ``[R, B]``) of R
     label states (``kind``, ``target``, ``epochs``: ``[R, N, C]``, written in place) into permanent
-    positives; entries not unobserved any more are skipped. Returns the number of distinct new
-    corrections (an example twice in a batch counts once)."""
+    positives; entries not unobserved any more are skipped. Returns the ``(run, row, class)``
+    positions written (an example twice in a batch appears twice)."""
     run, b, c = torch.nonzero(mask.detach().cpu(), as_tuple=True)
     rows = index.cpu()[run, b]
     keep = kind[run, rows, c] == Kind.UNOBSERVED
     run, rows, c = run[keep], rows[keep], c[keep]
-    if not rows.numel():
-        return 0
-    kind[run, rows, c] = Kind.CORRECTED
-    target[run, rows, c] = 1.0
-    epochs[run, rows, c] = epoch
-    n, classes = kind.shape[-2:]
-    return int(torch.unique((run * n + rows) * classes + c).numel())
+    if rows.numel():
+        kind[run, rows, c] = Kind.CORRECTED
+        target[run, rows, c] = 1.0
+        epochs[run, rows, c] = epoch
+    return run, rows, c
 
 
 class RunLabels:
@@ -388,5 +388,14 @@ class RunLabels:
 
     def correct(self, index: torch.Tensor, mask: torch.Tensor, epoch: int) -> None:
         """Each run's :meth:`LabelState.correct_mask` of one step (``mask`` ``[R, B, C]``, rows
-        ``index`` ``[R, B]``: LL-Cp's corrections), as one write into the stacked states."""
-        _correct(self.kind, self.target, self.epoch, torch.as_tensor(index, dtype=torch.long), mask, epoch)
+        ``index`` ``[R, B]``: LL-Cp's corrections), as one write into the stacked states.
+
+        The whole-set tables, if they were current, are brought up to date in place rather than
+        rebuilt (LL-Cp corrects on every step): a corrected entry was unobserved, so only its
+        effective label changes, to 1; it carries no pseudo-label (:func:`_label_tables`)."""
+        current = self._key == (self.kind._version, self.target._version)
+        run, rows, cols = _correct(self.kind, self.target, self.epoch, torch.as_tensor(index, dtype=torch.long),
+                                   mask, epoch)
+        if current and rows.numel():
+            self._tables_all[0][run, rows, cols] = 1.0
+            self._key = (self.kind._version, self.target._version)
