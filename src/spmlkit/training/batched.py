@@ -17,7 +17,9 @@ one step function, :class:`~spmlkit.training.step.RunStep`, once for all of them
   through autograd, cost more than the head's product (docs/architecture.md, "Many runs at
   once"). A leaf's gradient is handed to the runs' parameters as views of its rows, and the one
   optimiser updates each run's parameter -- in the leaf's memory -- with the run's own learning
-  rate and state, as it would a solo run's;
+  rate and state, as it would a solo run's (it keeps one tensor per run: views over blocks of
+  runs would cost it less Python, but its fused kernel would then round the runs' last elements
+  in its vector code rather than in the scalar tail a solo tensor gets);
 * the model and the losses take that leading run dimension natively: a batchable model (the
   feature head) computes R heads with one batched product, and every built-in loss treats leading
   dimensions as independent problems (:attr:`~spmlkit.losses.SPMLLoss.batchable`). Measured here,
