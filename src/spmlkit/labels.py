@@ -308,7 +308,8 @@ def _correct(kind: torch.Tensor, target: torch.Tensor, epochs: torch.Tensor, ind
 
 class RunLabels:
     """The label states of R runs, read and corrected as one, for the length of an epoch (a
-    context manager): a step's labels in three gathers and its corrections in one write, whatever R.
+    context manager): a step's labels in one to three gathers and its corrections in one write,
+    whatever R.
 
     Each run keeps its own :class:`LabelState` (its label algorithm updates it as in a solo
     run). On entry the runs' ``kind``, ``target`` and ``epoch`` matrices are copied into

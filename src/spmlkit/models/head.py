@@ -210,8 +210,8 @@ class FeatureHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, C]`` of features ``[B, D]``. With the weights of R heads stacked in
-        (``[R, C, D]``, by ``torch.func.functional_call``; docs/architecture.md, "Many runs at
-        once") it computes all R heads at once: ``[R, B, D]`` (or shared ``[B, D]``) to ``[R, B, C]``."""
+        (``[R, C, D]``, in place of its own; docs/architecture.md, "Many runs at once") it
+        computes all R heads at once: ``[R, B, D]`` (or shared ``[B, D]``) to ``[R, B, C]``."""
         if self.kind == "linear":
             return affine(x, self.net.weight, self.net.bias)
         first, activation, dropout, last = self.net

@@ -2,15 +2,15 @@
 
 :class:`RunStep` is the function every run's step goes through, whether the run trains on its
 own or as one of R runs at once. A solo run calls it directly. A batched group
-(:mod:`spmlkit.training.batched`) calls the same module with the parameters and buffers of all R
-runs (the model's weights, ROLE's label estimator, soft OPML's class AP) stacked into it by
-``torch.func.functional_call``: the model then maps ``[R, B, ...]`` inputs to ``[R, B, C]``
+(:mod:`spmlkit.training.batched`) calls the first run's module with the parameters and buffers
+of all R runs (the model's weights, ROLE's label estimator, soft OPML's class AP), stacked, in
+place of its own for an epoch: the model then maps ``[R, B, ...]`` inputs to ``[R, B, C]``
 logits and the losses take the leading run dimension natively
 (:attr:`~spmlkit.losses.SPMLLoss.batchable`). So the forward, the loss and its regularisers, the
 penalty and the mixup term exist once (docs/architecture.md, "Many runs at once").
 
-It is an ``nn.Module`` holding the run's model and its loss terms as submodules, so that
-``functional_call`` can swap in the stacked tensors of R runs under the same names.
+It is an ``nn.Module`` holding the run's model and its loss terms as submodules, so that the
+stacked tensors of R runs can take the place of its own under the same names.
 """
 
 from __future__ import annotations
