@@ -199,8 +199,9 @@ def train_epoch(group: Group, runs: list[Run], epoch: int, on_step: Callable[[in
     # the runs' label states, and a group's weights, stacked for the epoch
     with RunLabels([run.state for run in runs]) as labels, batched or contextlib.nullcontext():
         total, steps, seen = _train_steps(group, runs, labels, batched, epoch, on_step)
+    losses = (total / max(steps, 1)).tolist()  # reading them waits for the device: the pass is timed to its end
     seconds = time.perf_counter() - t0
-    return {"losses": (total / max(steps, 1)).tolist(), "seconds": seconds,
+    return {"losses": losses, "seconds": seconds,
             "images_per_second": seen / seconds if seconds > 0 else float("nan")}
 
 
