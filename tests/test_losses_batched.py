@@ -3,7 +3,7 @@ as its own problem: its value (for every reduction), its gradient and its correc
 separate calls (docs/architecture.md, "Many runs at once").
 
 Per-problem state (ROLE's label estimator, soft OPML's class AP) is stacked into one module with
-``torch.func.functional_call``, as the trainer does for R runs. Computed in float64 on the CPU, the
+``torch.func.functional_call``, as the trainer's stacked tensors take one run's place for R runs. Computed in float64 on the CPU, the
 batched values equal the separate ones to 1e-12 (measured: exactly, for all but the high-rank
 term's batched Cholesky)."""
 

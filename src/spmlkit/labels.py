@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 
-__all__ = ["Kind", "LabelState", "LabelBatch", "PseudoLabels", "RunLabels", "validate_observed"]
+__all__ = ["Kind", "LabelState", "LabelBatch", "PseudoLabels", "RunLabels", "pseudo_label_stats", "validate_observed"]
 
 
 class Kind(IntEnum):
@@ -119,6 +119,15 @@ class LabelState:
             self._observed_positives = pos if bool(pos.any()) else None
         return self._observed_positives
 
+    def observed_positive_index(self) -> torch.Tensor | None:
+        """Flat (row-major) positions of the annotated positives in ``[N * C]``, in order (None
+        when there are none): what :meth:`observed_positives` selects, as an index computed once,
+        so that a gather replaces a masked selection every epoch."""
+        if not hasattr(self, "_observed_positive_index"):
+            pos = self.observed_positives()
+            self._observed_positive_index = None if pos is None else pos.reshape(-1).nonzero().squeeze(1)
+        return self._observed_positive_index
+
     def unobserved(self) -> torch.Tensor:
         """Bool mask of entries still carrying no label, pseudo or otherwise."""
         return self.kind == Kind.UNOBSERVED
@@ -149,11 +158,7 @@ class LabelState:
         versions = tuple(t._version for t in sources)
         cached = getattr(self, "_cached_tables", None)
         if cached is None or cached[1] != versions or any(a is not b for a, b in zip(cached[0], sources)):
-            # torch.where rather than masked assignment: no data-dependent nonzero()
-            labels = torch.where(self.kind == Kind.CORRECTED, 1.0, self.observed.to(torch.float32))
-            pseudo_mask = self.kind == Kind.PSEUDO_NEGATIVE
-            target = torch.where(pseudo_mask, self.target, torch.zeros((), dtype=torch.float32))
-            cached = (sources, versions, (labels, pseudo_mask, target))
+            cached = (sources, versions, _label_tables(self.observed, self.kind, self.target))
             self._cached_tables = cached
         return cached[2]
 
@@ -185,17 +190,10 @@ class LabelState:
         Entries that are not unobserved any more are skipped (a duplicate index in a batch
         or an entry already pseudo-labelled). Returns the number of new corrections.
         """
-        idx = torch.as_tensor(index, dtype=torch.long)
-        r, c = torch.nonzero(mask.detach().cpu(), as_tuple=True)
-        rows = idx.cpu()[r]
-        keep = self.kind[rows, c] == Kind.UNOBSERVED
-        rows, c = rows[keep], c[keep]
-        if rows.numel():
-            # unique pairs, in case the same example appears twice in the batch
-            flat = torch.unique(rows * self.num_classes + c)
-            rows, c = flat // self.num_classes, flat % self.num_classes
-            self.add_corrections(rows, c, epoch)
-        return int(rows.numel())
+        run, rows, cols = _correct(self.kind[None], self.target[None], self.epoch[None],
+                                   torch.as_tensor(index, dtype=torch.long)[None], mask[None], epoch)
+        # an example twice in the batch counts once
+        return int(torch.unique(rows * self.num_classes + cols).numel())
 
     def _require_unobserved(self, rows: torch.Tensor, cols: torch.Tensor, what: str) -> None:
         if rows.shape != cols.shape:
@@ -217,33 +215,16 @@ class LabelState:
         (docs/protocol.md, "Metrics"): pseudo-negatives are right where the truth is 0, corrections
         where it is 1. ``nan`` when there are none.
         """
-        # asked every epoch; the answer changes only when the kinds do (torch bumps the version
-        # counter on every in-place write), so it is kept until then
-        key = (id(truth), self.kind, self.kind._version)
-        cached = getattr(self, "_cached_stats", None)
-        if cached is not None and cached[0][0] == key[0] and cached[0][1] is key[1] and cached[0][2] == key[2]:
-            return dict(cached[1])
-        y = torch.as_tensor(np.asarray(truth)).to(torch.int8)
-        if tuple(y.shape) != self.shape:
-            raise ValueError(f"truth shape {tuple(y.shape)} does not match label state {self.shape}")
-        stats = self._pseudo_label_stats(y)
-        self._cached_stats = (key, stats, truth)  # the truth held, so that its id stays its own
-        return dict(stats)
+        return pseudo_label_stats([self], truth)[0]
 
-    def _pseudo_label_stats(self, y: torch.Tensor) -> dict[str, float]:
-        neg = self.kind == Kind.PSEUDO_NEGATIVE
-        cor = self.kind == Kind.CORRECTED
-        n_neg, n_cor = int(neg.sum()), int(cor.sum())
-        right_neg = int((neg & (y == 0)).sum())
-        right_cor = int((cor & (y == 1)).sum())
-        total = n_neg + n_cor
-        return {
-            "pseudo_negatives": float(n_neg),
-            "pseudo_negative_accuracy": right_neg / n_neg if n_neg else float("nan"),
-            "corrections": float(n_cor),
-            "correction_accuracy": right_cor / n_cor if n_cor else float("nan"),
-            "pseudo_label_accuracy": (right_neg + right_cor) / total if total else float("nan"),
-        }
+    def _cached_stats_for(self, truth: np.ndarray | torch.Tensor) -> dict[str, float] | None:
+        # asked every epoch; the answer changes only when the kinds do (torch bumps the version
+        # counter on every in-place write, and RunLabels gives a state back the tensors it had
+        # when nothing wrote them), so it is kept until then
+        cached = getattr(self, "_cached_stats", None)
+        if cached is not None and cached[0] == (id(truth), self.kind._version) and cached[1] is self.kind:
+            return cached[2]
+        return None
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -266,33 +247,127 @@ class LabelState:
         self.epoch = state["epoch"].clone()
 
 
+def pseudo_label_stats(states: list[LabelState], truth: np.ndarray | torch.Tensor) -> list[dict[str, float]]:
+    """:meth:`LabelState.pseudo_label_stats` of each of ``states`` (label states of one shape),
+    counted for all at once: a few operations on their stacked kinds instead of a few per state,
+    and integer counts, so each state's numbers are its own. A state whose kinds did not change
+    since it was last asked (with this ``truth``) answers from its cache."""
+    out = [state._cached_stats_for(truth) for state in states]
+    todo = [r for r, stats in enumerate(out) if stats is None]
+    if todo:
+        y = torch.as_tensor(np.asarray(truth)).to(torch.int8)
+        for r in todo:
+            if tuple(y.shape) != states[r].shape:
+                raise ValueError(f"truth shape {tuple(y.shape)} does not match label state {states[r].shape}")
+        kind = torch.stack([states[r].kind for r in todo])
+        neg, cor = kind == Kind.PSEUDO_NEGATIVE, kind == Kind.CORRECTED
+        counts = torch.stack([neg.sum((1, 2)), cor.sum((1, 2)), (neg & (y == 0)).sum((1, 2)),
+                              (cor & (y == 1)).sum((1, 2))], dim=1).tolist()
+        for r, (n_neg, n_cor, right_neg, right_cor) in zip(todo, counts):
+            total = n_neg + n_cor
+            out[r] = {
+                "pseudo_negatives": float(n_neg),
+                "pseudo_negative_accuracy": right_neg / n_neg if n_neg else float("nan"),
+                "corrections": float(n_cor),
+                "correction_accuracy": right_cor / n_cor if n_cor else float("nan"),
+                "pseudo_label_accuracy": (right_neg + right_cor) / total if total else float("nan"),
+            }
+            # the truth held, so that its id stays its own
+            states[r]._cached_stats = ((id(truth), states[r].kind._version), states[r].kind, out[r], truth)
+    return [dict(stats) for stats in out]
+
+
+def _label_tables(observed: torch.Tensor, kind: torch.Tensor, target: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(effective labels, pseudo-label mask, pseudo targets)`` of label matrices ``[..., N, C]``.
+
+    Selecting then gathering gives exactly what gathering then selecting gives, so a batch is
+    read from these whole-set tables in one gather each. ``torch.where`` rather than masked
+    assignment: no data-dependent ``nonzero()``."""
+    labels = torch.where(kind == Kind.CORRECTED, 1.0, observed.to(torch.float32))
+    pseudo_mask = kind == Kind.PSEUDO_NEGATIVE
+    return labels, pseudo_mask, torch.where(pseudo_mask, target, torch.zeros((), dtype=torch.float32))
+
+
+def _correct(kind: torch.Tensor, target: torch.Tensor, epochs: torch.Tensor, index: torch.Tensor,
+             mask: torch.Tensor, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Turn the unobserved entries under ``mask`` (``[R, B, C]``, rows ``index`` ``[R, B]``) of R
+    label states (``kind``, ``target``, ``epochs``: ``[R, N, C]``, written in place) into permanent
+    positives; entries not unobserved any more are skipped. Returns the ``(run, row, class)``
+    positions written (an example twice in a batch appears twice)."""
+    run, b, c = torch.nonzero(mask.detach().cpu(), as_tuple=True)
+    rows = index.cpu()[run, b]
+    keep = kind[run, rows, c] == Kind.UNOBSERVED
+    run, rows, c = run[keep], rows[keep], c[keep]
+    if rows.numel():
+        kind[run, rows, c] = Kind.CORRECTED
+        target[run, rows, c] = 1.0
+        epochs[run, rows, c] = epoch
+    return run, rows, c
+
+
 class RunLabels:
-    """The label states of R runs, read as one: a batched step's labels in three gathers.
+    """The label states of R runs, read and corrected as one, for the length of an epoch (a
+    context manager): a step's labels in one to three gathers and its corrections in one write,
+    whatever R.
 
     Each run keeps its own :class:`LabelState` (its label algorithm updates it as in a solo
-    run); for a step of R runs at once (docs/architecture.md, "Many runs at once") the loop
-    needs ``[R, B, C]`` labels, pseudo-label masks and targets. The runs' whole-set tables
-    (:meth:`LabelState._tables`) are stacked into ``[R, N, C]`` and kept until one of them
-    changes (each state's own cache tells), so a step costs one gather per table whatever R.
+    run). On entry the runs' ``kind``, ``target`` and ``epoch`` matrices are copied into
+    ``[R, N, C]`` tensors and each state holds views of its row, so the state a run's code sees
+    is always current; on exit each state gets its own tensors back, with what the epoch wrote. The loop
+    (docs/architecture.md, "Many runs at once") reads ``[R, B, C]`` labels, pseudo-label masks
+    and targets from whole-set tables of all runs (:func:`_label_tables`), rebuilt only when a
+    state changed: a write through any run's view bumps the stacked tensor's version counter.
+    A solo run is R = 1 of the same code. The states' tensors must not be replaced while the
+    epoch lasts (``load_state_dict`` is for checkpoints and the best epoch, between epochs).
+    A single state is read through views of its own tensors, without a copy.
     """
 
     def __init__(self, states: list[LabelState]) -> None:
         if not states:
             raise ValueError("RunLabels needs at least one label state")
         self.states = states
-        self._key: tuple | None = None
-        self._stacked: tuple[torch.Tensor, ...] = ()
+        self._key: tuple[int, int] | None = None
+        self._tables_all: tuple[torch.Tensor, ...] = ()
+
+    def __enter__(self) -> RunLabels:
+        states = self.states
+        if len(states) == 1:  # the state's own tensors, seen with a leading run dimension: no copy
+            state = states[0]
+            self.observed, self.kind, self.target, self.epoch = (
+                t[None] for t in (state.observed, state.kind, state.target, state.epoch))
+        else:
+            self._own = [(state.kind, state.target, state.epoch) for state in states]
+            self.observed = torch.stack([state.observed for state in states])
+            self.kind, self.target, self.epoch = (torch.stack([getattr(state, name) for state in states])
+                                                  for name in ("kind", "target", "epoch"))
+            self._entry_versions = (self.kind._version, self.target._version, self.epoch._version)
+            for r, state in enumerate(states):
+                state.kind, state.target, state.epoch = self.kind[r], self.target[r], self.epoch[r]
+        runs, n = self.kind.shape[:2]
+        self._offsets = torch.arange(0, runs * n, n).unsqueeze(1)
+        self._key = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if len(self.states) == 1:
+            return
+        stacked = (self.kind, self.target, self.epoch)
+        for r, (state, own) in enumerate(zip(self.states, self._own)):
+            # each state gets its own tensors back, updated where the epoch wrote (LL-Cp): a state
+            # nothing wrote keeps its tensors untouched, and what is cached on them stays valid
+            for name, tensor, table, version in zip(("kind", "target", "epoch"), own, stacked, self._entry_versions):
+                if table._version != version:
+                    tensor.copy_(table[r])
+                setattr(state, name, tensor)
 
     def _tables(self) -> tuple[torch.Tensor, ...]:
-        # the tensors a state's tables are built from and their version counters (bumped by every
-        # in-place write), as LabelState._tables checks them; the observed labels never change
-        key = tuple((s.kind, s.kind._version, s.target, s.target._version) for s in self.states)
-        if self._key is None or any(a[0] is not b[0] or a[1] != b[1] or a[2] is not b[2] or a[3] != b[3]
-                                    for a, b in zip(self._key, key)):
-            tables = [state._tables() for state in self.states]
-            self._stacked = tuple(torch.stack([per_run[k] for per_run in tables]) for k in range(3))
+        key = (self.kind._version, self.target._version)
+        if key != self._key:
+            self._tables_all = _label_tables(self.observed, self.kind, self.target)
+            self._any_pseudo = bool(self._tables_all[1].any())
             self._key = key
-        return self._stacked
+        return self._tables_all
 
     def batch(self, index: torch.Tensor) -> LabelBatch:
         """Row ``r`` of ``index`` (``[R, B]``) read from run ``r``'s state: a :class:`LabelBatch`
@@ -301,9 +376,27 @@ class RunLabels:
         runs, batch = idx.shape
         labels, mask, target = self._tables()
         n, c = labels.shape[1:]
-        flat = (idx + torch.arange(0, runs * n, n).unsqueeze(1)).reshape(-1)
+        flat = (idx + self._offsets).reshape(-1)
 
         def gather(table: torch.Tensor) -> torch.Tensor:
-            return torch.index_select(table.reshape(runs * n, c), 0, flat).view(runs, batch, c)
+            return torch.index_select(table.view(runs * n, c), 0, flat).view(runs, batch, c)
 
-        return LabelBatch(labels=gather(labels), pseudo=PseudoLabels(gather(mask), gather(target)), index=idx)
+        if self._any_pseudo:
+            pseudo = PseudoLabels(gather(mask), gather(target))
+        else:  # no run has a pseudo-label (most methods, and APL before its first): zeros, not two gathers
+            pseudo = PseudoLabels(torch.zeros((runs, batch, c), dtype=torch.bool), torch.zeros((runs, batch, c)))
+        return LabelBatch(labels=gather(labels), pseudo=pseudo, index=idx)
+
+    def correct(self, index: torch.Tensor, mask: torch.Tensor, epoch: int) -> None:
+        """Each run's :meth:`LabelState.correct_mask` of one step (``mask`` ``[R, B, C]``, rows
+        ``index`` ``[R, B]``: LL-Cp's corrections), as one write into the stacked states.
+
+        The whole-set tables, if they were current, are brought up to date in place rather than
+        rebuilt (LL-Cp corrects on every step): a corrected entry was unobserved, so only its
+        effective label changes, to 1; it carries no pseudo-label (:func:`_label_tables`)."""
+        current = self._key == (self.kind._version, self.target._version)
+        run, rows, cols = _correct(self.kind, self.target, self.epoch, torch.as_tensor(index, dtype=torch.long),
+                                   mask, epoch)
+        if current and rows.numel():
+            self._tables_all[0][run, rows, cols] = 1.0
+            self._key = (self.kind._version, self.target._version)

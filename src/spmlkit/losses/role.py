@@ -161,8 +161,8 @@ class RoleEstimator(nn.Module):
     def logits(self, index: torch.Tensor, *, check_values: bool = True) -> torch.Tensor:
         """Rows ``index`` of Φ, ``[B, C]``.
 
-        Φ may carry leading dimensions (the stacked tables of R runs trained at once, swapped in by
-        ``torch.func.functional_call``); ``index`` then has them too and each row of ids reads its
+        Φ may carry leading dimensions (the stacked tables of R runs trained at once, in place of
+        one run's); ``index`` then has them too and each row of ids reads its
         own table. ``check_values=False`` skips the range check of the ids, which reads them on the
         host (a device sync per step); the loss turns it off under ``validate_args=False``.
         """

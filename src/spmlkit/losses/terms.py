@@ -200,7 +200,7 @@ def _term(term: Term, z: torch.Tensor) -> torch.Tensor:
     return term if isinstance(term, torch.Tensor) else term(z)
 
 
-def _weight(weight: Weight, p: torch.Tensor) -> torch.Tensor | float:
+def _weight(weight: Weight, p: torch.Tensor | None) -> torch.Tensor | float:
     if callable(weight):
         return weight(p)
     return weight
@@ -233,7 +233,8 @@ def spine(
     terms of the other kinds never leak into values or gradients.
     """
     pos, neg, unobs = label_masks(labels)
-    p = torch.sigmoid(logits.detach())
+    # the detached probability only where an estimator or weight is a function of it
+    p = torch.sigmoid(logits.detach()) if callable(k) or callable(v) else None
     l1 = _term(L1, logits)
     l3 = _term(L3, logits)
     if _is_zero(v):

@@ -51,8 +51,12 @@ def _w1_columns(values: np.ndarray, is_pos: np.ndarray, is_neg: np.ndarray) -> n
     ``W1 = sum_i |...| * (x_{i+1} - x_i)``. Entries in neither group only subdivide an
     interval (their counts add 0), tied values give zero-width intervals, and integer counts
     keep the CDFs exact. NaN where a group is empty.
+
+    The order within a run of tied values does not matter (the counts at its last position are
+    the same, and its inner intervals have width 0), so the sort need not be stable: numpy's
+    default sort is about twice as fast here, which the final evaluation of every run pays.
     """
-    order = np.argsort(values, axis=0, kind="stable")
+    order = np.argsort(values, axis=0)
     x = np.take_along_axis(values, order, axis=0)
     cpos = np.cumsum(np.take_along_axis(is_pos, order, axis=0), axis=0)
     cneg = np.cumsum(np.take_along_axis(is_neg, order, axis=0), axis=0)

@@ -10,10 +10,16 @@ its own model, loss and label algorithm, label state, generator, stopping rule -
 (:mod:`spmlkit.training.loop`) treats a solo run as R = 1. For R > 1 this module calls the runs'
 one step function, :class:`~spmlkit.training.step.RunStep`, once for all of them:
 
-* the runs' weights, and their loss state (ROLE's label estimator, soft OPML's class AP), are
-  stacked along a new first dimension each step and swapped into the template step with
-  ``torch.func.functional_call``; autograd carries each run's gradient back to its own
-  parameters, which the one optimiser then updates with the run's own learning rate;
+* for the length of an epoch, each parameter of the R runs (model and loss terms: ROLE's label
+  estimator) lives in one ``[R, ...]`` leaf, and each run's own parameter is a view of its row.
+  The leaves take the place of the template step's own parameters for the epoch, so a step
+  stacks nothing: stacking the weights on every step, and splitting the stacked gradient back
+  through autograd, cost more than the head's product (docs/architecture.md, "Many runs at
+  once"). A leaf's gradient is handed to the runs' parameters as views of its rows, and the one
+  optimiser updates each run's parameter -- in the leaf's memory -- with the run's own learning
+  rate and state, as it would a solo run's (it keeps one tensor per run: views over blocks of
+  runs would cost it less Python, but its fused kernel would then round the runs' last elements
+  in its vector code rather than in the scalar tail a solo tensor gets);
 * the model and the losses take that leading run dimension natively: a batchable model (the
   feature head) computes R heads with one batched product, and every built-in loss treats leading
   dimensions as independent problems (:attr:`~spmlkit.losses.SPMLLoss.batchable`). Measured here,
@@ -27,26 +33,35 @@ reduction over a stacked tensor may round differently from R single ones (docs/a
 
 from __future__ import annotations
 
-from typing import Callable
+from types import TracebackType
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..labels import LabelBatch
 from .components import Mixing
 from .step import RunStep
 
-__all__ = ["BatchedSteps"]
+__all__ = ["BatchedSteps", "probabilities"]
 
 
 class BatchedSteps:
-    """The steps of R >= 2 runs (one :class:`RunStep` each, same architecture) as one call.
+    """The steps of R >= 2 runs (one :class:`RunStep` each, same architecture) as one call, for
+    one epoch: a context manager.
 
-    ``steps[0]`` is the template whose code runs; the state of every run is swapped in. The
-    template must be a run that is still training (its loss schedules are set each epoch), so the
-    loop builds a new :class:`BatchedSteps` each epoch, from the runs still training. Buffers are
-    read here, once: a loss may replace one between epochs (soft OPML's class AP).
+    On entry every parameter of the runs is copied once into a ``[R, ...]`` leaf and each run's
+    parameter becomes a view of its row (``Parameter.data``: the same parameter object, so the
+    optimiser's state and groups stay the run's own); buffers (soft OPML's class AP) are stacked
+    once, as a loss replaces them only between epochs. The leaves and stacked buffers then take
+    the place of the template's own (``steps[0]``, whose code runs) for the epoch, under the same
+    names, so a step is a plain call of the template: nothing is stacked or swapped per step.
+    On exit the template gets its own tensors back and each run's parameters memory of their
+    own, so between epochs (snapshots, label algorithms, restores) and after training every
+    run's model is an ordinary module.
+
+    The template must be a run that is still training (its loss schedules are set each epoch),
+    so the loop enters a new :class:`BatchedSteps` each epoch, with the runs still training.
     """
 
     def __init__(self, steps: list[RunStep]) -> None:
@@ -54,59 +69,85 @@ class BatchedSteps:
             raise ValueError("BatchedSteps is for two runs or more; a single run calls its RunStep")
         self.steps = steps
         self.template = steps[0]
-        model = self.template.model
-        self._model_names = [name for name, _ in model.named_parameters()]
-        self._trainable = [i for i, (_, p) in enumerate(model.named_parameters()) if p.requires_grad]
-        self._model_params = [[p for p in step.model.parameters()] for step in steps]
-        self._model_buffer_names = [name for name, _ in model.named_buffers()]
-        self._model_buffers = [[b for b in step.model.buffers()] for step in steps]
-        terms = self.template.terms
-        self._term_names = [f"terms.{n}" for n, _ in terms.named_parameters()]
-        self._term_params = [[p for p in step.terms.parameters()] for step in steps]
-        self._term_buffer_names = [f"terms.{n}" for n, _ in terms.named_buffers()]
-        self._term_buffers = [[b for b in step.terms.buffers()] for step in steps]
+        self._own: list[tuple[nn.Module, str, Tensor]] = []  # the template's tensors while swapped out
+        self._entered = False
 
-    @staticmethod
-    def _stack(names: list[str], per_run: list[list[Tensor]]) -> dict[str, Tensor]:
-        return {name: torch.stack([tensors[i] for tensors in per_run]) for i, name in enumerate(names)}
+    def __enter__(self) -> BatchedSteps:
+        self._params = [list(step.parameters()) for step in self.steps]
+        stacked: dict[str, Tensor] = {}
+        for i, (name, _) in enumerate(self.template.named_parameters()):
+            params = [run[i] for run in self._params]
+            leaf = nn.Parameter(torch.stack([p.detach() for p in params]), requires_grad=params[0].requires_grad)
+            rows = leaf.detach()
+            for r, p in enumerate(params):
+                p.data = rows[r]
+            if leaf.requires_grad:
+                leaf.register_post_accumulate_grad_hook(_GradRows(params))
+            stacked[name] = leaf
+        buffers = [list(step.buffers()) for step in self.steps]
+        for i, (name, _) in enumerate(self.template.named_buffers()):
+            stacked[name] = torch.stack([run[i] for run in buffers])
+        for name, tensor in stacked.items():
+            path, _, attr = name.rpartition(".")
+            module = self.template.get_submodule(path)
+            self._own.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, tensor)
+        self._entered = True
+        return self
 
-    def _model_state(self) -> dict[str, Tensor]:
-        return {**self._stack(self._model_names, self._model_params),
-                **self._stack(self._model_buffer_names, self._model_buffers)}
-
-    def _forward(self, state: dict[str, Tensor]) -> Callable[[Tensor], Tensor]:
-        """The R models' forward pass: ``[R, B, ...]`` inputs (or inputs every run shares) to
-        ``[R, B, C]`` logits, the template model run on the stacked weights (a batchable model
-        takes the leading run dimension natively, as the losses do)."""
-        model = self.template.model
-        return lambda x: functional_call(model, state, (x,), tie_weights=False)
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self._entered = False
+        while self._own:
+            module, attr, tensor = self._own.pop()
+            setattr(module, attr, tensor)
+        for params in self._params:
+            for p in params:
+                p.data = p.data.clone()
 
     def losses(self, x: Tensor, batch: LabelBatch, mixings: list[Mixing | None]) -> tuple[Tensor, Tensor | None]:
         """``(loss [R], corrections [R, B, C] or None)`` of one step: run r's inputs are ``x[r]``,
         its labels row r of ``batch`` (:class:`~spmlkit.labels.RunLabels`), its draws ``mixings[r]``."""
-        model_state = self._model_state()
-        weights = [model_state[self._model_names[i]] for i in self._trainable]
+        if not self._entered:
+            raise RuntimeError("BatchedSteps.losses is called inside `with BatchedSteps(...)`")
         mixing = None
         if mixings[0] is not None:
             mixing = (torch.stack([m[0] for m in mixings]), torch.stack([m[1] for m in mixings]))
-        term_state = {**self._stack(self._term_names, self._term_params),
-                      **self._stack(self._term_buffer_names, self._term_buffers)}
-        return functional_call(
-            self.template, term_state,
-            (x, batch.index, batch.labels, batch.pseudo.mask, batch.pseudo.target, mixing),
-            {"forward": self._forward(model_state), "parameters": lambda: weights}, tie_weights=False)
+        return self.template(x, batch.index, batch.labels, batch.pseudo.mask, batch.pseudo.target, mixing)
 
-    @torch.no_grad()
-    def probabilities(self, X: Tensor, chunk: int = 4096) -> Tensor:
-        """``[R, N, C]`` probabilities of every run's model on the shared rows ``X`` in eval mode,
-        in chunks of ``chunk`` rows as :func:`~spmlkit.training.sources.predict_proba` takes them."""
-        model = self.template.model
-        forward = self._forward(self._model_state())
-        was_training = model.training
-        model.eval()
-        try:
-            if len(X) <= chunk:
-                return torch.sigmoid(forward(X))
-            return torch.cat([torch.sigmoid(forward(X[i : i + chunk])) for i in range(0, len(X), chunk)], dim=1)
-        finally:
-            model.train(was_training)
+
+class _GradRows:
+    """A stacked leaf's post-accumulate-grad hook: row r of its gradient becomes run r's
+    parameter's gradient (a view, added to a gradient already there, as autograd accumulates),
+    and the leaf keeps none, so the optimiser sees exactly the gradients of a solo step."""
+
+    def __init__(self, params: list[nn.Parameter]) -> None:
+        self.params = params
+
+    def __call__(self, leaf: Tensor) -> None:
+        rows, leaf.grad = leaf.grad.unbind(), None
+        for p, row in zip(self.params, rows):
+            p.grad = row if p.grad is None else p.grad + row
+
+
+@torch.no_grad()
+def probabilities(models: list[nn.Module], X: Tensor, chunk: int = 4096) -> Tensor:
+    """``[R, N, C]`` probabilities of R models of one architecture on the shared rows ``X``, in eval
+    mode, in chunks of ``chunk`` rows as :func:`~spmlkit.training.sources.predict_proba` takes
+    them: the first model run on the R models' stacked weights (a batchable model takes the
+    leading run dimension natively)."""
+    model = models[0]
+    tensors = [dict(m.named_parameters()) | dict(m.named_buffers()) for m in models]
+    state = {name: torch.stack([run[name] for run in tensors]) for name in tensors[0]}
+
+    def forward(x: Tensor) -> Tensor:
+        return torch.sigmoid(functional_call(model, state, (x,), tie_weights=False))
+
+    was_training = model.training
+    model.eval()
+    try:
+        if len(X) <= chunk:
+            return forward(X)
+        return torch.cat([forward(X[i : i + chunk]) for i in range(0, len(X), chunk)], dim=1)
+    finally:
+        model.train(was_training)

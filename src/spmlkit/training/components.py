@@ -2,14 +2,15 @@
 
 :class:`MethodComponents` owns the loss, the regularisers and the label-state algorithm of
 one run and exposes the hooks the loop calls (``set_epoch``, ``draw_mixing``,
-``training_loss``, ``corrections``, ``after_step``, ``after_epoch``). It talks to them only
+``training_loss``, ``corrections``, ``after_epoch``). It talks to them only
 through what they declare (:class:`~spmlkit.losses.SPMLLoss` capabilities,
 :class:`~spmlkit.labeling.LabelingAlgorithm`), never by probing for attributes; the contracts
 are described in docs/architecture.md, "Contracts", and docs/losses-api.md.
 
 The step's parts are pure functions of their inputs (the random draws of PU-MLC's mixup are
 made by :meth:`MethodComponents.draw_mixing` before the loss, the corrections of LL-Cp are
-returned rather than stored), so that the loop can compute the losses of R runs at once
+returned rather than stored, and the loop writes every run's at once,
+:meth:`~spmlkit.labels.RunLabels.correct`), so that the loop can compute the losses of R runs at once
 (docs/architecture.md, "Many runs at once"), each run with its own components.
 """
 
@@ -168,11 +169,6 @@ class MethodComponents:
 
         norm = sum(total(p.abs()) for p in params) if kind == "l1" else sum(total(p * p) for p in params)
         return lam * norm
-
-    def after_step(self, state: LabelState, batch: LabelBatch, epoch: int, corrections: torch.Tensor | None) -> None:
-        """Write the step's permanent corrections (LL-Cp) into the label state."""
-        if corrections is not None:
-            state.correct_mask(batch.index, corrections, epoch)
 
     def after_epoch(self, probs: torch.Tensor, state: LabelState, epoch: int) -> dict[str, float]:
         """Run the label-state algorithm on the whole-training-set predictions."""

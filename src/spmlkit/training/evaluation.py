@@ -59,11 +59,11 @@ def unobserved_analysis(probs: np.ndarray, truth: np.ndarray, observed: np.ndarr
     # bin index per entry, the last bin closed on the right
     idx = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, bins - 1)
     num_classes = p.shape[1]
-    hist_pos = np.zeros((num_classes, bins), dtype=np.int64)
-    hist_neg = np.zeros((num_classes, bins), dtype=np.int64)
-    cols = np.broadcast_to(np.arange(num_classes), p.shape)
-    np.add.at(hist_pos, (cols[unobs & y], idx[unobs & y]), 1)
-    np.add.at(hist_neg, (cols[unobs & ~y], idx[unobs & ~y]), 1)
+    # one count per (class, bin) cell: bincount of the flat cell numbers (np.add.at counts the
+    # same, several times slower; every run of a sweep pays this once)
+    cells = np.arange(num_classes) * bins + idx
+    hist_pos = np.bincount(cells[unobs & y], minlength=num_classes * bins).reshape(num_classes, bins)
+    hist_neg = np.bincount(cells[unobs & ~y], minlength=num_classes * bins).reshape(num_classes, bins)
     per_class = metrics.unobserved_wasserstein(p, y.astype(np.uint8), observed, per_class=True)
     pooled = metrics.unobserved_wasserstein(p, y.astype(np.uint8), observed)
     return {

@@ -28,6 +28,7 @@ device (in float64, which equals summing Python floats) and read once per epoch.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -39,8 +40,9 @@ import torch
 from torch import nn
 
 from .. import metrics
-from ..labels import LabelBatch, LabelState, PseudoLabels, RunLabels
+from ..labels import LabelBatch, LabelState, PseudoLabels, RunLabels, pseudo_label_stats
 from .batched import BatchedSteps
+from .batched import probabilities as batched_probabilities
 from .components import MethodComponents
 from .distributed import Distributed
 from .sources import DataSource
@@ -147,11 +149,12 @@ class Group:
     def active(self) -> list[Run]:
         return [run for run in self.runs if not run.loop.stopped_early]
 
-    def probabilities(self, runs: list[Run], split: str) -> list[torch.Tensor]:
-        """Each run's probabilities on ``split`` (train | val | test) in eval mode, index order."""
+    def probabilities(self, runs: list[Run], split: str) -> torch.Tensor:
+        """``[R, N, C]``: each run's probabilities on ``split`` (train | val | test) in eval mode,
+        index order."""
         if len(runs) == 1:
-            return [getattr(self.source, f"predict_{split}")(runs[0].model)]
-        return list(BatchedSteps([run.step for run in runs]).probabilities(self.source.rows(split)))
+            return getattr(self.source, f"predict_{split}")(runs[0].model)[None]
+        return batched_probabilities([run.model for run in runs], self.source.rows(split))
 
 
 def snapshot(run: Run) -> dict[str, Any]:
@@ -192,9 +195,19 @@ def train_epoch(group: Group, runs: list[Run], epoch: int, on_step: Callable[[in
     t0 = time.perf_counter()
     for run in runs:
         run.model.train()
-    solo = len(runs) == 1
-    batched = None if solo else BatchedSteps([run.step for run in runs])
-    labels = RunLabels([run.state for run in runs])
+    batched = None if len(runs) == 1 else BatchedSteps([run.step for run in runs])
+    # the runs' label states, and a group's weights, stacked for the epoch
+    with RunLabels([run.state for run in runs]) as labels, batched or contextlib.nullcontext():
+        total, steps, seen = _train_steps(group, runs, labels, batched, epoch, on_step)
+    losses = (total / max(steps, 1)).tolist()  # reading them waits for the device: the pass is timed to its end
+    seconds = time.perf_counter() - t0
+    return {"losses": losses, "seconds": seconds,
+            "images_per_second": seen / seconds if seconds > 0 else float("nan")}
+
+
+def _train_steps(group: Group, runs: list[Run], labels: RunLabels, batched: BatchedSteps | None, epoch: int,
+                 on_step: Callable[[int], None] | None) -> tuple[torch.Tensor, int, int]:
+    """The steps of one epoch: ``(summed loss of each run [R], steps, examples)``."""
     total = torch.zeros(len(runs), dtype=torch.float64, device=group.device)
     steps = seen = 0
     dist = group.dist
@@ -205,27 +218,21 @@ def train_epoch(group: Group, runs: list[Run], epoch: int, on_step: Callable[[in
         rows = idx if (group.global_batch or not dist.enabled) else idx[:, dist.shard(size)]
         batch = labels.batch(rows)
         mixings = [run.components.draw_mixing(run.generator, size, group.device) for run in runs]
-        if solo:
+        if batched is None:
             loss, corrections = runs[0].step(x[0], *_on(group.device, rows[0], batch.labels[0], batch.pseudo.mask[0],
                                                        batch.pseudo.target[0]), mixings[0])
             losses, corrections = loss[None], None if corrections is None else corrections[None]
         else:
             losses, corrections = batched.losses(x, _batch_on(batch, group.device), mixings)
         _backward_and_step(group, losses.sum())
-        if corrections is not None:
-            for r, run in enumerate(runs):
-                run_batch = LabelBatch(batch.labels[r], PseudoLabels(batch.pseudo.mask[r], batch.pseudo.target[r]),
-                                       rows[r])
-                run.components.after_step(run.state, run_batch, epoch, corrections[r])
+        if corrections is not None:  # LL-Cp's permanent corrections of this step, every run's at once
+            labels.correct(rows, corrections, epoch)
         total += losses.detach().double()
         steps += 1
         seen += size
         if on_step is not None:
             on_step(size)
-    losses = (total / max(steps, 1)).tolist()  # reading them waits for the device: the pass is timed to its end
-    seconds = time.perf_counter() - t0
-    return {"losses": losses, "seconds": seconds,
-            "images_per_second": seen / seconds if seconds > 0 else float("nan")}
+    return total, steps, seen
 
 
 def _on(device: torch.device | str, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -253,14 +260,16 @@ def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndar
     """Each run's label-state algorithm on its whole-training-set predictions, then validation mAP."""
     records: list[dict[str, float]] = [{} for _ in runs]
     if group.source.track_train or any(run.components.needs_train_predictions for run in runs):
-        for run, record, probs in zip(runs, records, group.probabilities(runs, "train")):
-            record["observed_pos_loss"] = _observed_positive_loss(probs, run.state)
-            record.update(run.components.after_epoch(probs, run.state, epoch))
+        probs = group.probabilities(runs, "train")
+        losses = _observed_positive_losses(probs, [run.state for run in runs])
+        for run, record, run_probs, loss in zip(runs, records, probs, losses):
+            record["observed_pos_loss"] = loss
+            record.update(run.components.after_epoch(run_probs, run.state, epoch))
     for record, val_map in zip(records, _val_maps(group, runs, val_targets)):
         record["val_map"] = val_map
     if truth_train is not None:
-        for run, record in zip(runs, records):
-            record.update(run.state.pseudo_label_stats(truth_train))
+        for record, stats in zip(records, pseudo_label_stats([run.state for run in runs], truth_train)):
+            record.update(stats)
     return records
 
 
@@ -270,20 +279,33 @@ def _val_maps(group: Group, runs: list[Run], val_targets: np.ndarray) -> list[fl
     averaged per run as :func:`~spmlkit.metrics.mean_average_precision` does."""
     if not len(val_targets):
         return [float("nan")] * len(runs)
-    probs = [p.cpu().numpy() for p in group.probabilities(runs, "val")]
-    classes = probs[0].shape[1]
-    ap = metrics.average_precision(np.concatenate(probs, axis=1), np.tile(val_targets, (1, len(runs))))
+    probs = group.probabilities(runs, "val").cpu()
+    classes = probs.shape[2]
+    side_by_side = probs.transpose(0, 1).reshape(len(val_targets), len(runs) * classes).numpy()
+    ap = metrics.average_precision(side_by_side, np.tile(val_targets, (1, len(runs))))
     return [float(ap[r * classes : (r + 1) * classes].mean()) for r in range(len(runs))]
 
 
-def _observed_positive_loss(probs: torch.Tensor, state: LabelState) -> float:
-    """Mean ``-log p`` over the annotated positives of the training set (a training curve the
-    papers plot: it shows how well a method still fits what it was told)."""
-    pos = state.observed_positives()
-    if pos is None:
-        return float("nan")
-    p = probs.detach().cpu().double()[pos].clamp_min(1e-12)
-    return float(-p.log().mean())
+def _observed_positive_losses(probs: torch.Tensor, states: list[LabelState]) -> list[float]:
+    """Each run's mean ``-log p`` over the annotated positives of its training set (a training
+    curve the papers plot: it shows how well a method still fits what it was told), from its
+    probabilities ``probs[r]`` (``[R, N, C]``), NaN for a run without positives.
+
+    The positives of all runs are read in one gather (each state's positions, computed once,
+    offset to its run), run after run, and each run's mean is taken over its own segment: the
+    values of one run's own selection and mean, with a few operations for R runs instead of a
+    masked selection per run and epoch."""
+    out = [float("nan")] * len(states)
+    index = [(r, state.observed_positive_index()) for r, state in enumerate(states)]
+    index = [(r, i) for r, i in index if i is not None]
+    if not index:
+        return out
+    size = probs[0].numel()
+    flat = torch.cat([i + r * size for r, i in index])
+    selected = torch.index_select(probs.detach().reshape(-1).cpu(), 0, flat).double().clamp_min(1e-12)
+    for (r, i), values in zip(index, torch.split(selected, [len(i) for _, i in index])):
+        out[r] = float(-values.log().mean())
+    return out
 
 
 # --------------------------------------------------------------------------- the loop

@@ -21,6 +21,7 @@ why not, from the configuration alone, so the sweep can group runs without loadi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -75,10 +76,17 @@ class RunPlan:
         """"features" or "images"."""
         return self.data.kind
 
+    @functools.cached_property
+    def group_key(self) -> str | None:
+        """:func:`batch_key` of this run's configuration, derived once (a group's runs are each
+        checked against it)."""
+        return batch_key(self.config)
+
     def for_config(self, config: RunConfig) -> RunPlan:
         """The plan of another run of this run's group (same :func:`batch_key`): only the
         seed and the learning rate differ, so everything derived from the data is shared."""
-        if batch_key(config) != batch_key(self.config) or batch_key(config) is None:
+        key = batch_key(config)
+        if key is None or key != self.group_key:
             raise ValueError(f"run {config.method.name} seed {config.optimisation.seed} lr {config.optimisation.lr:g} cannot train in the group of "
                              f"seed {self.config.optimisation.seed} lr {self.config.optimisation.lr:g}: "
                              f"{unbatchable_reason(config) or 'the runs differ in more than ' + ', '.join(VARYING)}")

@@ -2,15 +2,15 @@
 
 :class:`RunStep` is the function every run's step goes through, whether the run trains on its
 own or as one of R runs at once. A solo run calls it directly. A batched group
-(:mod:`spmlkit.training.batched`) calls the same module with the forward pass of all R models
-(``[R, B, ...]`` inputs to ``[R, B, C]`` logits) and the R runs' loss state stacked into it by
-``torch.func.functional_call``; the losses take the leading run dimension natively
+(:mod:`spmlkit.training.batched`) calls the first run's module with the parameters and buffers
+of all R runs (the model's weights, ROLE's label estimator, soft OPML's class AP), stacked, in
+place of its own for an epoch: the model then maps ``[R, B, ...]`` inputs to ``[R, B, C]``
+logits and the losses take the leading run dimension natively
 (:attr:`~spmlkit.losses.SPMLLoss.batchable`). So the forward, the loss and its regularisers, the
 penalty and the mixup term exist once (docs/architecture.md, "Many runs at once").
 
-It is an ``nn.Module`` holding the run's model and its loss terms as submodules, so that
-``functional_call`` can swap in the stacked parameters and buffers of R runs (ROLE's label
-estimator, soft OPML's class AP) under the same names.
+It is an ``nn.Module`` holding the run's model and its loss terms as submodules, so that the
+stacked tensors of R runs can take the place of its own under the same names.
 """
 
 from __future__ import annotations
@@ -62,31 +62,21 @@ class RunStep(nn.Module):
         return self.dist.gather_rows(self.model(inputs[self.dist.shard(len(inputs))]).float(), len(inputs))
 
     def forward(self, x: torch.Tensor, index: torch.Tensor, labels: torch.Tensor, pseudo_mask: torch.Tensor,
-                pseudo_target: torch.Tensor, mixing: Mixing | None = None,
-                forward: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                parameters: Callable[[], Any] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                pseudo_target: torch.Tensor, mixing: Mixing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x``: this process's inputs; ``index``, ``labels``, ``pseudo_*``: the rows the loss sees
-        (the whole global batch in global mode, this process's slice otherwise).
-
-        ``forward`` and ``parameters`` replace the model's own forward pass and trainable weights:
-        a batched group passes the forward of all its runs' models and their stacked weights (the
-        L1/L2 penalties then take one norm per run)."""
-        if forward is None:
-            train_model = self.model if self._wrapped[0] is None else self._wrapped[0]
-            if self.autocast is not None:
-                with self.autocast():
-                    logits = train_model(x).float()
-            else:
+        (the whole global batch in global mode, this process's slice otherwise). With R runs'
+        stacked weights swapped in, ``self.model`` is all R models and its parameters are the
+        stacked ones (the L1/L2 penalties then take one norm per run)."""
+        train_model = self.model if self._wrapped[0] is None else self._wrapped[0]
+        if self.autocast is not None:
+            with self.autocast():
                 logits = train_model(x).float()
-            mixup_forward = self._mixup_forward
         else:
-            logits = forward(x)
-            mixup_forward = forward
+            logits = train_model(x).float()
         if self.global_batch and self.dist.enabled:  # the loss of the whole global batch
             logits = self.dist.gather_rows(logits, len(index))
             if self.components.method.mixup:
                 x = self.dist.gather_rows(x, len(index))
         batch = LabelBatch(labels, PseudoLabels(pseudo_mask, pseudo_target), index)
-        loss = self.components.training_loss(mixup_forward, x, logits, batch, mixing,
-                                             self._trainable if parameters is None else parameters)
+        loss = self.components.training_loss(self._mixup_forward, x, logits, batch, mixing, self._trainable)
         return loss, self.components.corrections(logits, batch)

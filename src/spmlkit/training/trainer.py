@@ -212,9 +212,9 @@ def _evaluate(plans: list[RunPlan], group: Group, *, resumed_from: int, run_dir:
     data, split = plan.data, plan.split
     val_targets = split.val_targets
     n = len(runs)
-    test_probs = [p.cpu().numpy() for p in group.probabilities(runs, "test")] if data.Y_test is not None else [None] * n
-    val_probs = [p.cpu().numpy() for p in group.probabilities(runs, "val")] if len(val_targets) else [None] * n
-    train_probs = ([p.cpu().numpy() for p in group.probabilities(runs, "train")] if split.truth_train is not None
+    test_probs = list(group.probabilities(runs, "test").cpu().numpy()) if data.Y_test is not None else [None] * n
+    val_probs = list(group.probabilities(runs, "val").cpu().numpy()) if len(val_targets) else [None] * n
+    train_probs = (list(group.probabilities(runs, "train").cpu().numpy()) if split.truth_train is not None
                    else [None] * n)
     results = []
     for run_plan, run, test, val, train_p in zip(plans, runs, test_probs, val_probs, train_probs):
