@@ -29,6 +29,7 @@ that is one gather from a memory-mapped array, no Python call per image.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,12 +214,18 @@ class ImageTransform:
         returns the usual contiguous NCHW tensor (the layout CPU runs have always used).
         """
         x = pixels.permute(0, 3, 1, 2).float().div_(255)
-        mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32, device=x.device).view(1, -1, 1, 1)
-        x = x.sub_(mean).div_(std)
+        x = x.sub_(_channel_values(self.mean, x.device)).div_(_channel_values(self.std, x.device))
         if x.shape[1] != self.channels:
             x = x.expand(-1, self.channels, -1, -1)
         return x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+@functools.lru_cache(maxsize=32)
+def _channel_values(values: tuple[float, ...], device: torch.device) -> torch.Tensor:
+    """float32 ``[1, c, 1, 1]`` of per-channel ``values`` on ``device``, made once per device: a
+    tensor built from Python numbers for a GPU is copied from pageable memory, and such a copy
+    waits for every kernel already queued, which would stop the host running ahead each batch."""
+    return torch.tensor(values, dtype=torch.float32).view(1, -1, 1, 1).to(device)
 
 
 def flip_rows(pixels: torch.Tensor, flips: torch.Tensor | None) -> torch.Tensor:

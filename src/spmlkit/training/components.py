@@ -27,6 +27,7 @@ from .. import labeling, losses, metrics
 from ..labels import LabelBatch, LabelState
 from ..losses.batchwise import draw_pu_mixing, pu_mixup_consistency
 from ..methods import Method, ResolvedMethod
+from .device import to_device
 
 __all__ = ["MethodComponents", "Mixing", "build_components", "method_label_matrix", "expected_positives"]
 
@@ -129,8 +130,8 @@ class MethodComponents:
         draw the same numbers. None for methods without randomness in their loss."""
         if not self.method.mixup or batch < 2:
             return None
-        perm, lam = draw_pu_mixing(batch, generator, device=device)
-        return perm, torch.tensor(lam, dtype=torch.float64, device=device)
+        perm, lam = draw_pu_mixing(batch, generator, device="cpu")
+        return to_device(perm, device), to_device(torch.tensor(lam, dtype=torch.float64), device)
 
     def training_loss(self, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, logits: torch.Tensor,
                       batch: LabelBatch, mixing: Mixing | None,

@@ -44,6 +44,7 @@ from ..labels import LabelBatch, LabelState, PseudoLabels, RunLabels, pseudo_lab
 from .batched import BatchedSteps
 from .batched import probabilities as batched_probabilities
 from .components import MethodComponents
+from .device import to_device
 from .distributed import Distributed
 from .sources import DataSource
 from .step import RunStep
@@ -236,12 +237,12 @@ def _train_steps(group: Group, runs: list[Run], labels: RunLabels, batched: Batc
 
 
 def _on(device: torch.device | str, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    return tuple(t.to(device) for t in tensors)
+    return tuple(to_device(t, device) for t in tensors)
 
 
 def _batch_on(batch: LabelBatch, device: torch.device | str) -> LabelBatch:
-    return LabelBatch(batch.labels.to(device), PseudoLabels(batch.pseudo.mask.to(device), batch.pseudo.target.to(device)),
-                      batch.index.to(device))
+    labels, mask, target, index = _on(device, batch.labels, batch.pseudo.mask, batch.pseudo.target, batch.index)
+    return LabelBatch(labels, PseudoLabels(mask, target), index)
 
 
 def _backward_and_step(group: Group, loss: torch.Tensor) -> None:
