@@ -13,7 +13,7 @@ import torch
 from spmlkit.cli import main
 from spmlkit.data.digits_mosaic import DigitsMosaicDataset, make_digits_mosaic
 from spmlkit.data.gpu_decode import EncodedImages, GpuDecoder
-from spmlkit.data.images import IMAGENET_STD, ImageFileDataset, ImageTransform
+from spmlkit.data.images import ImageFileDataset, ImageTransform
 from spmlkit.errors import InputError
 from spmlkit.experiments.presets import DATASET_DEFAULTS
 from spmlkit.training import train
