@@ -2,6 +2,7 @@
 "Layers"): checked on every module's imports."""
 
 import ast
+import re
 from pathlib import Path
 
 
@@ -177,3 +178,24 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
     not yet defined, half a module), and it ties layers that should stand alone."""
     cycles = _cycles(_import_graph(ROOT, "spmlkit"))
     assert not cycles, "modules importing each other in a circle:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def _drawn_layers(doc: str) -> dict[str, int]:
+    """Part -> layer as the picture of docs/architecture.md, "Layers" draws them: a row starting
+    with ``L<n>`` opens layer n's boxes, and the first line of each box names its parts
+    (``name/`` a package, ``name.py`` a module)."""
+    section = doc.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    picture = section.split("```", 2)[1]
+    drawn = {}
+    for line in picture.splitlines():
+        row = re.match(r"\s*L(\d)\s+(.*)", line)
+        if row:
+            for name in re.findall(r"([A-Za-z_]+)(?:/|\.py)", row.group(2)):
+                drawn[name] = int(row.group(1))
+    return drawn
+
+
+def test_the_documented_layers_are_the_checked_ones():
+    """The picture maintainers read is the table this file checks: every part, on its layer."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    assert _drawn_layers(doc) == LAYERS

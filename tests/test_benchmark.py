@@ -109,7 +109,20 @@ def test_cli_train_prints_epochs(tmp_path, capsys):
     assert code == 0
     res = json.loads((tmp_path / "result.json").read_text())
     assert res["config"]["method"]["hparams"] == {"alpha": 0.2, "warmup_epochs": 1}
-    assert len(res["history"]) == 3 and res["history"][1]["pseudo_negatives"] > 0
+    # APL's rounds follow epochs 1 and 2 (not the last); each takes floor(0.9 * U_c / 2 rounds) of
+    # every class's U_c unobserved training entries (theta 0.9, APL's default)
+    from spmlkit.protocol import observe_labels, split_train_val
+    from spmlkit.training.config import config_from_dict
+    from spmlkit.training.run_data import load_run_data
+
+    assert res["config"]["data"]["dataset"] == "digits-mosaic"  # the default dataset
+    observed = observe_labels(load_run_data(config_from_dict(res["config"])).Y_train)  # its first 300 rows
+    unobserved = (observed[split_train_val(300)[0]] == 0).sum(0)
+    quota = sum(int(np.floor(0.9 * u / 2)) for u in unobserved)
+    assert [h["pseudo_negatives"] for h in res["history"]] == [quota, 2 * quota, 2 * quota]
+    printed = capsys.readouterr().out
+    for h in res["history"]:  # each epoch's line: epoch | train loss | val mAP (%)
+        assert f"epoch {h['epoch']} | {h['train_loss']:.4f} | {100 * h['val_map']:.2f}" in printed
 
 
 def test_dataset_presets_are_valid_and_used_by_train_and_benchmark():

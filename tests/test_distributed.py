@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -89,8 +90,19 @@ def test_pu_mlc_with_global_statistics_equals_one_process_up_to_its_amplified_ro
 
 
 def test_em_apl_pseudo_labels_were_made_from_the_gathered_predictions(runs):
-    kind = load_checkpoint(runs / "two" / "em_apl" / "best.pt")["label_state"]["kind"]
-    assert kind.eq(4).sum() > 0   # pseudo-negatives exist, and are equal to one process's (test above)
+    """The label states compared above are not empty: APL's one round (after warm-up epoch 1 of
+    2) took floor(0.9 * U_c) of each class's U_c unobserved training entries, from the
+    predictions the two processes gathered (theta 0.9, APL's default)."""
+    from spmlkit.labels import Kind
+    from spmlkit.protocol import observe_labels, split_train_val
+    from spmlkit.training.config import config_from_dict
+    from spmlkit.training.run_data import load_run_data
+
+    best = load_checkpoint(runs / "two" / "em_apl" / "best.pt")
+    truth = load_run_data(config_from_dict(best["config"])).Y_train
+    unobserved = (observe_labels(truth)[split_train_val(len(truth))[0]] == 0).sum(0)
+    quota = sum(int(np.floor(0.9 * u)) for u in unobserved)
+    assert int(best["label_state"]["kind"].eq(Kind.PSEUDO_NEGATIVE).sum()) == quota
 
 
 def test_a_two_process_run_stopped_and_resumed_equals_an_uninterrupted_one(tmp_path):

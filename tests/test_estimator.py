@@ -21,9 +21,18 @@ def test_fit_predict_on_observed_labels_only(yeast):
     p = clf.predict_proba(yeast.X_test)
     assert p.shape == yeast.Y_test.shape and ((p >= 0) & (p <= 1)).all()
     assert clf.validation_ == "observed" and clf.threshold_ == 0.75
-    assert set(np.unique(clf.predict(yeast.X_test))) <= {0, 1}
+    np.testing.assert_array_equal(clf.predict(yeast.X_test), (p >= 0.75).astype(np.uint8))  # EM's threshold
+    # scikit-learn's decision_function is the logit of predict_proba (scorers may call either)
+    from scipy.special import logit
+
+    np.testing.assert_allclose(clf.decision_function(yeast.X_test), logit(p.astype(np.float64)), rtol=0, atol=1e-12)
+    # score is scikit-learn's average precision per class, averaged
+    from sklearn.metrics import average_precision_score
+
+    ap = [average_precision_score(yeast.Y_test[:, c], p[:, c]) for c in range(p.shape[1])]
+    assert clf.score(yeast.X_test, yeast.Y_test) == pytest.approx(float(np.mean(ap)), abs=1e-12)
     # a trained model beats the prior (mAP of constant scores = mean label frequency)
-    assert clf.score(yeast.X_test, yeast.Y_test) > yeast.Y_test.mean(0).mean() + 0.05
+    assert np.mean(ap) > yeast.Y_test.mean(0).mean() + 0.05
     same = SPMLClassifier(method="em", epochs=5, seed=0).fit(yeast.X_train, obs)
     assert np.array_equal(same.predict_proba(yeast.X_test), p)
 

@@ -20,13 +20,7 @@ from spmlkit.models import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The test machine's cores are shared; one intra-op thread keeps timings stable."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's cores are shared
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

@@ -73,8 +73,14 @@ def test_tensorboard_through_the_command_line(tmp_path):
     run = tmp_path / "run"
     assert main(["train", "--dataset", "yeast", "--subset", "200", "--epochs", "2", "--logger", "tensorboard",
                  "--out", str(run), "--quiet"]) == 0
-    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert "tensorboard" in (run / "config.yaml").read_text()
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    history = json.loads((run / "metrics.json").read_text())
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [(s.step, s.value) for s in events.Scalars("val_map")] == [
+        (h["epoch"], pytest.approx(h["val_map"], rel=1e-6)) for h in history]
 
 
 def test_a_logger_registered_by_name_receives_every_epoch(tmp_path, registry):

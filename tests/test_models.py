@@ -20,13 +20,7 @@ from spmlkit.models import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The test machine's cores are shared; one intra-op thread keeps timings stable."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's cores are shared
 
 
 def test_torchvision_resnet_backbone_is_resnet_without_pool_and_fc():
@@ -76,13 +70,20 @@ def test_resnet50_channels_and_v1_default_weights():
 
 
 def test_other_torchvision_families():
+    """The trunk is the torchvision model's own forward up to its pooling: ``features`` (and for
+    DenseNet the ReLU its forward applies after them), with the classifier's input width."""
     torch.manual_seed(0)
-    body, channels = create_backbone("torchvision:mobilenet_v3_small")
-    assert channels == 576
-    assert body.eval()(torch.randn(1, 3, 64, 64)).shape == (1, 576, 2, 2)
-    body, channels = create_backbone("torchvision:densenet121")
-    out = body.eval()(torch.randn(1, 3, 64, 64))
-    assert channels == 1024 and out.shape == (1, 1024, 2, 2) and (out >= 0).all()  # final ReLU
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    for name, width in (("mobilenet_v3_small", 576), ("densenet121", 1024)):
+        body, channels = create_backbone(f"torchvision:{name}")
+        reference = getattr(torchvision.models, name)().eval()
+        missing, unexpected = reference.load_state_dict(body.state_dict(), strict=False)
+        assert not unexpected and all(k.startswith("classifier.") for k in missing)  # the whole trunk loaded
+        with torch.no_grad():
+            expected = reference.features(x)
+            expected = torch.relu(expected) if name == "densenet121" else expected
+            torch.testing.assert_close(body.eval()(x), expected, rtol=0, atol=0)
+        assert channels == width and expected.shape == (2, width, 2, 2)
     with pytest.raises(ValueError, match="timm:swin_t"):
         create_backbone("torchvision:swin_t")
 

@@ -68,7 +68,7 @@ def _grey_levels(a: list[torch.Tensor], b: list[torch.Tensor]) -> torch.Tensor:
 
 
 def test_prepare_with_a_cache_adds_it_and_leaves_the_rest_of_the_folder_as_it_was(tmp_path):
-    root = _voc(tmp_path / "data", photos=False)
+    root = _voc(tmp_path / "data", photos=True)
     plain = prepare("voc2012", root, tmp_path / "plain")
     cached = prepare("voc2012", root, tmp_path / "cached", cache_size=24)
     assert set(cached.meta) == set(plain.meta) | {"image_cache"}
@@ -77,8 +77,14 @@ def test_prepare_with_a_cache_adds_it_and_leaves_the_rest_of_the_folder_as_it_wa
     entry = cached.meta["image_cache"]
     assert entry["size"] == 24 and entry["files"] == {"train": f"{CACHE_DIR}/train-24.npy",
                                                       "test": f"{CACHE_DIR}/test-24.npy"}
-    train = np.load(tmp_path / "cached" / entry["files"]["train"], mmap_mode="r")
-    assert train.dtype == np.uint8 and train.shape == (12, 24, 24, 3)
+    # row i of a split is line i of its list, resized by PIL itself (bilinear, antialiased)
+    for split, rows in (("train", 12), ("test", 4)):
+        array = np.load(tmp_path / "cached" / entry["files"][split], mmap_mode="r")
+        assert array.dtype == np.uint8 and array.shape == (rows, 24, 24, 3)
+        for row, path in zip(array, cached.paths(split), strict=True):
+            with Image.open(path) as image:
+                expected = np.asarray(image.convert("RGB").resize((24, 24), Image.BILINEAR))
+            assert np.array_equal(row, expected), path
     assert sorted(p.name for p in (tmp_path / "cached" / CACHE_DIR).iterdir()) == ["test-24.npy", "train-24.npy"]
     # a cache of another size replaces this one; preparing without --cache-size drops the record
     write_image_cache(tmp_path / "cached", 16)
@@ -107,19 +113,24 @@ def test_a_larger_cache_resizes_twice_and_differs_by_the_documented_amount(tmp_p
     assert 0.2 < float((diff > 0.5).float().mean()) < 0.7  # values that moved by a grey level or more
 
 
-def test_a_run_reads_the_cache_instead_of_the_files(tmp_path):
-    root = _voc(tmp_path / "data", photos=False)
+def test_a_run_reads_the_cache_instead_of_the_files_and_gets_the_same_numbers(tmp_path):
+    root = _voc(tmp_path / "data", photos=True)
     prepared = root / "spmlkit-prepared" / "voc2012"
+    args = ["train", "--dataset", "voc2012", "--root", str(root), "--method", "an", "--backbone", "small:cnn",
+            "--no-pretrained", "--image-size", "32", "--epochs", "2", "--batch-size", "4", "--device", "cpu", "--quiet"]
+    assert main(["prepare", "voc2012", "--root", str(root)]) == 0
+    assert main([*args, "--out", str(tmp_path / "files")]) == 0  # no cache yet: decoded from the JPEGs
     assert main(["prepare", "voc2012", "--root", str(root), "--cache-size", "32"]) == 0
     shutil.rmtree(root / "VOCdevkit" / "VOC2012" / "JPEGImages")  # nothing left to decode
     config = {"dataset": "voc2012", "root": str(root), "image_size": 32}
     data = load_image_data(config_from_dict(config))
     assert data.train_dataset().cache is not None and data.test_dataset().cache is not None
-    run = tmp_path / "run"
-    assert main(["train", "--dataset", "voc2012", "--root", str(root), "--method", "an", "--backbone", "small:cnn",
-                 "--no-pretrained", "--image-size", "32", "--epochs", "1", "--batch-size", "4", "--out", str(run),
-                 "--quiet"]) == 0
-    assert json.loads((run / "result.json").read_text())["test_map"] >= 0
+    assert main([*args, "--out", str(tmp_path / "cached")]) == 0
+    # a cache at the run's size holds the very pixels the files give: the same run, bit for bit
+    files, cached = (json.loads((tmp_path / run / "result.json").read_text()) for run in ("files", "cached"))
+    assert [h["train_loss"] for h in cached["history"]] == [h["train_loss"] for h in files["history"]]
+    assert [h["val_map"] for h in cached["history"]] == [h["val_map"] for h in files["history"]]
+    assert cached["test_ap"] == files["test_ap"] and cached["test_map"] == files["test_map"]
     # a run larger than the cache reads the original files instead
     assert open_cache(prepared, load_prepared(prepared), 48) is None
     assert load_image_data(config_from_dict({**config, "image_size": 48})).train_dataset().cache is None
@@ -154,16 +165,17 @@ def test_cache_options_on_the_command_line(tmp_path, capsys):
     for k, name in enumerate(("cat", "dog")):
         for i in range(3):
             (photos / name).mkdir(parents=True, exist_ok=True)
-            Image.new("RGB", (40, 30), (80 * k, 10 * i, 90)).save(photos / name / f"{i}.png")
+            Image.new("RGB", (40, 30), (80 * k, 10 * i, 90)).save(photos / name / f"{name}{i}.png")
     assert main(["prepare", "folder", "--root", str(photos), "--check", "--cache-size", "20"]) == 2
     assert "writes nothing" in capsys.readouterr().err
     assert main(["prepare", "folder", "--root", str(photos), "--out", str(tmp_path / "own"), "--cache-size", "20"]) == 0
     ds = load_prepared(tmp_path / "own")
     assert ds.meta["image_cache"]["size"] == 20 and "test" not in ds.meta["image_cache"]["files"]  # no test list
     cache = open_cache(tmp_path / "own", ds, 20)
-    first = ImageFileDataset(ds.paths("train"), ImageTransform(20))
+    files = ImageFileDataset(ds.paths("train"), ImageTransform(20))
     cached = ImageFileDataset(ds.paths("train"), ImageTransform(20), cache=cache.split("train"))
-    assert torch.equal(first[0][0], cached[0][0])
+    assert len(cached) == len(files) == 6
+    assert all(torch.equal(files[i][0], cached[i][0]) for i in range(6))
 
 
 def test_cached_rows_are_not_copied_into_loader_workers(tmp_path):

@@ -97,7 +97,20 @@ def test_extract_then_feature_training_round_trip(tmp_path):
     assert main(["train", "--features", str(feats), "--method", "em", "--epochs", "2", "--device", "cpu",
                  "--out", str(out)]) == 0
     res = json.loads((out / "result.json").read_text())
-    assert res["config"]["data"]["dataset"] == str(feats) and 0 < res["test_map"] <= 1
+    assert res["config"]["data"]["dataset"] == str(feats)
+    # the reported test mAP is scikit-learn's AP of the kept head on the test features, z-scored with
+    # the training rows' mean and std that best.pt records, computed here without spmlkit
+    from sklearn.metrics import average_precision_score
+
+    best = load_checkpoint(out / "best.pt")
+    spec, weights = best["transform"], best["model"]
+    mean, std = (spec[k].numpy().astype(np.float32) for k in ("mean", "std"))  # the run's float32 statistics
+    z = torch.from_numpy((ds.X_test - mean) / std)
+    probs = torch.sigmoid(torch.nn.functional.linear(z, weights["net.weight"], weights["net.bias"])).numpy()
+    assert ds.Y_test.sum(0).min() > 0  # every class has test positives: no empty-class convention involved
+    ap = [average_precision_score(ds.Y_test[:, c], probs[:, c]) for c in range(ds.Y_test.shape[1])]
+    assert res["test_ap"] == pytest.approx(ap, abs=1e-12)
+    assert res["test_map"] == pytest.approx(float(np.mean(ap)), abs=1e-12)
 
 
 def test_config_layers_preset_then_file_then_command_line(tmp_path):
@@ -152,8 +165,20 @@ def test_prepare_then_train_on_a_miniature_voc(tmp_path):
                  "--out", str(run), "--quiet"]) == 0
     result = json.loads((run / "result.json").read_text())
     assert len(result["test_ap"]) == 20 and len(result["class_names"]) == 20
+    # a class without test positives scores AP 0 and stays in the mean (docs/protocol.md, "Metrics")
+    present = {result["class_names"].index(c) for c in classes}
+    assert all(ap == 0 for c, ap in enumerate(result["test_ap"]) if c not in present)
+    assert result["test_map"] == pytest.approx(sum(result["test_ap"]) / 20, abs=1e-15)
+    # APL ran on image predictions: one round after epoch 1 (warm-up 1 of 2 epochs), each class
+    # taking floor(theta * its unobserved training entries / 1 round) of them (em_apl/voc2012: theta 0.9)
+    from spmlkit.data.formats import load_prepared
+    from spmlkit.protocol import Observation, split_train_val
+
+    observed = Observation.parse("single_positive").apply(load_prepared(prepared).train_labels)
+    unobserved = (observed[split_train_val(30, val_frac=0.2)[0]] == 0).sum(0)
+    quota = sum(int(np.floor(0.9 * u)) for u in unobserved)
     history = json.loads((run / "metrics.json").read_text())
-    assert history[1]["pseudo_negatives"] > 0   # APL ran on image predictions
+    assert [h["pseudo_negatives"] for h in history] == [quota, quota]
 
 
 def test_train_errors_are_clear(tmp_path, capsys):

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import losses
 
-__all__ = ["Method", "METHODS", "get_method", "available_methods", "resolve_hparams", "ResolvedMethod"]
+__all__ = ["Method", "METHODS", "get_method", "resolve_hparams", "ResolvedMethod"]
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,6 @@ METHODS: dict[str, Method] = {
 _METHOD_KNOBS = {"penalty": "weight of the L1/L2 parameter penalty (l1r, l2r)",
                  "highrank_lam": "weight of the high-rank regulariser (opml_sp)",
                  "mixup_weight": "weight of PU-MLC's mixup consistency term (pu_mlc)"}
-
-
-def available_methods() -> dict[str, str]:
-    return {name: m.description for name, m in METHODS.items()}
 
 
 def get_method(name: str) -> Method:

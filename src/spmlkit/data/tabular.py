@@ -16,12 +16,7 @@ __all__ = ["TabularDataset"]
 
 @dataclass(frozen=True)
 class TabularDataset:
-    """Features and full labels of an official train and test list.
-
-    ``expected_num_pos`` is the mean number of true positives per training example, the
-    statistic EPR and ROLE take as their prior (the papers use the dataset's true value,
-    docs/methods.md, "epr").
-    """
+    """Features and full labels of an official train and test list."""
 
     name: str
     X_train: np.ndarray  # float32 [N_train, D]
@@ -55,28 +50,3 @@ class TabularDataset:
                 f"{self.name}: train has {self.X_train.shape[1]} features, test {self.X_test.shape[1]}"
             )
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
-
-    @property
-    def num_features(self) -> int:
-        return int(self.X_train.shape[1])
-
-    @property
-    def expected_num_pos(self) -> float:
-        return float(self.Y_train.sum(axis=1).mean())
-
-    def subset(self, n_train: int | None = None, n_test: int | None = None) -> "TabularDataset":
-        """The first ``n_train`` / ``n_test`` rows: a small, deterministic version for tests."""
-        return TabularDataset(
-            name=self.name,
-            X_train=self.X_train[:n_train],
-            Y_train=self.Y_train[:n_train],
-            X_test=self.X_test[:n_test],
-            Y_test=self.Y_test[:n_test],
-            class_names=self.class_names,
-            feature_names=self.feature_names,
-            source=self.source,
-            notes={**self.notes, "subset": (n_train, n_test)},
-        )

@@ -16,7 +16,7 @@ Numbers are mAP in percent, as printed (mean over runs, and the std where printe
 and dataset names are spmlkit's (:data:`METHOD_LABELS` maps them back to the papers'
 labels); methods that spmlkit does not implement keep a lower-case form of the paper's name
 (``smile``, ``mime``, ``sarb``, ...). Observations use spmlkit's text form
-(:class:`spmlkit.observation.Observation`): ``single_positive``, ``full``, ``ratio=0.1``.
+(:class:`spmlkit.protocol.Observation`): ``single_positive``, ``full``, ``ratio=0.1``.
 Note that ``bce`` and ``iun`` rows of the SPML tables are the references "All P. & All N."
 and "1 P. & All N.", i.e. methods that see more labels, listed under the SPML setting.
 
@@ -32,8 +32,6 @@ from typing import NamedTuple
 __all__ = [
     "DATASET_LABELS",
     "METHOD_LABELS",
-    "PSEUDO_LABEL_ACCURACY",
-    "PUBLISHED",
     "PUBLISHED_ROWS",
     "SOURCES",
     "Published",
@@ -248,16 +246,8 @@ def _build() -> tuple[PublishedRow, ...]:
 #: every published row (immutable)
 PUBLISHED_ROWS: tuple[PublishedRow, ...] = _build()
 
-#: ``(table, method, dataset, observation) -> (mean, std or None)``, mAP in percent
-PUBLISHED: dict[tuple[str, str, str, str], tuple[float, float | None]] = {
-    (r.table, r.method, r.dataset, r.observation): (r.mean, r.std) for r in PUBLISHED_ROWS
-}
-
 #: paper short names, in the order of this module's docstring
 SOURCES: tuple[str, ...] = ("EM", "OPML", "GR", "PU-MLC")
-
-#: EM Table 4: accuracy (%) of APL's pseudo-negatives, by dataset
-PSEUDO_LABEL_ACCURACY: dict[str, float] = {"voc2012": 99.57, "coco2014": 99.67, "nuswide": 99.89, "cub": 91.58}
 
 
 def _matches_source(row: PublishedRow, source: str) -> bool:

@@ -11,11 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 
-#: Bounded the (class, bucket) histogram of an earlier ``average_precision``, which now sorts
-#: and bounds its memory with ``ranking._SORT_CHUNK_ENTRIES``; kept for the metric modules
-#: that still import the name.
-_MAX_HISTOGRAM_BINS = 1 << 22
-
 ArrayLike = Any  # numpy array, torch tensor, or anything np.asarray understands
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ._inputs import ArrayLike, _MAX_HISTOGRAM_BINS, _as_matrix, _binary_targets, _check_threshold, _finite_scores, _probabilities, _same_shape, _sigmoid, _to_numpy  # noqa: F401
+from ._inputs import ArrayLike, _binary_targets, _check_threshold, _finite_scores, _probabilities, _same_shape
 from .ranking import average_precision, empty_classes
 from .thresholded import threshold_metrics
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._inputs import ArrayLike, _MAX_HISTOGRAM_BINS, _as_matrix, _binary_targets, _check_threshold, _finite_scores, _probabilities, _same_shape, _sigmoid, _to_numpy  # noqa: F401
+from ._inputs import ArrayLike, _as_matrix, _binary_targets, _probabilities, _same_shape
 
 
 def pseudo_label_accuracy(mask: ArrayLike, pseudo_values: ArrayLike, truth: ArrayLike) -> float:

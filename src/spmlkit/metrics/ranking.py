@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._inputs import ArrayLike, _MAX_HISTOGRAM_BINS, _as_matrix, _binary_targets, _check_threshold, _finite_scores, _probabilities, _same_shape, _sigmoid, _to_numpy  # noqa: F401
+from ._inputs import ArrayLike, _binary_targets, _finite_scores, _same_shape
 
 
 #: Entries (examples x classes) that ``average_precision`` sorts at once, in whole columns

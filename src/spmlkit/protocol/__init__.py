@@ -32,7 +32,6 @@ Label encoding (docs/protocol.md, "Label encoding"): ground truth ``Y`` in {0, 1
 
 from .observation import Observation
 from .observe import observe_labels, observe_ratio, observed_summary
-from .setup import ProtocolData, prepare_protocol
 from .split import split_train_val
 
 __all__ = [
@@ -41,6 +40,4 @@ __all__ = [
     "observe_ratio",
     "observed_summary",
     "Observation",
-    "ProtocolData",
-    "prepare_protocol",
 ]

@@ -96,15 +96,6 @@ class MethodComponents:
         label estimator, soft OPML's class AP) are what R runs stack for a batched step."""
         return nn.ModuleList([self.loss, *self.regularizers])
 
-    @property
-    def unbatchable_reason(self) -> str | None:
-        """Why this method's steps cannot run for several runs at once (None: they can); read
-        from the losses' declared :attr:`~spmlkit.losses.SPMLLoss.batchable`."""
-        for term in (self.loss, *self.regularizers):
-            if not term.batchable:
-                return f"loss {term.name!r} declares that it cannot be batched"
-        return None
-
     def param_groups(self, lr: float) -> list[dict[str, Any]]:
         """Extra optimiser groups owned by the method (ROLE's label estimator)."""
         groups = list(self.loss.param_groups(lr))

@@ -267,10 +267,6 @@ class RunConfig:
         """Every setting by its own name (the form presets, sweeps and options use)."""
         return {_FLAT_OF[(name, k)]: v for name, section in self.to_dict().items() for k, v in section.items()}
 
-    def replace(self, **settings: Any) -> RunConfig:
-        """A copy with ``settings`` (flat names) changed, checked as any config is."""
-        return config_from_dict(settings, base=self)
-
     def check_source(self, kind: str) -> None:
         """Reject settings that do not apply to a ``kind`` ("features" or "images") run."""
         other = "images" if kind == "features" else "features"

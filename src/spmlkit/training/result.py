@@ -45,14 +45,6 @@ class RunResult:
     model: nn.Module | None = field(default=None, repr=False, compare=False)
     label_state: LabelState | None = field(default=None, repr=False, compare=False)
 
-    def summary(self) -> dict[str, Any]:
-        """A flat row: the run's key settings and numbers (benchmark ``runs.csv``)."""
-        out = {"method": self.config.method.name, "seed": self.config.optimisation.seed, "lr": self.config.optimisation.lr,
-               "val_map": self.val_map, "test_map": self.test_map, "best_epoch": self.best_epoch,
-               "seconds": self.seconds}
-        out.update({f"test_{k}": v for k, v in self.test_metrics.items()})
-        return out
-
     def to_record(self) -> dict[str, Any]:
         """Everything JSON-able: what the results store and ``result.json`` keep.
 
