@@ -105,6 +105,8 @@ def test_the_mixup_term_of_r_problems_equals_its_separate_terms() -> None:
     assert torch.allclose(together, apart, atol=TOL, rtol=0)
     with pytest.raises(ValueError, match="pass each problem's perm and lam"):
         pu_mixup_consistency(lambda inputs: inputs @ weights, x, z, y)
+    with pytest.raises(ValueError, match="one permutation of range"):  # one shared by every problem is not one each
+        pu_mixup_consistency(lambda inputs: inputs @ weights, x, z, y, perm=perms[:1], lam=lams)
 
 
 def test_shapes_without_a_batch_or_classes_are_refused() -> None:

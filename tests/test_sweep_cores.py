@@ -173,3 +173,32 @@ def test_a_worker_pool_hands_back_every_task_with_its_threads(tmp_path: Path) ->
         pool.close()
     assert sorted(r["run_id"] for r in kept) == sorted(r["run_id"] for r in runs)
     assert {(r["threads"], r["runs_dir"]) for r in kept} == {(3, str(tmp_path))}
+
+
+def test_workers_start_before_the_grid_is_checked_and_a_refused_grid_stops_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers' start-up (imports, the data) overlaps the sweep's checks of its grid; when
+    a check refuses a setting, the workers it started are gone before the error reaches the user."""
+    import multiprocessing
+
+    from spmlkit.errors import InputError
+    from spmlkit.experiments.sweep import execute
+
+    events: list[str] = []
+    start, check = processes.WorkerPool.start, execute.run_config
+
+    def recording_start(self: processes.WorkerPool, runs_dir: str) -> None:
+        events.append("start")
+        start(self, runs_dir)
+
+    def recording_check(run: dict[str, Any], runs_dir: str | None = None) -> Any:
+        events.append("check")
+        return check(run, runs_dir)
+
+    monkeypatch.setattr(processes.WorkerPool, "start", recording_start)
+    monkeypatch.setattr("spmlkit.experiments.sweep.run.run_config", recording_check)
+    spec = SweepSpec(name="bad", seeds=[0, 1], settings={"epochs": 0}, store=str(tmp_path / "bad.db"))
+    with pytest.raises(InputError, match="epochs must be a positive integer"):
+        run_sweep(spec, jobs=2)
+    assert events == ["start", "check"]
+    assert multiprocessing.active_children() == []

@@ -25,7 +25,7 @@ def _process(jobs: int | None, ray_options: RayOptions | None, datasets: list[st
 
     jobs = jobs or 1
     threads = threads_per_run(jobs, datasets)
-    return InProcess(threads) if jobs == 1 else WorkerPool(jobs, threads)
+    return InProcess(threads) if jobs == 1 else WorkerPool(jobs, threads, datasets=datasets)
 
 
 def _ray(jobs: int | None, ray_options: RayOptions | None, datasets: list[str]) -> Executor:

@@ -37,7 +37,9 @@ class Executor(ABC):
 
     def start(self, runs_dir: str) -> None:
         """Get ready to train (start workers, connect to a cluster). ``runs_dir``: where image
-        runs keep their folders."""
+        runs keep their folders. Called before the sweep checks its grid, so that this start-up
+        overlaps the checks; when a check fails, :meth:`stop` and :meth:`close` follow with no
+        task submitted."""
 
     def task_size(self, candidates: int) -> int:
         """The most runs one task should hold, given the runs not yet looked at: 1 unless the

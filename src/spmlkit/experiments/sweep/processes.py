@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_futures
 from concurrent.futures.process import BrokenProcessPool
@@ -83,8 +83,11 @@ class WorkerPool(Executor):
     name in a spawned worker (:func:`~spmlkit.experiments.sweep.execute.execute_runs`)."""
 
     def __init__(self, jobs: int, threads: int,
-                 task: Callable[[list[Run], str, int], list[Record]] = execute_runs) -> None:
+                 task: Callable[[list[Run], str, int], list[Record]] = execute_runs,
+                 datasets: Sequence[str] = ()) -> None:
         self.jobs, self.threads, self.task = jobs, threads, task
+        #: the sweep's datasets, which each worker reads while it starts (:func:`_warm_up`)
+        self.datasets = tuple(datasets)
         self._runs_dir = "runs"
         self._pool: ProcessPoolExecutor | None = None
         #: how the workers were started (``fork`` or ``spawn``, :func:`safe_start_method`); None before start
@@ -95,8 +98,11 @@ class WorkerPool(Executor):
         self._runs_dir = runs_dir
         self.start_method = safe_start_method()
         context = multiprocessing.get_context(self.start_method)
-        self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=context, initializer=_worker_init,
-                                         initargs=(os.getpid(),))
+        self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=context, initializer=_worker_start,
+                                         initargs=(os.getpid(), self.datasets))
+        # a pool that forks starts all its workers at its first task: this one (a no-op) starts
+        # them now, so that their start-up (:func:`_warm_up`) overlaps the sweep's own checks
+        self._pool.submit(os.getpid)
 
     def task_size(self, candidates: int) -> int:
         return max(1, min(STACK_MAX, math.ceil(candidates / (2 * self.jobs))))
@@ -165,6 +171,38 @@ def safe_start_method() -> str:
     import torch
 
     return "spawn" if torch.cuda.is_initialized() else "fork"
+
+
+def _worker_start(sweep_pid: int, datasets: Sequence[str]) -> None:
+    """Pool initializer: tie the worker to the sweep (:func:`_worker_init`), then
+    :func:`_warm_up`."""
+    _worker_init(sweep_pid)
+    _warm_up(datasets)
+
+
+def _warm_up(datasets: Sequence[str]) -> None:
+    """Do, once per worker and before its first task, the start-up work that every task would
+    otherwise pay in the worker's first one.
+
+    * ``torch._dynamo``: torch.optim's optimisers import it on their first call (their methods
+      are wrapped by ``torch._disable_dynamo``, which imports it lazily), about 1.6 s of CPU
+      time here. The sweep itself never builds an optimiser, so it does not import it before
+      forking; each worker does, while the sweep checks its grid (docs/architecture.md, "The
+      sweep: claims, executors, cores").
+    * the named feature datasets of the sweep (Yeast), which are read once per process: read
+      here, they are in memory when the first task plans its runs. A dataset that cannot be
+      read is left alone: the run that needs it reports the error as its own.
+    """
+    import torch._dynamo  # noqa: F401  (imported for its side effect: loaded once, here)
+
+    from ...data.registry import FEATURE_DATASETS, load_features
+
+    for name in datasets:
+        if name in FEATURE_DATASETS:
+            try:
+                load_features(name)
+            except Exception:  # noqa: BLE001 - the run that needs it reports it, with its record
+                continue
 
 
 def _worker_init(sweep_pid: int, death_signal: bool = True) -> None:

@@ -122,19 +122,16 @@ def run_sweep(
                          f"lease ({lease_seconds} s); by default leases last {LEASE_SECONDS:g} s, renewed every "
                          f"{RENEW_SECONDS:g} s")
     store = ResultsStore(store_path or spec.store)
-    runs = expand(spec)
     started_at = now()
-
-    def finished(run_id: str) -> bool:
-        if retry_failed:
-            rec = store.get(run_id)
-            return rec is not None and rec["status"] == "ok"
-        return store.has_finished(run_id)
-
-    with user_input():  # a bad setting fails here, before any run, not once per run
-        for run in runs:
-            run_config(run)
-    unfinished = [r for r in runs if not finished(r["run_id"])]
+    # started before the grid is checked: the workers' start-up (imports, the data) overlaps
+    # the checks below (docs/architecture.md, "The sweep: claims, executors, cores")
+    executor.start(str(Path(store.path).parent / f"{spec.name}-runs"))
+    try:
+        runs, unfinished = _checked_runs(spec, store, retry_failed)
+    except BaseException:
+        executor.stop(lambda records: None)  # nothing was submitted: there is nothing to keep
+        executor.close()
+        raise
     already = len(runs) - len(unfinished)
     if on_start:
         on_start(len(runs), already)
@@ -142,20 +139,37 @@ def run_sweep(
     sweep = SweepState(store, owner, unfinished, max_runs, started_at if retry_failed else None, lease_seconds,
                        Heartbeat(store, owner, lease_seconds, renew_seconds), on_result, on_skip)
     try:
-        _drive(sweep, executor, str(Path(store.path).parent / f"{spec.name}-runs"))
+        _drive(sweep, executor)
     finally:
         sweep.give_up()
     return SweepResult(total=len(runs), skipped=already + sweep.found_finished, ran=sweep.ran, failed=sweep.failed,
                        store=Path(store.path), held=sweep.held, owner=owner)
 
 
-def _drive(sweep: SweepState, executor: Executor, runs_dir: str) -> None:
+def _checked_runs(spec: SweepSpec, store: ResultsStore, retry_failed: bool
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The grid's runs, each run's settings checked (a bad setting fails here, before any run,
+    not once per run), and those of them not finished in ``store``."""
+    runs = expand(spec)
+
+    def finished(run_id: str) -> bool:
+        if retry_failed:
+            rec = store.get(run_id)
+            return rec is not None and rec["status"] == "ok"
+        return store.has_finished(run_id)
+
+    with user_input():
+        for run in runs:
+            run_config(run)
+    return runs, [r for r in runs if not finished(r["run_id"])]
+
+
+def _drive(sweep: SweepState, executor: Executor) -> None:
     """Claim while the executor has room, submit, wait for finished tasks, record, repeat.
 
     Freed workers get their next task before the finished results are written (a store write
     takes milliseconds; a worker should not wait for it). On any exit by exception the
     executor stops at once and hands over what had finished, which ``give_up`` records."""
-    executor.start(runs_dir)
     try:
         size = executor.task_size(sweep.candidates_left)
         finished: list[list[dict[str, Any]]] = []
