@@ -51,7 +51,8 @@ def test_estimator_initialisation():
 
 def test_estimator_forward_and_probabilities():
     probs = np.array([[0.0, 0.25, 1.0], [0.5, 0.9, 1e-7]])
-    est = RoleEstimator.from_probabilities(probs)  # Φ is float32 like any parameter
+    est = RoleEstimator(2, 3)
+    est.load_probabilities(probs)  # Φ is float32 like any parameter
     phi = est.phi.detach()
     assert phi.dtype == torch.float32
     clamp = math.log((1 - 1e-5) / 1e-5)

@@ -120,16 +120,6 @@ class RoleEstimator(nn.Module):
             init = torch.where(obs < 0, _logit(NEGATIVE_INIT), init)
         self.phi = nn.Parameter(init)
 
-    @classmethod
-    def from_probabilities(
-        cls, probs: torch.Tensor | np.ndarray, *, seed: int = 0
-    ) -> "RoleEstimator":
-        """An estimator whose Φ is the clamped logit of ``probs`` ``[N, C]`` (LinearInit phase 2)."""
-        mat = _as_matrix(probs, "probs")
-        estimator = cls(mat.shape[0], mat.shape[1], seed=seed)
-        estimator.load_probabilities(mat)
-        return estimator
-
     @torch.no_grad()
     def load_probabilities(self, probs: torch.Tensor | np.ndarray) -> None:
         """Overwrite Φ in place with ``clamped_logit(probs)`` (probabilities clamped to [1e-5, 1-1e-5])."""
