@@ -115,3 +115,26 @@ def test_shapes_without_a_batch_or_classes_are_refused() -> None:
         fn(torch.zeros(4), torch.zeros(4))
     with pytest.raises(ValueError, match="empty batch"):
         fn(torch.zeros(R, 0, C), torch.zeros(R, 0, C))
+
+
+def test_soft_opml_of_r_problems_is_bit_identical_to_its_separate_losses_in_float32() -> None:
+    """The trust AP^r is taken per run when its AP is set, so R stacked runs weigh their logits
+    with exactly a solo run's trust: a power over the stacked [R, C] AP (most entries through the
+    CPU's vector code, a solo run's 14 through its scalar code) differed in the last bit, and
+    OPML-SP's weights after 20 epochs by 1.9e-6 (docs/architecture.md, "Many runs at once")."""
+    runs, classes = 9, 14
+    gen = torch.Generator().manual_seed(3)
+    aps = torch.rand(runs, classes, generator=gen)
+    fns = [losses.create("opml_soft", a=16.0, b=0.25, r=4.0) for _ in range(runs)]
+    for fn, ap in zip(fns, aps):
+        fn.set_class_ap(ap)
+    z = torch.randn(runs, 16, classes, generator=gen).requires_grad_()
+    y = torch.zeros(runs, 16, classes)
+    y[..., 0] = 1.0
+    together = functional_call(fns[0], _stacked(fns), (z, y))
+    apart = torch.stack([fn(z[r], y[r]) for r, fn in enumerate(fns)])
+    assert torch.equal(together, apart)
+    (g_together,) = torch.autograd.grad(together.sum(), z)
+    (g_apart,) = torch.autograd.grad(apart.sum(), z)
+    assert torch.equal(g_together, g_apart)
+    assert torch.equal(fns[0].trust, aps[0].double().pow(4.0))

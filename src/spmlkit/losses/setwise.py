@@ -222,10 +222,18 @@ class SoftOPMLLoss(OPMLLoss):
     Until the first AP is set ``ε = 0`` and the loss equals OPML. ``needs_class_ap`` tells
     the trainer to make that call; the AP lives in a buffer, so checkpoints carry it.
     ``reduction`` as for ``opml``.
+
+    The trust ``AP_c^r`` is taken once, when the AP is set, on the run's own ``[C]`` vector,
+    and kept in a second buffer (rebuilt from the AP on load) rather than on every step: R
+    runs trained as one batched group (docs/architecture.md, "Many runs at once") then stack
+    each run's exact trust. A power over the stacked ``[R, C]`` AP would take most entries
+    through the CPU's vector code and a solo run's 14 through its scalar code, which round
+    ``pow`` differently in the last bit.
     """
 
     needs_class_ap = True
     class_ap: torch.Tensor | None
+    trust: torch.Tensor | None
 
     def __init__(
         self,
@@ -240,6 +248,7 @@ class SoftOPMLLoss(OPMLLoss):
         super().__init__(a=a, b=b, subtract_min=subtract_min, u=u, v=v, **options)
         self.r = check_number("opml_soft", "r (power on the class AP)", r, low=0.0)
         self.register_buffer("class_ap", None)
+        self.register_buffer("trust", None, persistent=False)
 
     def set_class_ap(self, ap: torch.Tensor | np.ndarray | Any) -> None:
         """Store the per-class training AP ``[C]`` (values in [0, 1]) used from now on.
@@ -262,18 +271,23 @@ class SoftOPMLLoss(OPMLLoss):
             )
         device = self.class_ap.device if self.class_ap is not None else None
         self.class_ap = value.to(device) if device is not None else value
+        self._set_trust()
+
+    def _set_trust(self) -> None:
+        """``AP^r`` from the stored AP, in its float64: rounded once to the logits' dtype where used."""
+        self.trust = None if self.class_ap is None else self.class_ap.pow(self.r)
 
     def smoothing(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """``ε = AP_c^r · sg(p)`` on unobserved entries, 0 elsewhere (all 0 before any AP)."""
-        if self.class_ap is None:
+        if self.trust is None:
             return torch.zeros_like(logits)
-        if self.class_ap.shape[-1] != logits.shape[-1]:
+        if self.trust.shape[-1] != logits.shape[-1]:
             raise ValueError(
-                f"loss 'opml_soft': class AP has {self.class_ap.shape[-1]} entries but logits have "
+                f"loss 'opml_soft': class AP has {self.trust.shape[-1]} entries but logits have "
                 f"{logits.shape[-1]} classes; call set_class_ap with one AP per class"
             )
         # [C] (or [..., C], one AP per problem) against the [..., B, C] logits
-        trust = self.class_ap.to(device=logits.device, dtype=logits.dtype).pow(self.r).unsqueeze(-2)
+        trust = self.trust.to(device=logits.device, dtype=logits.dtype).unsqueeze(-2)
         eps = trust * torch.sigmoid(logits.detach())
         return torch.where(labels == 0, eps, 0.0)
 
@@ -288,3 +302,4 @@ class SoftOPMLLoss(OPMLLoss):
         if key in state_dict and self.class_ap is None:
             self.class_ap = torch.empty_like(state_dict[key])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._set_trust()
