@@ -252,8 +252,13 @@ def _process_exists(pid: int) -> bool:
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """End the pool's workers now. ``shutdown`` alone would wait for the runs in progress to
-    finish, minutes for an image run."""
+    finish, minutes for an image run.
+
+    The pool's manager thread reaps the workers too, concurrently: until it has finished, a
+    worker it has reaped can still look alive to this thread (its exit status went to the other
+    ``waitpid``), so this waits for that thread before returning."""
     procs = list((getattr(pool, "_processes", None) or {}).values())  # private, but stable since 3.3
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         if proc.is_alive():
@@ -264,3 +269,5 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         if proc.is_alive():
             proc.kill()
             proc.join(1.0)
+    if manager is not None:
+        manager.join(_WORKER_EXIT_SECONDS)
