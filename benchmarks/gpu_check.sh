@@ -80,7 +80,7 @@ json.dump(env, open(sys.argv[1], "w"), indent=1)
 print(env)
 PY
 
-TESTS=(tests/test_cuda.py)
+TESTS=(tests -m cuda)   # every test marked `cuda` (tests/test_cuda.py and the GPU case of test_peak_memory.py)
 if [ "${GPU_CHECK_FULL:-0}" = 1 ]; then TESTS=(tests); fi
 step tests "$PYTHON" -m pytest "${TESTS[@]}" -p no:cacheprovider -rA --junitxml="$OUT/tests.xml" -o junit_family=xunit2
 
