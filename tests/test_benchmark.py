@@ -103,22 +103,6 @@ def test_cli_errors_are_one_clear_line(capsys):
     assert "no hyperparameter 'alhpa'" in capsys.readouterr().err
 
 
-def test_the_command_line_freezes_the_collector_before_its_process_exits(monkeypatch, capsys):
-    """``spmlkit`` (``main()`` reading the process's own arguments) freezes the garbage collector's
-    objects as it returns, sparing its process the last full collection at exit; ``main(argv)``,
-    which a caller that goes on running uses, leaves the collector alone."""
-    import gc
-
-    gc.unfreeze()
-    try:
-        assert main(["methods"]) == 0 and gc.get_freeze_count() == 0
-        monkeypatch.setattr("sys.argv", ["spmlkit", "methods"])
-        assert main() == 0 and gc.get_freeze_count() > 0
-    finally:
-        gc.unfreeze()
-    assert "an" in capsys.readouterr().out
-
-
 def test_cli_train_prints_epochs(tmp_path, capsys):
     code = main(["train", "--method", "em_apl", "--epochs", "3", "--subset", "300", "--hparam", "alpha=0.2",
                  "--hparam", "warmup_epochs=1", "--device", "cpu", "--out", str(tmp_path)])

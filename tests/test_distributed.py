@@ -204,32 +204,3 @@ def test_as_many_processes_as_gpus_or_any_number_on_the_cpu_start_their_group(mo
     group = Distributed.from_environment("cpu")  # --device cpu: gloo, whatever the GPUs
     assert calls == ["init gloo"] and (group.backend, group.world_size) == ("gloo", 4)
 
-
-def test_the_exit_collection_frees_cycles_the_command_line_froze() -> None:
-    """The ``spmlkit`` command freezes the collector's objects as it returns; the exit-time
-    collection that tears a gloo backend down while the interpreter is whole must still reach
-    them (a frozen cycle would be left to finalisation: the SIGABRT race it exists to avoid)."""
-    import gc
-    import weakref
-
-    from spmlkit.training.distributed import _collect_everything
-
-    class Node:
-        pass
-
-    enabled = gc.isenabled()
-    gc.disable()  # no automatic collection between making the cycle and freezing it
-    try:
-        node = Node()
-        node.self = node  # a reference cycle, as a collective's autograd graph holds its group
-        alive = weakref.ref(node)
-        del node
-        gc.freeze()
-        gc.collect()
-        assert alive() is not None  # frozen: an ordinary collection leaves it
-        _collect_everything()
-        assert alive() is None
-    finally:
-        gc.unfreeze()
-        if enabled:
-            gc.enable()

@@ -36,31 +36,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command in ``argv`` (default: this process's command line) and return its exit
-    status. Called without ``argv`` it is the ``spmlkit`` command itself, whose process ends
-    when this returns (:func:`_before_exit`)."""
-    try:
-        return _main(argv)
-    finally:
-        if argv is None:
-            _before_exit()
-
-
-def _before_exit() -> None:
-    """Freeze the garbage collector's objects before the command's process exits.
-
-    Python's shutdown runs a last full collection over every object the process holds, and
-    after importing torch (and pandas) that is some 350,000 objects: 0.5 s of the 0.7 s that
-    exiting took on the development machine, after the command's work was done (0.2 s once
-    frozen). Frozen objects are skipped by the collector; they are still released when their
-    modules are. Only the command line does this: a caller of :func:`main` with ``argv`` (the
-    tests) goes on running and keeps its collector."""
-    import gc
-
-    gc.freeze()
-
-
-def _main(argv: Sequence[str] | None) -> int:
     from ..errors import InputError
 
     parser = build_parser()

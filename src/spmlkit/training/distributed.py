@@ -215,18 +215,8 @@ def _free_backends_before_exit() -> None:
     global _EXIT_COLLECTION_REGISTERED
     gc.collect()
     if not _EXIT_COLLECTION_REGISTERED:
-        atexit.register(_collect_everything)
+        atexit.register(gc.collect)
         _EXIT_COLLECTION_REGISTERED = True
-
-
-def _collect_everything() -> None:
-    """The exit-time collection of :func:`_free_backends_before_exit`, over every object: the
-    ``spmlkit`` command freezes the collector's objects as it returns (``cli._before_exit``),
-    and a collection skips frozen objects, a gloo backend among them."""
-    import gc
-
-    gc.unfreeze()
-    gc.collect()
 
 
 class GlobalBatchNorm(nn.BatchNorm2d):
