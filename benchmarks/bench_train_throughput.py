@@ -43,8 +43,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -58,12 +56,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from spmlkit.cpus import usable_cpus
 from spmlkit.data.formats.image_cache import write_image_cache
 from spmlkit.data.formats.prepared import write_prepared
 from spmlkit.data.images import IMAGENET_MEAN, IMAGENET_STD, loader_workers
 from spmlkit.models import build_model
 from spmlkit.training import train
 from spmlkit.training.config import RunConfig
+from spmlkit.training.device import peak_memory, reset_peak_memory
 from spmlkit.training.run_data import load_image_data
 from spmlkit.training.sources import ImageSource
 
@@ -102,7 +102,7 @@ def make_images(folder: Path, count: int, width: int, height: int, seed: int) ->
     from concurrent.futures import ProcessPoolExecutor
 
     folder.mkdir(parents=True, exist_ok=True)
-    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    with ProcessPoolExecutor(max_workers=usable_cpus()) as pool:
         made = list(pool.map(_make_image, [folder] * count, range(count), [width] * count, [height] * count,
                              [seed] * count, chunksize=32))
     return [name for name, _ in made], np.stack([labels for _, labels in made])
@@ -133,13 +133,11 @@ def _sync(device: torch.device) -> None:
 def _peak(device: torch.device) -> Iterator[list[int | None]]:
     """The peak GPU memory of the block (a one-item list filled at its end; None off CUDA)."""
     box: list[int | None] = [None]
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
+    _sync(device)
+    reset_peak_memory(device)
     yield box
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        box[0] = int(torch.cuda.max_memory_allocated(device))
+    _sync(device)
+    box[0] = peak_memory(device)[1]
 
 
 def data_pipeline(args: argparse.Namespace, prepared: Path, decode: str) -> float:
@@ -316,10 +314,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
         parser.error(f"--images must exceed {TEST_IMAGES + args.batch_size} (the test list plus one batch)")
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     device_name = torch.cuda.get_device_name(device) if cuda else "CPU"
     header = (f"{device_name}, {cpus} CPUs ({torch.get_num_threads()} torch threads), torch {torch.__version__}; "
               f"{args.backbone} at {args.image_size} x {args.image_size} from {width} x {height} JPEGs, "
@@ -355,15 +350,17 @@ def main(argv: list[str] | None = None) -> list[Row]:
         for name, kind, measure, compiled in plan:
             if kind in kinds:
                 rows.append(_measure(name, kind, measure, args.repeats, device, compiled))
-    host_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    host_peak = peak_memory(device)[0]
     print()
     print(table(rows))
-    print(f"\npeak host memory of this process: {host_peak / 2**30:.1f} GiB")
+    if host_peak is not None:
+        print(f"\npeak host memory of this process: {host_peak / 2**30:.1f} GiB")
     if args.json:
         Path(args.json).write_text(json.dumps({"header": header, "device": device_name, "cpus": cpus,
                                                "torch": torch.__version__, "args": vars(args),
                                                "host_peak_memory_bytes": host_peak,
-                                               "rows": [asdict(r) for r in rows]}, indent=1))
+                                               "rows": [asdict(r) for r in rows], "table": table(rows)},
+                                              indent=1))
     return rows
 
 

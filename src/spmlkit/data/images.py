@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from ..cpus import usable_cpus
 from ..errors import InputError
 
 __all__ = [
@@ -80,12 +81,8 @@ def loader_workers(requested: int | None) -> int:
     """
     if requested is not None:
         return requested
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no affinity mask
-        cpus = os.cpu_count() or 1
     processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return max(0, min(MAX_AUTO_WORKERS, cpus // processes - 1))
+    return max(0, min(MAX_AUTO_WORKERS, usable_cpus() // processes - 1))
 
 
 def resize_step(size: int) -> Callable:
@@ -123,10 +120,10 @@ class UnreadableImageError(InputError):
         return lines[-1] if lines else message
 
     @classmethod
-    def of(cls, path: Path, exc: BaseException, doing: str = "") -> UnreadableImageError:
-        """The error for ``path``, which raised ``exc`` (``doing``: what was being done, for the message)."""
+    def of(cls, path: Path, exc: BaseException) -> UnreadableImageError:
+        """The error for ``path``, which raised ``exc``."""
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())
-        return cls(f"cannot read image {path}{doing} ({reason}); find every unreadable image with `spmlkit prepare "
+        return cls(f"cannot read image {path} ({reason}); find every unreadable image with `spmlkit prepare "
                    "DATASET --root DIR --check` (it lists them in the prepared folder's bad_images.txt), then "
                    "re-download them (replace each with a readable copy) and prepare again")
 

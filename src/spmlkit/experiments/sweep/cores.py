@@ -20,19 +20,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from ...cpus import usable_cpus
+
 __all__ = ["usable_cpus", "default_jobs", "threads_per_run", "THREADS_ENV"]
 
 #: the environment variable that fixes every run's torch threads (otherwise sized here)
 THREADS_ENV = "SPMLKIT_RUN_THREADS"
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on: its affinity mask where the platform has one (Linux),
-    else every CPU of the machine."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
-        return max(1, os.cpu_count() or 1)
 
 
 def default_jobs(datasets: Iterable[str] = ()) -> int:
