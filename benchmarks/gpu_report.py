@@ -90,20 +90,6 @@ def _value(value: Any) -> str:
     return str(value)
 
 
-def _throughput_table(rows: list[dict[str, Any]]) -> list[str]:
-    reference = next((r["images_per_second"] for r in rows if r["kind"] == "reference"), None)
-    bounds = {r["compiled"]: r["images_per_second"] for r in rows if r["kind"] == "model"}
-    lines = ["| setting | images/s | vs reference | vs model bound | peak GPU memory |", "|---|---:|---:|---:|---:|"]
-    for r in rows:
-        bound = bounds.get(r["compiled"])
-        lines.append("| {} | {:.0f} | {} | {} | {} |".format(
-            r["name"], r["images_per_second"],
-            f"{r['images_per_second'] / reference:.1f}x" if reference else "",
-            f"{r['images_per_second'] / bound:.0%}" if bound and r["kind"] in ("training", "pipeline") else "",
-            f"{r['peak_memory_bytes'] / 2**30:.1f} GiB" if r.get("peak_memory_bytes") else ""))
-    return lines
-
-
 def markdown(report: dict[str, Any]) -> str:
     """The report as a Markdown page: environment, steps, tests (failures in full), figures, throughput."""
     lines = ["# spmlkit GPU check", ""]
@@ -144,9 +130,9 @@ def markdown(report: dict[str, Any]) -> str:
     if throughput is None:
         lines += ["(the throughput step left nothing: see throughput.log)", ""]
     else:
-        lines += [throughput.get("header", ""), ""] + _throughput_table(throughput["rows"])
+        lines += [throughput.get("header", ""), "", throughput["table"]]
         lines += ["", f"peak host memory of the benchmark process: "
-                      f"{throughput.get('host_peak_memory_bytes', 0) / 2**30:.1f} GiB", ""]
+                      f"{(throughput.get('host_peak_memory_bytes') or 0) / 2**30:.1f} GiB", ""]
     return "\n".join(lines)
 
 
