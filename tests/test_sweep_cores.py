@@ -74,7 +74,13 @@ def test_the_thread_variable_wins_and_a_bad_one_is_one_line(monkeypatch: pytest.
 
 def test_omitted_jobs_are_sized_from_the_cpus_and_typed_jobs_are_kept(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path, capsys) -> None:
+    from spmlkit.experiments.sweep import run as sweep_run
+
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    started: list[int | None] = []  # the jobs each sweep's executor was made with
+    make = sweep_run.make_executor
+    monkeypatch.setattr(sweep_run, "make_executor",
+                        lambda backend, jobs=None, *rest: started.append(jobs) or make(backend, jobs, *rest))
     quick = ["--methods", "an", "--seeds", "0", "--lrs", "0.003", "--epochs", "1", "--subset", "200", "--quiet"]
     assert main(["benchmark", *quick, "--out", str(tmp_path / "auto")]) == 0
     assert ", 3 worker(s)" in capsys.readouterr().out
@@ -83,6 +89,7 @@ def test_omitted_jobs_are_sized_from_the_cpus_and_typed_jobs_are_kept(monkeypatc
     (tmp_path / "s.yaml").write_text("methods: [an]\nsettings: {epochs: 1, subset: 200}\nstore: s.db\n")
     assert main(["sweep", str(tmp_path / "s.yaml"), "--quiet"]) == 0
     assert ", 3 worker(s)" in capsys.readouterr().out
+    assert started == [3, 1, 3]  # what the sweeps ran with, not only what they printed
 
 
 def _task_sizes(spec: SweepSpec, size: int) -> list[int]:

@@ -114,9 +114,11 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
     source = _source(first, Distributed())
     groups = _merged([g for plan, run in zip(plans, runs) for g in _param_groups(plan.config, run)])
     group = Group(runs, source, _optimizer(first.config, groups), first.device)
-    run_loop(group, epochs=first.config.schedule.epochs, val_targets=first.split.val_targets,
-             truth_train=first.split.truth_train)
-    results = _evaluate(plans, group, resumed_from=0, run_dir=None)
+    machine = first.config.machine  # one for the group: the machine settings are part of batch_key
+    with num_threads(machine.num_threads), deterministic_cuda(machine.deterministic):
+        run_loop(group, epochs=first.config.schedule.epochs, val_targets=first.split.val_targets,
+                 truth_train=first.split.truth_train)
+        results = _evaluate(plans, group, resumed_from=0, run_dir=None)
     seconds = (time.perf_counter() - t0) / len(configs)
     peaks = peak_memory(first.device)  # the group's: its runs share one model stack and one process
     for result in results:

@@ -47,10 +47,8 @@ from __future__ import annotations
 
 from .claims import LEASE_SECONDS, RENEW_SECONDS
 from .execute import execute_run, execute_runs, run_config
-from .processes import STACK_MAX
 from .run import SweepResult, SweepTerminated, run_sweep, sigterm_stops_sweep
 from .spec import SweepSpec, expand, load_sweep, run_id
 
 __all__ = ["SweepSpec", "SweepResult", "SweepTerminated", "load_sweep", "expand", "run_config", "run_sweep",
-           "execute_run", "execute_runs", "sigterm_stops_sweep", "run_id", "LEASE_SECONDS", "RENEW_SECONDS",
-           "STACK_MAX"]
+           "execute_run", "execute_runs", "sigterm_stops_sweep", "run_id", "LEASE_SECONDS", "RENEW_SECONDS"]

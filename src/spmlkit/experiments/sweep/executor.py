@@ -32,9 +32,6 @@ class Executor(ABC):
     comes back as exactly one record, a failure included, through ``keep``.
     """
 
-    #: how many tasks run at once at most (for the sweep's progress line); None: not fixed
-    jobs: int | None = None
-
     def start(self, runs_dir: str) -> None:
         """Get ready to train (start workers, connect to a cluster). ``runs_dir``: where image
         runs keep their folders. Called before the sweep checks its grid, so that this start-up

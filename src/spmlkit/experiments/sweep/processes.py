@@ -44,8 +44,6 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 class InProcess(Executor):
     """``jobs=1``: every run here, one after the other, each alone (no worker to start)."""
 
-    jobs = 1
-
     def __init__(self, threads: int) -> None:
         self.threads = threads
         self._runs_dir = "runs"

@@ -226,7 +226,7 @@ class RayExecutor(Executor):
 
     def __init__(self, options: RayOptions, threads: int) -> None:
         self.ray = import_ray()  # before any run is claimed: a missing Ray is one line
-        self.options, self.jobs, self.threads = options, options.jobs, threads
+        self.options, self.threads = options, threads
         self._started_ray = False
         self._runs_dir = ""
         self._cwd = os.getcwd()
