@@ -72,3 +72,44 @@ def test_validate_observed_messages():
         validate_observed(np.array([[1, 0], [2, 0]]))
     with pytest.raises(ValueError, match="2-D"):
         validate_observed(np.array([1, 0]))
+
+
+def _expected(state: LabelState, index: torch.Tensor) -> tuple[list, list, list]:
+    """A run's batch read from its own state (LabelState.batch: its own tables, not RunLabels')."""
+    b = state.batch(index)
+    return b.labels.tolist(), b.pseudo.mask.tolist(), b.pseudo.target.tolist()
+
+
+@pytest.mark.parametrize("runs", [1, 2])
+def test_run_labels_read_and_correct_each_run_as_its_own_state_does(runs: int) -> None:
+    """RunLabels, the loop's view of R label states (R = 1 is a solo run): row r of a batch is
+    run r's state, also after LL-Cp-style corrections patch the cached tables in place; on exit
+    each state has its own tensors back, holding what the epoch wrote, with observed untouched."""
+    from spmlkit.labels import RunLabels
+
+    states = [LabelState(OBS) for _ in range(runs)]
+    if runs == 2:  # one run with a pseudo-negative, one without: the zeros shortcut must not apply
+        states[1].add_pseudo_negatives(torch.tensor([2]), torch.tensor([3]), torch.tensor([0.25]), epoch=1)
+    own = [state.kind for state in states]
+    index = torch.tensor([[2, 0, 1], [1, 2, 2]])[:runs]
+    with RunLabels(states) as labels:
+        before = labels.batch(index)
+        for r, state in enumerate(states):
+            got = (before.labels[r].tolist(), before.pseudo.mask[r].tolist(), before.pseudo.target[r].tolist())
+            assert got == _expected(state, index[r])
+        mask = torch.zeros(runs, 3, 4, dtype=torch.bool)
+        mask[:, 0, 0] = True   # row 2 / row 1, class 0: unobserved -> corrected
+        mask[:, 1, 0] = True   # row 0: an observed positive / row 2: unobserved -> corrected
+        mask[:, 2, 3] = True   # row 1: unobserved -> corrected / row 2, class 3: a pseudo-negative in run 1 -> kept
+        labels.correct(index, mask, epoch=5)
+        after = labels.batch(index)  # from the tables patched in place
+        for r, state in enumerate(states):
+            assert after.labels[r].tolist() == _expected(state, index[r])[0]
+    run0 = [[1, 0, 0, -1], [0, 1, 0, 1], [1, 0, 1, 0]]
+    assert states[0].effective_labels().tolist() == run0
+    assert states[0].count(Kind.CORRECTED) == 2 and states[0].epoch[1, 3].item() == 5
+    if runs == 2:
+        assert states[1].effective_labels().tolist() == [[1, 0, 0, -1], [1, 1, 0, 0], [1, 0, 1, 0]]
+        assert states[1].kind[2, 3].item() == Kind.PSEUDO_NEGATIVE
+    for state, kind in zip(states, own):
+        assert state.kind is kind and state.observed.tolist() == OBS.tolist()

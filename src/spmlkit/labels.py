@@ -369,9 +369,11 @@ class RunLabels:
             self._key = key
         return self._tables_all
 
-    def batch(self, index: torch.Tensor) -> LabelBatch:
+    def batch(self, index: torch.Tensor, device: torch.device | str = "cpu") -> LabelBatch:
         """Row ``r`` of ``index`` (``[R, B]``) read from run ``r``'s state: a :class:`LabelBatch`
-        of ``[R, B, C]`` tensors (row r equal to ``states[r].batch(index[r])``)."""
+        of ``[R, B, C]`` tensors (row r equal to ``states[r].batch(index[r])``). The tables live
+        on the CPU, so the gathered tensors do; the pseudo-labels of a step without any are zeros
+        made on ``device``, where the loss reads them, rather than copied there."""
         idx = torch.as_tensor(index, dtype=torch.long)
         runs, batch = idx.shape
         labels, mask, target = self._tables()
@@ -384,7 +386,8 @@ class RunLabels:
         if self._any_pseudo:
             pseudo = PseudoLabels(gather(mask), gather(target))
         else:  # no run has a pseudo-label (most methods, and APL before its first): zeros, not two gathers
-            pseudo = PseudoLabels(torch.zeros((runs, batch, c), dtype=torch.bool), torch.zeros((runs, batch, c)))
+            pseudo = PseudoLabels(torch.zeros((runs, batch, c), dtype=torch.bool, device=device),
+                                  torch.zeros((runs, batch, c), device=device))
         return LabelBatch(labels=gather(labels), pseudo=pseudo, index=idx)
 
     def correct(self, index: torch.Tensor, mask: torch.Tensor, epoch: int) -> None:

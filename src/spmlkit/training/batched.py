@@ -41,6 +41,7 @@ from torch.func import functional_call
 
 from ..labels import LabelBatch
 from .components import Mixing
+from .sources import predict_proba
 from .step import RunStep
 
 __all__ = ["BatchedSteps", "probabilities"]
@@ -105,14 +106,12 @@ class BatchedSteps:
             for p in params:
                 p.data = p.data.clone()
 
-    def losses(self, x: Tensor, batch: LabelBatch, mixings: list[Mixing | None]) -> tuple[Tensor, Tensor | None]:
+    def losses(self, x: Tensor, batch: LabelBatch, mixing: Mixing | None) -> tuple[Tensor, Tensor | None]:
         """``(loss [R], corrections [R, B, C] or None)`` of one step: run r's inputs are ``x[r]``,
-        its labels row r of ``batch`` (:class:`~spmlkit.labels.RunLabels`), its draws ``mixings[r]``."""
+        its labels row r of ``batch`` (:class:`~spmlkit.labels.RunLabels`), its draws row r of
+        ``mixing`` (the runs' permutations ``[R, B/2]`` and lambdas ``[R]``)."""
         if not self._entered:
             raise RuntimeError("BatchedSteps.losses is called inside `with BatchedSteps(...)`")
-        mixing = None
-        if mixings[0] is not None:
-            mixing = (torch.stack([m[0] for m in mixings]), torch.stack([m[1] for m in mixings]))
         return self.template(x, batch.index, batch.labels, batch.pseudo.mask, batch.pseudo.target, mixing)
 
 
@@ -139,15 +138,4 @@ def probabilities(models: list[nn.Module], X: Tensor, chunk: int = 4096) -> Tens
     model = models[0]
     tensors = [dict(m.named_parameters()) | dict(m.named_buffers()) for m in models]
     state = {name: torch.stack([run[name] for run in tensors]) for name in tensors[0]}
-
-    def forward(x: Tensor) -> Tensor:
-        return torch.sigmoid(functional_call(model, state, (x,), tie_weights=False))
-
-    was_training = model.training
-    model.eval()
-    try:
-        if len(X) <= chunk:
-            return forward(X)
-        return torch.cat([forward(X[i : i + chunk]) for i in range(0, len(X), chunk)], dim=1)
-    finally:
-        model.train(was_training)
+    return predict_proba(model, X, chunk, forward=lambda x: functional_call(model, state, (x,), tie_weights=False))

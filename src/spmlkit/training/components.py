@@ -27,7 +27,6 @@ from .. import labeling, losses, metrics
 from ..labels import LabelBatch, LabelState
 from ..losses.batchwise import draw_pu_mixing, pu_mixup_consistency
 from ..methods import Method, ResolvedMethod
-from .device import to_device
 
 __all__ = ["MethodComponents", "Mixing", "build_components", "method_label_matrix", "expected_positives"]
 
@@ -115,14 +114,15 @@ class MethodComponents:
         for reg in self.regularizers:
             reg.set_epoch(epoch, num_epochs)
 
-    def draw_mixing(self, generator: torch.Generator, batch: int, device: torch.device | str) -> Mixing | None:
+    def draw_mixing(self, generator: torch.Generator, batch: int) -> Mixing | None:
         """The step's random draws (PU-MLC's mixup permutation and lambda) from the run's own
         generator, before the loss: where a solo run's loss drew them, so batched and solo runs
-        draw the same numbers. None for methods without randomness in their loss."""
+        draw the same numbers. On the CPU: the loop sends the draws of all its runs to the
+        device together. None for methods without randomness in their loss."""
         if not self.method.mixup or batch < 2:
             return None
-        perm, lam = draw_pu_mixing(batch, generator, device="cpu")
-        return to_device(perm, device), to_device(torch.tensor(lam, dtype=torch.float64), device)
+        perm, lam = draw_pu_mixing(batch, generator)
+        return perm, torch.tensor(lam, dtype=torch.float64)
 
     def training_loss(self, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, logits: torch.Tensor,
                       batch: LabelBatch, mixing: Mixing | None,

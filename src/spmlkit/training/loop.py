@@ -43,7 +43,7 @@ from .. import metrics
 from ..labels import LabelBatch, LabelState, PseudoLabels, RunLabels, pseudo_label_stats
 from .batched import BatchedSteps
 from .batched import probabilities as batched_probabilities
-from .components import MethodComponents
+from .components import MethodComponents, Mixing
 from .device import to_device
 from .distributed import Distributed
 from .sources import DataSource
@@ -217,14 +217,15 @@ def _train_steps(group: Group, runs: list[Run], labels: RunLabels, batched: Batc
         size = idx.shape[1]
         # the rows the loss sees: the whole global batch, or this process's slice of it
         rows = idx if (group.global_batch or not dist.enabled) else idx[:, dist.shard(size)]
-        batch = labels.batch(rows)
-        mixings = [run.components.draw_mixing(run.generator, size, group.device) for run in runs]
+        batch = labels.batch(rows, group.device)
+        mixing = _mixing([run.components.draw_mixing(run.generator, size) for run in runs], group.device)
         if batched is None:
             loss, corrections = runs[0].step(x[0], *_on(group.device, rows[0], batch.labels[0], batch.pseudo.mask[0],
-                                                       batch.pseudo.target[0]), mixings[0])
+                                                       batch.pseudo.target[0]),
+                                             None if mixing is None else (mixing[0][0], mixing[1][0]))
             losses, corrections = loss[None], None if corrections is None else corrections[None]
         else:
-            losses, corrections = batched.losses(x, _batch_on(batch, group.device), mixings)
+            losses, corrections = batched.losses(x, _batch_on(batch, group.device), mixing)
         _backward_and_step(group, losses.sum())
         if corrections is not None:  # LL-Cp's permanent corrections of this step, every run's at once
             labels.correct(rows, corrections, epoch)
@@ -238,6 +239,14 @@ def _train_steps(group: Group, runs: list[Run], labels: RunLabels, batched: Batc
 
 def _on(device: torch.device | str, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(to_device(t, device) for t in tensors)
+
+
+def _mixing(draws: list[Mixing | None], device: torch.device | str) -> Mixing | None:
+    """The runs' mixup draws, stacked (``[R, B/2]`` permutations, ``[R]`` lambdas) and sent to
+    ``device`` together: two copies per step, whatever R."""
+    if draws[0] is None:
+        return None
+    return _on(device, torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws]))
 
 
 def _batch_on(batch: LabelBatch, device: torch.device | str) -> LabelBatch:

@@ -22,6 +22,7 @@ is applied in place, in order, with nothing ahead.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import torch
@@ -39,7 +40,7 @@ def to_device_ahead(batches: Iterable[T], device: torch.device, upload: Callable
         for batch in batches:
             yield upload(batch)
         return
-    side = torch.cuda.Stream(device)
+    side = _side_stream(device.index if device.index is not None else torch.cuda.current_device())
     pending: tuple[Any, torch.cuda.Event] | None = None
     for batch in batches:
         with torch.cuda.stream(side):
@@ -51,6 +52,18 @@ def to_device_ahead(batches: Iterable[T], device: torch.device, upload: Callable
         pending = (moved, ready)
     if pending is not None:
         yield _hand_over(*pending, device)
+
+
+@functools.lru_cache(maxsize=None)
+def _side_stream(index: int) -> torch.cuda.Stream:
+    """The one side stream of GPU ``index``, kept for the process.
+
+    ``torch.cuda.Stream()`` takes the next stream of a pool of 32, and the caching allocator
+    reuses a freed block only on the stream it was allocated on: a new stream for every pass
+    (each epoch, each prediction) would leave the blocks of earlier passes cached on streams
+    nothing uses any more, and reserved memory would grow until an allocation fails. One stream
+    shared by every pass is as safe: each batch is handed over by its own event."""
+    return torch.cuda.Stream(torch.device("cuda", index))
 
 
 def _hand_over(moved: Any, ready: torch.cuda.Event, device: torch.device) -> Any:

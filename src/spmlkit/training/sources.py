@@ -48,16 +48,22 @@ class DataSource(Protocol):
 
 
 @torch.no_grad()
-def predict_proba(model: nn.Module, X: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
-    """Probabilities for every row of ``X`` in eval mode (no augmentation, index order)."""
+def predict_proba(model: nn.Module, X: torch.Tensor, batch_size: int = 4096,
+                  forward: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """Probabilities for every row of ``X`` in eval mode (no augmentation, index order), in
+    chunks of ``batch_size`` rows. ``forward`` (default: ``model`` itself) maps rows to logits
+    ``[..., rows, C]``: R runs' stacked heads give ``[R, N, C]``
+    (:func:`~spmlkit.training.batched.probabilities`)."""
+    forward = model if forward is None else forward
     was_training = model.training
     model.eval()
-    if len(X) <= batch_size:  # one product (the same values a one-chunk torch.cat would copy)
-        out = torch.sigmoid(model(X))
-    else:
-        out = torch.cat([torch.sigmoid(model(X[i : i + batch_size])) for i in range(0, len(X), batch_size)])
-    model.train(was_training)
-    return out
+    try:
+        if len(X) <= batch_size:  # one product (the same values a one-chunk torch.cat would copy)
+            return torch.sigmoid(forward(X))
+        return torch.cat([torch.sigmoid(forward(X[i : i + batch_size])) for i in range(0, len(X), batch_size)],
+                         dim=-2)
+    finally:
+        model.train(was_training)
 
 
 class FeatureSource:
@@ -219,8 +225,11 @@ class ImageSource:
             rows = _PixelRows(train_dataset, train_idx)
         else:
             raise ValueError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
+        # pixels are pinned for their asynchronous copy; encoded files are not copied by us at all
+        # (nvJPEG reads the bytes on the host and stages them in its own pinned buffers)
         self.train_loader = DataLoader(rows, batch_sampler=self.sampler, num_workers=workers,
-                                       pin_memory=device.type == "cuda", persistent_workers=workers > 0,
+                                       pin_memory=device.type == "cuda" and decode == "cpu",
+                                       persistent_workers=workers > 0,
                                        collate_fn=_as_is, **prefetch)
         eval_bs = eval_batch_size or max(batch_size, 64)
         self.train_eval_loader = self._shard_loader(train_dataset, train_idx, eval_bs)
