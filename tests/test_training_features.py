@@ -127,3 +127,25 @@ def test_bad_inputs_are_explained():
         FeatureTrainConfig(method="emm")
     with pytest.raises(ValueError, match="needs the full training labels"):
         train_on_features(X, obs, X, truth, FeatureTrainConfig(method="bce", epochs=1))
+
+
+def _determinism_settings() -> tuple:
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+
+
+def test_a_deterministic_run_switches_every_setting_for_its_epochs_and_restores_them():
+    """``--deterministic`` (docs/architecture.md, "Numbers across devices"): deterministic
+    algorithms (warning, not failing, where an operation has none), cuDNN without benchmarking
+    and TF32 off while the run trains; the process's own settings afterwards. The switches are
+    process-wide torch flags, so the CPU shows them as a GPU would."""
+    X, truth, obs = _toy()
+    before = _determinism_settings()
+    during: list[tuple] = []
+    data = RunData("features", "toy", tuple(f"c{i}" for i in range(obs.shape[1])), truth, X_train=X, observed=obs,
+                   X_val=X[:20], Y_val=truth[:20])
+    train(FeatureTrainConfig(method="an", epochs=2, batch_size=32, deterministic=True), data=data,
+          on_epoch=lambda record: during.append(_determinism_settings()))
+    assert during == [(True, True, True, False, False, False)] * 2
+    assert _determinism_settings() == before
