@@ -50,7 +50,6 @@ __all__ = [
     "hyperparameters",
     "data_arguments",
     "loss_class",
-    "init_defaults",
     "bc_mean",
     "check_number",
     "check_reduction",

@@ -163,5 +163,5 @@ def f1_metrics_at(probs: Any, targets: Any, thresholds: Any, *, from_logits: boo
     p = _probabilities(probs, "probs", from_logits)
     y = _binary_targets(targets, "targets")
     _same_shape(p, y, "probs", "targets")
-    pred = apply_thresholds(p, thresholds)
+    pred = p >= _thresholds_vector(thresholds, p.shape[1])[None, :]  # p is checked above
     return _metrics_from_counts((pred & y).sum(axis=0), pred.sum(axis=0), y.sum(axis=0))
