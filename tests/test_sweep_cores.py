@@ -209,5 +209,61 @@ def test_workers_start_before_the_grid_is_checked_and_a_refused_grid_stops_them(
     with pytest.raises(InputError, match="epochs must be a positive integer"):
         run_sweep(spec, jobs=2)
     assert events == ["start", "check"]
-    # this sweep's own workers: the suite's other tests may leave children of this process
-    assert len(workers) == 2 and not any(w.is_alive() for w in workers)
+    # this sweep's own workers (the suite's other tests may leave children of this process): a
+    # forking pool starts both at once, a spawning one (once this process has used CUDA) one
+    assert 1 <= len(workers) <= 2 and not any(w.is_alive() for w in workers)
+
+
+def test_a_sweep_with_nothing_to_run_stops_its_starting_workers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grid already finished submits no task: the workers started for it are stopped, not
+    waited for through their start-up (imports, data), and none is left alive."""
+    spec = SweepSpec(name="done", datasets=["yeast"], methods=["an"], seeds=[0], settings={"epochs": 1},
+                     store=str(tmp_path / "done.db"))
+    assert run_sweep(spec, jobs=2).ran == 1
+    stops: list[int] = []
+    workers: list[Any] = []
+    start, stop = processes.WorkerPool.start, processes.WorkerPool.stop
+
+    def recording_start(self: processes.WorkerPool, runs_dir: str) -> None:
+        start(self, runs_dir)
+        workers.extend(self._pool._processes.values())
+
+    def recording_stop(self: processes.WorkerPool, keep: Any) -> None:
+        stops.append(len(self._in_flight))
+        stop(self, keep)
+
+    monkeypatch.setattr(processes.WorkerPool, "start", recording_start)
+    monkeypatch.setattr(processes.WorkerPool, "stop", recording_stop)
+    result = run_sweep(spec, jobs=2)
+    assert (result.ran, result.skipped) == (0, 1)
+    assert stops == [0]
+    assert 1 <= len(workers) <= 2 and not any(w.is_alive() for w in workers)  # fork: both; spawn: one
+
+
+def test_an_executor_that_starts_blocking_is_not_started_for_a_refused_grid(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connecting to a cluster blocks: such an executor starts after the grid's checks, so a
+    refused setting is reported without it; a grid that passes them starts it once."""
+    from spmlkit.errors import InputError
+
+    events: list[str] = []
+
+    class Blocking(processes.InProcess):
+        def start(self, runs_dir: str) -> None:
+            events.append("start")
+            super().start(runs_dir)
+
+        def close(self) -> None:
+            events.append("close")
+
+    monkeypatch.setattr("spmlkit.experiments.sweep.run.make_executor", lambda *args: Blocking(1))
+    bad = SweepSpec(name="bad", seeds=[0], settings={"epochs": 0}, store=str(tmp_path / "bad.db"))
+    with pytest.raises(InputError, match="epochs must be a positive integer"):
+        run_sweep(bad)
+    assert events == ["close"]
+    good = SweepSpec(name="good", datasets=["yeast"], methods=["an"], seeds=[0], settings={"epochs": 1},
+                     store=str(tmp_path / "good.db"))
+    events.clear()
+    assert run_sweep(good).ran == 1
+    assert events == ["start", "close"]

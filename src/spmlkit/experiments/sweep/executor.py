@@ -32,11 +32,16 @@ class Executor(ABC):
     comes back as exactly one record, a failure included, through ``keep``.
     """
 
+    #: whether :meth:`start` returns while the start-up goes on (worker processes importing and
+    #: reading data): such an executor is started before the sweep checks its grid, so that the
+    #: two overlap; one whose start blocks (connecting to a cluster) is started after the
+    #: checks, so that a refused grid costs nothing
+    starts_in_background: bool = False
+
     def start(self, runs_dir: str) -> None:
         """Get ready to train (start workers, connect to a cluster). ``runs_dir``: where image
-        runs keep their folders. Called before the sweep checks its grid, so that this start-up
-        overlaps the checks; when a check fails, :meth:`stop` and :meth:`close` follow with no
-        task submitted."""
+        runs keep their folders. When the sweep ends with no task submitted (a refused grid,
+        nothing left to run), :meth:`stop` and :meth:`close` follow."""
 
     def task_size(self, candidates: int) -> int:
         """The most runs one task should hold, given the runs not yet looked at: 1 unless the

@@ -80,6 +80,8 @@ class WorkerPool(Executor):
     ``task`` is what a worker calls with ``(runs, runs_dir, threads)``; it must be importable by
     name in a spawned worker (:func:`~spmlkit.experiments.sweep.execute.execute_runs`)."""
 
+    starts_in_background = True
+
     def __init__(self, jobs: int, threads: int,
                  task: Callable[[list[Run], str, int], list[Record]] = execute_runs,
                  datasets: Sequence[str] = ()) -> None:

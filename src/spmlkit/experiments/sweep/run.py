@@ -123,21 +123,25 @@ def run_sweep(
                          f"{RENEW_SECONDS:g} s")
     store = ResultsStore(store_path or spec.store)
     started_at = now()
-    # started before the grid is checked: the workers' start-up (imports, the data) overlaps
-    # the checks below (docs/architecture.md, "The sweep: claims, executors, cores")
-    executor.start(str(Path(store.path).parent / f"{spec.name}-runs"))
+    runs_dir = str(Path(store.path).parent / f"{spec.name}-runs")
+    # an executor that starts in the background overlaps its start-up with the checks below
+    # (docs/architecture.md, "The sweep: claims, executors, cores")
+    if executor.starts_in_background:
+        executor.start(runs_dir)
     try:
         runs, unfinished = _checked_runs(spec, store, retry_failed)
+        already = len(runs) - len(unfinished)
+        if on_start:
+            on_start(len(runs), already)
+        if not executor.starts_in_background:
+            executor.start(runs_dir)
+        owner = new_owner_id()
+        sweep = SweepState(store, owner, unfinished, max_runs, started_at if retry_failed else None, lease_seconds,
+                           Heartbeat(store, owner, lease_seconds, renew_seconds), on_result, on_skip)
     except BaseException:
         executor.stop(lambda records: None)  # nothing was submitted: there is nothing to keep
         executor.close()
         raise
-    already = len(runs) - len(unfinished)
-    if on_start:
-        on_start(len(runs), already)
-    owner = new_owner_id()
-    sweep = SweepState(store, owner, unfinished, max_runs, started_at if retry_failed else None, lease_seconds,
-                       Heartbeat(store, owner, lease_seconds, renew_seconds), on_result, on_skip)
     try:
         _drive(sweep, executor)
     finally:
@@ -173,9 +177,11 @@ def _drive(sweep: SweepState, executor: Executor) -> None:
     try:
         size = executor.task_size(sweep.candidates_left)
         finished: list[list[dict[str, Any]]] = []
+        submitted = False
         while True:
             while executor.room() > 0 and (group := sweep.claim_group(size)):
                 executor.submit(group)
+                submitted = True
             sweep.heartbeat.start()
             for records in finished:
                 sweep.record_many(records)
@@ -188,6 +194,8 @@ def _drive(sweep: SweepState, executor: Executor) -> None:
                 finished.append(records)
 
             executor.wait(hold)
+        if not submitted:  # nothing to run: workers still starting up are ended, not waited for
+            executor.stop(sweep.keep)
     except BaseException:
         executor.stop(sweep.keep)
         raise
