@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..transfer import to_device
 from .images import ImageTransform, UnreadableImageError
 
 __all__ = ["Encoded", "EncodedImages", "GpuDecoder", "nvjpeg_takes"]
@@ -165,13 +166,4 @@ class GpuDecoder:
                 resized = F.interpolate(batch.float(), size=(size, size), mode="bilinear", align_corners=False,
                                         antialias=True)
                 batch = resized.round_().clamp_(0, 255).to(torch.uint8)
-            out[_on(out.device, [rows[k] for k in members])] = batch.permute(0, 2, 3, 1)
-
-
-def _on(device: torch.device, values: list[int]) -> Tensor:
-    """A small index tensor on ``device`` without a host synchronisation (a pageable copy to a
-    GPU waits for the stream; a pinned one is queued)."""
-    index = torch.tensor(values, dtype=torch.long)
-    if device.type != "cuda":
-        return index
-    return index.pin_memory().to(device, non_blocking=True)
+            out[to_device(torch.tensor([rows[k] for k in members]), out.device)] = batch.permute(0, 2, 3, 1)

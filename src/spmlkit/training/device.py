@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 __all__ = ["resolve_device", "autocast_factory", "deterministic_cuda", "num_threads", "reset_peak_memory",
-           "peak_memory", "to_device"]
+           "peak_memory"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -28,21 +28,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} requested but CUDA is not available; use --device cpu")
     return device
-
-
-def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """``tensor`` on ``device``, without making the host wait for a GPU.
-
-    A copy from ordinary (pageable) host memory to a GPU is synchronous: it waits until every
-    kernel already queued on the stream has run, so a training step that sends its labels that
-    way cannot be prepared while the previous step still computes. From pinned memory the copy
-    is queued like a kernel (docs/architecture.md, "Feeding the GPU"); PyTorch's pinned-memory
-    cache keeps the staging buffer until the copy has read it.
-    """
-    device = torch.device(device)
-    if device.type != "cuda" or tensor.device.type != "cpu":
-        return tensor.to(device)
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def autocast_factory(amp: str, device: torch.device) -> tuple[Callable[[], Any] | None, Any]:

@@ -41,10 +41,10 @@ from torch import nn
 
 from .. import metrics
 from ..labels import LabelBatch, LabelState, PseudoLabels, RunLabels, pseudo_label_stats
+from ..transfer import to_device
 from .batched import BatchedSteps
 from .batched import probabilities as batched_probabilities
 from .components import MethodComponents, Mixing
-from .device import to_device
 from .distributed import Distributed
 from .sources import DataSource
 from .step import RunStep
