@@ -167,16 +167,19 @@ def test_the_benchmark_table_is_the_same_batched_and_one_run_at_a_time(tmp_path:
     assert np.allclose(a.test_map.to_numpy(), b.test_map.to_numpy(), atol=METRICS, rtol=0)
 
 
-def test_a_group_trains_with_the_threads_its_configs_ask_for(monkeypatch) -> None:
+def test_a_group_trains_with_the_threads_its_configs_ask_for(monkeypatch, one_thread) -> None:
     """A group honours ``num_threads`` as a solo run does (a sweep's setting applies to its
     grouped feature runs too), and gives the process its threads back afterwards."""
+    from spmlkit.training import loop
+
     seen: list[int] = []
-    real = torch.set_num_threads
+    real = loop.train_epoch
 
-    def recording(n: int) -> None:
-        seen.append(n)
-        real(n)
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())  # what the epoch's steps run with
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(torch, "set_num_threads", recording)
-    results = train_group(_configs("an", seeds=(0,), epochs=1, num_threads=2))
-    assert len(results) == 2 and seen == [2, 1] and torch.get_num_threads() == 1
+    monkeypatch.setattr(loop, "train_epoch", recording)
+    assert torch.get_num_threads() == 1  # one_thread's: 2 can only come from the configs
+    results = train_group(_configs("an", seeds=(0,), epochs=2, num_threads=2))
+    assert len(results) == 2 and seen == [2, 2] and torch.get_num_threads() == 1

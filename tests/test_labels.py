@@ -113,3 +113,20 @@ def test_run_labels_read_and_correct_each_run_as_its_own_state_does(runs: int) -
         assert states[1].kind[2, 3].item() == Kind.PSEUDO_NEGATIVE
     for state, kind in zip(states, own):
         assert state.kind is kind and state.observed.tolist() == OBS.tolist()
+
+
+def test_run_labels_leave_a_state_nothing_wrote_untouched() -> None:
+    """Only run 0 corrects entries in the epoch: run 1's tensors are not rewritten on exit (the
+    stacked table's version moved for both rows), so what is cached on them stays valid."""
+    from spmlkit.labels import RunLabels
+
+    states = [LabelState(OBS) for _ in range(2)]
+    versions = [(state.kind._version, state.target._version, state.epoch._version) for state in states]
+    index = torch.tensor([[2, 0, 1], [1, 2, 0]])
+    mask = torch.zeros(2, 3, 4, dtype=torch.bool)
+    mask[0, 0, 0] = True  # run 0, row 2, class 0: unobserved -> corrected
+    with RunLabels(states) as labels:
+        labels.correct(index, mask, epoch=3)
+    assert states[0].count(Kind.CORRECTED) == 1 and states[1].count(Kind.CORRECTED) == 0
+    assert (states[1].kind._version, states[1].target._version, states[1].epoch._version) == versions[1]
+    assert states[0].kind._version != versions[0][0]

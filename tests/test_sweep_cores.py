@@ -17,7 +17,8 @@ from spmlkit.experiments.store import ResultsStore, new_owner_id
 from spmlkit.experiments.sweep import SweepSpec, expand, processes, run_sweep
 from spmlkit.experiments.sweep.backends import make_executor
 from spmlkit.experiments.sweep.claims import Heartbeat, SweepState
-from spmlkit.experiments.sweep.cores import THREADS_ENV, default_jobs, threads_per_run, usable_cpus
+from spmlkit.cpus import usable_cpus
+from spmlkit.experiments.sweep.cores import THREADS_ENV, default_jobs, threads_per_run
 
 #: per-epoch timings: the only history entries that may differ between two executions
 _TIMINGS = ("epoch_seconds", "train_seconds", "images_per_second")

@@ -354,10 +354,12 @@ class RunLabels:
             return
         stacked = (self.kind, self.target, self.epoch)
         for r, (state, own) in enumerate(zip(self.states, self._own)):
-            # each state gets its own tensors back, updated where the epoch wrote (LL-Cp): a state
-            # nothing wrote keeps its tensors untouched, and what is cached on them stays valid
+            # each state gets its own tensors back, updated where the epoch wrote (LL-Cp). A write
+            # to one run's row moves the whole table's version, so a row is compared before it is
+            # copied: a state nothing wrote keeps its tensors untouched, and what is cached on them
+            # stays valid
             for name, tensor, table, version in zip(("kind", "target", "epoch"), own, stacked, self._entry_versions):
-                if table._version != version:
+                if table._version != version and not torch.equal(tensor, table[r]):
                     tensor.copy_(table[r])
                 setattr(state, name, tensor)
 

@@ -314,12 +314,10 @@ def _draw_beta(beta: float, generator: torch.Generator | None) -> float:
     return float(np.random.default_rng(seed).beta(beta, beta))
 
 
-def draw_pu_mixing(
-    batch: int, generator: torch.Generator | None = None, beta: float = 0.3, device: torch.device | str = "cpu"
-) -> tuple[Tensor, float]:
+def draw_pu_mixing(batch: int, generator: torch.Generator | None = None, beta: float = 0.3) -> tuple[Tensor, float]:
     """The random part of :func:`pu_mixup_consistency` for a batch of ``batch`` rows:
-    ``(perm, lam)``, the permutation of the first half (on ``device``) and ``λ ~ Beta(beta, beta)``,
-    drawn in that order from ``generator``.
+    ``(perm, lam)``, the permutation of the first half (on the generator's device) and
+    ``λ ~ Beta(beta, beta)``, drawn in that order from ``generator``.
 
     Drawn apart from the loss so that the loss of R runs can be computed at once
     (:attr:`~spmlkit.losses.SPMLLoss.batchable`): each run draws from its own generator, exactly
@@ -328,7 +326,7 @@ def draw_pu_mixing(
     if not (math.isfinite(beta) and beta > 0):
         raise ValueError(f"pu_mixup_consistency: beta must be a finite number > 0, got {beta!r}")
     gen_device = generator.device if generator is not None else torch.device("cpu")
-    perm = torch.randperm(batch // 2, generator=generator, device=gen_device).to(device)
+    perm = torch.randperm(batch // 2, generator=generator, device=gen_device)
     return perm, _draw_beta(beta, generator)
 
 

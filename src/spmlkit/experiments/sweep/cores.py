@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from ...cpus import usable_cpus
 
-__all__ = ["usable_cpus", "default_jobs", "threads_per_run", "THREADS_ENV"]
+__all__ = ["default_jobs", "threads_per_run", "THREADS_ENV"]
 
 #: the environment variable that fixes every run's torch threads (otherwise sized here)
 THREADS_ENV = "SPMLKIT_RUN_THREADS"
