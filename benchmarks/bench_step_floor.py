@@ -13,11 +13,12 @@ this prints, measured side by side in one invocation:
    sweep's configurations), trained by :func:`spmlkit.training.train_group` as a sweep worker
    does (one torch thread): CPU seconds, and per training step.
 3. **a bare torch loop**, run just before each group so that a row's two sides share the
-   machine's load, doing the least any method does on those runs: the same number of
-   epochs and steps, each run its own shuffle, the nine heads as one batched product
-   (``baddbmm``), binary cross-entropy on the "assume negative" targets, backward, PyTorch's
-   fused Adam with one parameter group per learning rate, and each epoch the validation mAP that
-   selects the epoch. No label state, no best-epoch snapshot, no records.
+   machine's load, doing the least any method does on those runs: the same data, epochs and
+   batches (each run its own shuffle), the nine heads as one batched product, binary
+   cross-entropy on the "assume negative" targets, backward, PyTorch's fused Adam with one
+   parameter group per learning rate, each epoch the validation mAP that selects the epoch,
+   and at the end each run's test metrics; planning the runs and building their data source
+   are timed on both sides. No label state, no best-epoch snapshot, no records.
 4. the **floor** of the whole benchmark on ``--jobs`` workers: start-up (torch, then
    ``torch._dynamo`` in the workers) plus every group's bare loop shared out over the workers,
    that is what the benchmark would take if each of its 26 methods cost no more than the bare
@@ -42,8 +43,12 @@ import torch.nn.functional as F
 from spmlkit.experiments.benchmark import BenchmarkSpec
 from spmlkit.experiments.sweep import expand, run_config
 from spmlkit.metrics import average_precision
+from spmlkit.models.head import affine
 from spmlkit.training import train_group
+from spmlkit.training.distributed import Distributed
+from spmlkit.training.evaluation import evaluate_test
 from spmlkit.training.plan import plan_run
+from spmlkit.training.trainer import _source  # the feature source training reads
 
 _IMPORTS = {"torch": "import torch", "torch + torch._dynamo": "import torch, torch._dynamo",
             "spmlkit benchmark module": "import spmlkit.experiments.benchmark"}
@@ -67,42 +72,45 @@ def start_up(repeats: int) -> dict[str, float]:
 
 
 def bare_loop(configs: list, epochs: int) -> tuple[float, int]:
-    """CPU seconds and steps of the bare loop (module docstring, 3.) on ``configs``' data."""
+    """CPU seconds and steps of the bare loop (module docstring, 3.) on ``configs``' runs.
+
+    Its data are the tensors and batches the runs train on: the plan's split, the trainer's
+    feature source (standardised as training standardises) and its per-run shuffles. The clock
+    covers what ``train_group``'s does besides training proper: planning, the source, and each
+    run's test metrics at the end. Each learning rate's runs are one ``[R/3, C, D]`` tensor (the
+    optimiser needs one group per learning rate), concatenated once per step; that costs less
+    than the per-run views and gradient hooks spmlkit keeps so that each run stays its own."""
+    t0 = time.process_time()
     plan = plan_run(configs[0])
-    data, split = plan.data, plan.split
-    X = np.asarray(data.X_train[split.train_idx], dtype=np.float32)
-    X_val = np.asarray(data.X_train[split.val_idx] if data.X_val is None else data.X_val, dtype=np.float32)
-    mean, std = X.mean(0), X.std(0) + 1e-8
-    X, X_val = torch.from_numpy((X - mean) / std), torch.from_numpy((X_val - mean) / std)
+    source = _source(plan, Distributed())
+    X_val, X_test = source.rows("val"), source.rows("test")
     targets = torch.from_numpy(plan.train_labels == 1).float()
-    val_targets = split.val_targets
+    val_targets, test_targets = plan.split.val_targets, plan.data.Y_test
     lrs = sorted({c.optimisation.lr for c in configs})
-    runs, (n, d), c = len(configs), X.shape, targets.shape[1]
-    per_lr = runs // len(lrs)
-    batch = configs[0].optimisation.batch_size
+    runs, d, c = len(configs), X_val.shape[1], targets.shape[1]
     torch.manual_seed(0)
-    weights = [torch.nn.Parameter(torch.randn(per_lr, d, c) * 0.01) for _ in lrs]
-    biases = [torch.nn.Parameter(torch.zeros(per_lr, 1, c)) for _ in lrs]
+    weights = [torch.nn.Parameter(torch.randn(runs // len(lrs), c, d) * 0.01) for _ in lrs]
+    biases = [torch.nn.Parameter(torch.zeros(runs // len(lrs), c)) for _ in lrs]
     optimizer = torch.optim.Adam([{"params": [w, b], "lr": lr} for w, b, lr in zip(weights, biases, lrs)], fused=True)
     generators = [torch.Generator().manual_seed(r) for r in range(runs)]
     steps = 0
-    t0 = time.process_time()
     for _ in range(epochs):
-        perms = torch.stack([torch.randperm(n, generator=g) for g in generators])
-        shuffled = torch.index_select(X, 0, perms.reshape(-1)).view(runs, n, d)
-        for start in range(0, n, batch):
-            idx = perms[:, start : start + batch]
+        for x, idx in source.train_batches(generators):
             y = torch.index_select(targets, 0, idx.reshape(-1)).view(runs, -1, c)
-            logits = torch.baddbmm(torch.cat(biases), shuffled[:, start : start + batch], torch.cat(weights))
+            logits = affine(x, torch.cat(weights), torch.cat(biases))
             loss = F.binary_cross_entropy_with_logits(logits, y, reduction="none").mean((1, 2)).sum()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             steps += 1
         with torch.no_grad():
-            probs = torch.sigmoid(torch.baddbmm(torch.cat(biases), X_val.expand(runs, -1, -1), torch.cat(weights)))
-        side_by_side = probs.transpose(0, 1).reshape(len(X_val), runs * c).numpy()
+            val_probs = torch.sigmoid(affine(X_val, torch.cat(weights), torch.cat(biases)))
+        side_by_side = val_probs.transpose(0, 1).reshape(len(X_val), runs * c).numpy()
         average_precision(side_by_side, np.tile(val_targets, (1, runs)))
+    with torch.no_grad():
+        test_probs = torch.sigmoid(affine(X_test, torch.cat(weights), torch.cat(biases))).numpy()
+    for r in range(runs):
+        evaluate_test(test_probs[r], test_targets, val_probs=val_probs[r].numpy(), val_targets=val_targets)
     return time.process_time() - t0, steps
 
 
