@@ -7,6 +7,9 @@
 - **Threshold metrics** CP, CR, CF1, OP, OR, OF1 as in the ML-GCN / PU-MLC evaluation code
   (Yuan et al., "Positive Label Is All You Need for Multi-Label Classification", ICME 2024),
   plus the top-k variant of the same counts and PU-MLC's "oracle threshold" sweep.
+- **Metrics of the field** reported on MULAN-style data: Hamming loss, ranking loss, one-error,
+  coverage, example-based average precision, and example-based, micro and macro F1
+  (:mod:`spmlkit.metrics.example_based`; docs/protocol.md, "Metrics of the field").
 - **Pseudo-label accuracy** and the **Wasserstein distance** between the predictions on
   unobserved true positives and unobserved true negatives, as used by Zhou et al.,
   "Acknowledging the Unknown for Multi-label Learning with Single Positive Labels" (ECCV 2022)
@@ -23,6 +26,18 @@ is monotone. Metrics that compare with a threshold need probabilities; pass
 """
 
 from .accumulator import MetricAccumulator
+from .example_based import (
+    coverage,
+    decision_metrics,
+    example_average_precision,
+    example_f1,
+    hamming_loss,
+    macro_f1,
+    micro_f1,
+    one_error,
+    ranking_loss,
+    ranking_metrics,
+)
 from .label_quality import pseudo_label_accuracy, unobserved_wasserstein
 from .ranking import average_precision, empty_classes, mean_average_precision
 from .thresholded import oracle_threshold_metrics, threshold_metrics, topk_metrics
@@ -30,10 +45,20 @@ from .thresholded import oracle_threshold_metrics, threshold_metrics, topk_metri
 __all__ = [
     "MetricAccumulator",
     "average_precision",
+    "coverage",
+    "decision_metrics",
     "empty_classes",
+    "example_average_precision",
+    "example_f1",
+    "hamming_loss",
+    "macro_f1",
     "mean_average_precision",
+    "micro_f1",
+    "one_error",
     "oracle_threshold_metrics",
     "pseudo_label_accuracy",
+    "ranking_loss",
+    "ranking_metrics",
     "threshold_metrics",
     "topk_metrics",
     "unobserved_wasserstein",
