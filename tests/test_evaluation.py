@@ -32,3 +32,38 @@ def test_evaluate_test_reports_fixed_and_validation_thresholds():
     t = out["threshold_val_global"]
     assert out["OF1@val_global"] == pytest.approx(metrics.threshold_metrics(p[100:], y[100:], t)["OF1"])
     assert len(out["thresholds_val_class"]) == 5 and "CF1@val_class" in out
+
+
+#: the keys the metrics of the field add to a run's test metrics (docs/protocol.md, "Metrics of the field")
+RANKING_KEYS = ("ranking_loss", "one_error", "coverage", "example_ap")
+DECISION_KEYS = ("hamming_loss", "example_f1", "micro_f1", "macro_f1")
+
+
+def test_evaluate_test_records_the_metrics_of_the_field_at_each_named_threshold():
+    import warnings
+
+    from sklearn.metrics import coverage_error, f1_score, hamming_loss, label_ranking_loss
+
+    rng = np.random.RandomState(1)
+    y = (rng.rand(300, 6) < 0.3).astype(np.uint8)
+    y[:5] = 0  # test rows without a positive: left out of the ranking metrics
+    p = np.round(np.clip(0.35 * y + 0.65 * rng.rand(300, 6), 0, 1), 2)  # rounded: ties
+    test_p, test_y = p[100:], y[100:]
+    out = evaluate_test(test_p, test_y, threshold=0.75, val_probs=p[:100], val_targets=y[:100])
+    kept = test_y.sum(axis=1) > 0
+    pair = kept & (test_y.sum(axis=1) < test_y.shape[1])
+    assert out["ranking_loss"] == pytest.approx(label_ranking_loss(test_y[pair], test_p[pair]), abs=1e-12)
+    assert out["coverage"] == pytest.approx(coverage_error(test_y[kept], test_p[kept]) - 1, abs=1e-12)
+    assert set(RANKING_KEYS) <= set(out)
+    t_val, t_class = out["threshold_val_global"], np.array(out["thresholds_val_class"])
+    for name, t in (("0.5", 0.5), ("0.75", 0.75), ("val_global", t_val), ("val_class", t_class)):
+        pred = (test_p >= np.broadcast_to(t, (6,))[None, :]).astype(int)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert out[f"hamming_loss@{name}"] == pytest.approx(hamming_loss(test_y, pred), abs=1e-15)
+            for avg, key in (("samples", "example_f1"), ("micro", "micro_f1"), ("macro", "macro_f1")):
+                want = f1_score(test_y, pred, average=avg, zero_division=1.0)
+                assert out[f"{key}@{name}"] == pytest.approx(want, abs=1e-12), (key, name)
+    # every value a plain float: the trainer keeps the float entries in result.json and sweep records
+    assert all(isinstance(out[f"{k}@{n}"], float) for k in DECISION_KEYS for n in ("0.5", "val_global"))
+    assert all(isinstance(out[k], float) for k in RANKING_KEYS)

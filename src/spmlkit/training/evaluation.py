@@ -4,6 +4,10 @@
 * CP/CR/CF1/OP/OR/OF1 at the fixed conventions (0.5, and 0.75 for EM-trained models) and at
   thresholds selected on validation (one global threshold maximising OF1, and one per class
   maximising that class's F1), so reports can show both side by side;
+* the metrics of the field (docs/protocol.md, "Metrics of the field"): the ranking metrics
+  once (they need no threshold), Hamming loss and example/micro/macro F1 at every threshold
+  above. Every decision metric's key names its threshold (``micro_f1@0.5``,
+  ``OF1@val_global``), so no number is read at a threshold it was not computed at;
 * the analysis of the training split's *unobserved* entries that the papers plot: per-class
   histograms of predicted probabilities for unobserved true positives and negatives and the
   Wasserstein distance between them (EM Fig. 2c/4a/4b, GR Fig. 3).
@@ -35,8 +39,11 @@ def evaluate_test(
 ) -> dict[str, Any]:
     ap = metrics.average_precision(test_probs, test_targets)
     out: dict[str, Any] = {"map": float(ap.mean()), "ap": [float(a) for a in ap]}
+    out.update(metrics.ranking_metrics(test_probs, test_targets))
     for t in sorted({*FIXED_THRESHOLDS, float(threshold)}):  # the same columns for every method
         for k, v in metrics.threshold_metrics(test_probs, test_targets, t).items():
+            out[f"{k}@{t:g}"] = v
+        for k, v in metrics.decision_metrics(test_probs, test_targets, t).items():
             out[f"{k}@{t:g}"] = v
     if val_probs is not None and val_targets is not None and np.asarray(val_targets).sum() > 0:
         t_global = thresholds.select_thresholds(val_probs, val_targets, per_class=False)
@@ -45,6 +52,8 @@ def evaluate_test(
             for k, v in thresholds.f1_metrics_at(test_probs, test_targets, t).items():
                 if k != "num_classes_without_positives":
                     out[f"{k}@{name}"] = v
+            for k, v in metrics.decision_metrics(test_probs, test_targets, t).items():
+                out[f"{k}@{name}"] = v
         out["threshold_val_global"] = float(t_global)
         out["thresholds_val_class"] = [float(x) for x in np.atleast_1d(t_class)]
     return out
