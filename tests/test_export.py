@@ -81,14 +81,17 @@ def test_onnx_and_torchscript_score_like_the_pytorch_model(image_run, tmp_path):
     for result in (onnx_out, ts_out):
         sidecar = json.loads(result.sidecar_path.read_text())
         assert result.sidecar_path.name == result.model_path.name + ".json"
-        assert sidecar["class_names"] == classes and sidecar["threshold"] == threshold == 0.5
+        record = json.loads((image_run / "result.json").read_text())
+        # the threshold predict uses by default: the one the run selected on validation
+        assert sidecar["class_names"] == classes
+        assert sidecar["threshold"] == threshold == record["test_metrics"]["threshold_val_global"]
+        assert sidecar["thresholds"]["method"] == 0.5  # AN's fixed one, kept beside it
         assert sidecar["input"]["shape"] == ["batch", 3, 32, 32] and sidecar["input"]["kind"] == "images"
         assert sidecar["input"]["transform"] == spec and spec["kind"] == "grey"
         assert sidecar["input"]["mean"] == [spec["mean"]] * 3 and sidecar["input"]["std"] == [spec["std"]] * 3
         assert "sigmoid is applied" in sidecar["output"]["meaning"]
         assert sidecar["method"] == "an" and sidecar["spmlkit_version"]
         assert 0 <= sidecar["check"]["max_abs_diff"] <= TOLERANCE
-        record = json.loads((image_run / "result.json").read_text())
         assert sidecar["thresholds"]["val_global"] == record["test_metrics"]["threshold_val_global"]
     assert json.loads(onnx_out.sidecar_path.read_text())["opset"] >= 13
 
@@ -126,7 +129,8 @@ def test_a_feature_run_exports_with_its_standardisation(feature_run, tmp_path):
         assert spec["kind"] == "features" and spec["shape"] == ["batch", 103] and spec["standardized"]
         np.testing.assert_allclose(spec["mean"], mean, rtol=0, atol=0)
         np.testing.assert_allclose(spec["std"], std, rtol=0, atol=0)
-        assert sidecar["class_names"] == res.class_names and sidecar["threshold"] == 0.75  # EM's
+        assert sidecar["class_names"] == res.class_names and sidecar["thresholds"]["method"] == 0.75  # EM's
+        assert sidecar["threshold"] == res.test_metrics["threshold_val_global"]  # what predict would use
         # raw test rows, standardised with the sidecar's numbers, through the exported file ...
         x = ((ds.X_test - np.array(spec["mean"])) / np.array(spec["std"])).astype(np.float32)
         if fmt == "onnx":

@@ -10,8 +10,10 @@ the rest:
   the batch axis is dynamic;
 * the sidecar holds the class names (the output columns, in order), the input size and
   preprocessing (resize, colour, mean/std, the transform recorded in ``best.pt``), the
-  decision threshold of the method and the thresholds selected on validation (from
-  ``result.json``), the method, and the spmlkit and torch versions.
+  decision threshold and where it comes from (the one given, else the one the run selected on
+  validation, from ``result.json``, else the method's fixed one: the same rule as
+  ``spmlkit predict``), every threshold known for the run, the method, and the spmlkit and
+  torch versions.
 
 Before anything is written the exported model is run on a fresh batch (of another size than
 the one it was traced with) and compared with the PyTorch model: a difference above
@@ -24,7 +26,6 @@ only the ``onnx`` package (``pip install "spmlkit[export]"``, which also brings
 from __future__ import annotations
 
 import io
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from torch import nn
 
 from .errors import InputError, user_input
 from .io import atomic_write_bytes, atomic_write_json
-from .predict import load_model
+from .predict import decision_threshold, load_model, transform_spec, validation_thresholds
 from .training.config import saved_settings
 
 __all__ = ["FORMATS", "TOLERANCE", "ExportResult", "Probabilities", "export_model", "default_out"]
@@ -82,11 +83,12 @@ def default_out(run: Path, fmt: str) -> Path:
 
 
 def export_model(checkpoint: str | Path, format: str, out: str | Path | None = None, *,
-                 verify: bool = True) -> ExportResult:
+                 verify: bool = True, threshold: float | None = None) -> ExportResult:
     """Export the network of ``checkpoint`` (a run folder, i.e. its best.pt, or a checkpoint file).
 
     ``format`` is ``"onnx"`` or ``"torchscript"``; ``out`` defaults to :func:`default_out`;
-    the sidecar is ``<out>.json``. Mistakes in the arguments or the checkpoint, and a missing
+    the sidecar is ``<out>.json``; its ``threshold`` is ``threshold`` when given, else the run's
+    validation-selected one, else the method's (:func:`spmlkit.predict.decision_threshold`). Mistakes in the arguments or the checkpoint, and a missing
     ``onnx`` package, raise :class:`~spmlkit.errors.InputError` (one line); a model that does
     not export faithfully raises ``RuntimeError`` and writes nothing.
     """
@@ -100,7 +102,8 @@ def export_model(checkpoint: str | Path, format: str, out: str | Path | None = N
         if out_path.is_dir():
             raise ValueError(f"--out {out_path} is a folder; give the file to write, e.g. "
                              f"{out_path / default_out(Path(), format).name}")
-        results = _validation_thresholds(path.parent)
+        results = validation_thresholds(path.parent)
+        decision = decision_threshold(path, ckpt, threshold)
     net = Probabilities(model).eval()
     shape = _input_shape(ckpt)
     traced_with = _batch(shape, 2, seed=0)
@@ -117,7 +120,7 @@ def export_model(checkpoint: str | Path, format: str, out: str | Path | None = N
         raise RuntimeError(f"the {format} export of {path} gives probabilities {diff:.2e} away from the PyTorch "
                            f"model's (more than {TOLERANCE:g}); nothing was written. The network does not trace "
                            "faithfully; export the other format, or report the backbone to spmlkit")
-    sidecar = _sidecar(format, out_path, path, ckpt, results, check)
+    sidecar = _sidecar(format, out_path, path, ckpt, results, check, decision)
     sidecar_path = out_path.with_name(out_path.name + ".json")
     atomic_write_bytes(out_path, data)
     atomic_write_json(sidecar_path, sidecar)
@@ -184,16 +187,12 @@ def _check(fmt: str, data: bytes, net: nn.Module, batch: torch.Tensor, input_nam
 
 
 def _input_name(ckpt: dict[str, Any]) -> str:
-    return "features" if _spec(ckpt).get("kind") == "features" else "images"
-
-
-def _spec(ckpt: dict[str, Any]) -> dict[str, Any]:
-    return ckpt.get("transform") or {"kind": "imagenet", "size": saved_settings(ckpt["config"])["image_size"]}
+    return "features" if transform_spec(ckpt).get("kind") == "features" else "images"
 
 
 def _input_shape(ckpt: dict[str, Any]) -> tuple[int, ...]:
     """One example's shape: ``(3, S, S)`` for images, ``(D,)`` for features (D from the weights)."""
-    spec = _spec(ckpt)
+    spec = transform_spec(ckpt)
     if spec.get("kind") == "features":
         widths = [v.shape[1] for k, v in ckpt["model"].items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
         return (int(spec.get("dim") or widths[0]),)
@@ -204,32 +203,13 @@ def _batch(shape: tuple[int, ...], n: int, *, seed: int) -> torch.Tensor:
     return torch.randn((n, *shape), generator=torch.Generator().manual_seed(seed))
 
 
-def _validation_thresholds(run: Path) -> dict[str, Any]:
-    """The thresholds selected on validation, from ``result.json`` when the run wrote one."""
-    result = run / "result.json"
-    if not result.is_file():
-        return {}
-    try:
-        record = json.loads(result.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{result} cannot be read ({exc}); the file was changed after training: remove it to "
-                         "export without validation-selected thresholds, or train the run again") from None
-    found: dict[str, Any] = {}
-    for source in (record, record.get("test_metrics") or {}):
-        if isinstance(source.get("threshold_val_global"), (int, float)):
-            found["val_global"] = float(source["threshold_val_global"])
-        if isinstance(source.get("thresholds_val_class"), list):
-            found["val_class"] = [float(t) for t in source["thresholds_val_class"]]
-    return found
-
-
 def _sidecar(fmt: str, out: Path, path: Path, ckpt: dict[str, Any], selected: dict[str, Any],
-             check: dict[str, Any] | None) -> dict[str, Any]:
+             check: dict[str, Any] | None, decision: tuple[float, str]) -> dict[str, Any]:
     from . import __version__
 
     cfg, names = saved_settings(ckpt["config"]), list(ckpt["class_names"])
-    threshold = float(ckpt.get("threshold", 0.5))
-    thresholds: dict[str, Any] = {"method": threshold}
+    threshold, source = decision
+    thresholds: dict[str, Any] = {"method": float(ckpt.get("threshold", 0.5))}
     if "val_global" in selected:
         thresholds["val_global"] = selected["val_global"]
         thresholds["val_global_note"] = "one threshold for every class, maximising overall F1 on the validation split"
@@ -254,6 +234,9 @@ def _sidecar(fmt: str, out: Path, path: Path, ckpt: dict[str, Any], selected: di
                        "model, so compare them with a threshold directly",
         },
         "threshold": threshold,
+        "threshold_source": {"given": "given to spmlkit export", "validation": "selected on the validation split "
+                             "(thresholds.val_global)", "method": "the method's fixed threshold (thresholds.method): "
+                             "the run recorded no validation-selected one"}[source],
         "thresholds": thresholds,
         "check": check or {"max_abs_diff": None, "skipped": "export_model(verify=False)"},
     }
@@ -263,7 +246,7 @@ def _input_description(ckpt: dict[str, Any]) -> dict[str, Any]:
     """How to turn an image (or a feature row) into the model's input, as the run did in evaluation."""
     from .data.images import IMAGENET_MEAN, IMAGENET_STD
 
-    spec = _spec(ckpt)
+    spec = transform_spec(ckpt)
     kind = spec.get("kind")
     if kind == "features":
         standardized = bool(spec.get("standardize", saved_settings(ckpt["config"]).get("standardize", True)))

@@ -4,6 +4,11 @@ Loads ``best.pt`` of a run folder (or a checkpoint file), rebuilds the model fro
 config without downloading weights, and scores every image in batches. Unreadable images
 are reported and skipped; they never stop the batch. Outputs: a CSV (one row per image, one
 column per class score, then the labels at the threshold) and a JSON list.
+
+The labels are decided at the threshold the run chose on its validation split (recorded in
+``result.json`` beside ``best.pt``), unless the caller gives one; a run without that record
+falls back to its method's fixed threshold (0.5, 0.75 for EM). docs/protocol.md, "Which
+threshold decides a label", says why the validated one comes first.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -22,7 +27,8 @@ from .io import atomic_write_text
 from .training.checkpoint import load_checkpoint
 from .training.config import saved_settings
 
-__all__ = ["IMAGE_SUFFIXES", "find_images", "load_model", "load_predictor", "predict_images", "Predictions"]
+__all__ = ["IMAGE_SUFFIXES", "decision_threshold", "find_images", "load_model", "load_predictor", "predict_images",
+           "Predictions", "transform_spec", "validation_thresholds"]
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
@@ -78,10 +84,60 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
 
 
 def load_predictor(checkpoint: str | Path, device: str = "cpu"):
-    """The model, class names, threshold and transform of a run's best checkpoint."""
-    model, ckpt, _ = load_model(checkpoint, device)
-    spec = ckpt.get("transform") or {"kind": "imagenet", "size": saved_settings(ckpt["config"])["image_size"]}
-    return model, list(ckpt["class_names"]), float(ckpt.get("threshold", 0.5)), spec
+    """The model, class names, default decision threshold (:func:`decision_threshold`) and
+    transform of a run's best checkpoint."""
+    model, ckpt, path = load_model(checkpoint, device)
+    spec = transform_spec(ckpt)
+    return model, list(ckpt["class_names"]), decision_threshold(path, ckpt)[0], spec
+
+
+def transform_spec(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """How the run turns an input into the model's (``best.pt``'s ``"transform"``); checkpoints of
+    image runs older than that record get the ImageNet transform at their configured size."""
+    return ckpt.get("transform") or {"kind": "imagenet", "size": saved_settings(ckpt["config"])["image_size"]}
+
+
+def validation_thresholds(run: Path) -> dict[str, Any]:
+    """The thresholds a finished run selected on its validation split, from its ``result.json``.
+
+    ``{"val_global": t}`` (one threshold maximising overall F1) and, where recorded,
+    ``{"val_class": [t_c, ...]}``; empty when the run has no ``result.json`` (not finished, or a
+    checkpoint copied on its own) or selected none (no validation positives). The trainer writes
+    these at the end of a run, after ``best.pt``, which is why they are read from here.
+    """
+    result = Path(run) / "result.json"
+    if not result.is_file():
+        return {}
+    try:
+        record = json.loads(result.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{result} cannot be read ({exc}); the file was changed after training: remove it to "
+                         "use the method's fixed threshold, or train the run again") from None
+    found: dict[str, Any] = {}
+    for source in (record, record.get("test_metrics") or {}):
+        if isinstance(source.get("threshold_val_global"), (int, float)):
+            found["val_global"] = float(source["threshold_val_global"])
+        if isinstance(source.get("thresholds_val_class"), list):
+            found["val_class"] = [float(t) for t in source["thresholds_val_class"]]
+    return found
+
+
+def decision_threshold(checkpoint: Path, ckpt: dict[str, Any], given: float | None = None) -> tuple[float, str]:
+    """The threshold that turns probabilities into labels, and where it comes from.
+
+    ``given`` (a value the user typed, 0 included) wins and is checked to lie in [0, 1]; then the
+    threshold the run selected on validation (``"validation"``); then the method's fixed one
+    recorded in ``best.pt`` (``"method"``: 0.5, or 0.75 for EM), for runs that recorded none.
+    """
+    if given is not None:
+        t = float(given)
+        if not 0.0 <= t <= 1.0:  # NaN fails too
+            raise ValueError(f"threshold must be a probability in [0, 1], got {given}")
+        return t, "given"
+    selected = validation_thresholds(Path(checkpoint).parent).get("val_global")
+    if selected is not None:
+        return selected, "validation"
+    return float(ckpt.get("threshold", 0.5)), "method"
 
 
 def _check_weights_fit(path: Path, ckpt: dict, model: torch.nn.Module) -> None:
@@ -115,6 +171,8 @@ class Predictions:
     scores: np.ndarray  # [n, C] probabilities
     threshold: float
     skipped: dict[str, str] = field(default_factory=dict)  # path -> error
+    #: where ``threshold`` comes from: "given", "validation" or "method" (:func:`decision_threshold`)
+    threshold_source: str = "given"
 
     def labels(self) -> list[list[str]]:
         return [[c for c, s in zip(self.class_names, row) if s >= self.threshold] for row in self.scores]
@@ -130,15 +188,17 @@ class Predictions:
         frame = pd.DataFrame(self.scores, columns=self.class_names)
         frame.insert(0, "image", self.images)
         frame["labels"] = [";".join(ls) for ls in self.labels()]
-        csv = atomic_write_text(base.with_suffix(".csv"), frame.to_csv(index=False, float_format="%.6f"))
+        # appended, not with_suffix: "preds.v2" or "at0.5" must not lose the part after its dot
+        csv = atomic_write_text(base.with_name(base.name + ".csv"), frame.to_csv(index=False, float_format="%.6f"))
         payload = {
             "threshold": self.threshold,
+            "threshold_source": self.threshold_source,
             "class_names": self.class_names,
             "predictions": [{"image": im, "scores": dict(zip(self.class_names, map(float, row))), "labels": ls}
                             for im, row, ls in zip(self.images, self.scores, self.labels())],
             "skipped": self.skipped,
         }
-        js = atomic_write_text(base.with_suffix(".json"), json.dumps(payload, indent=1))
+        js = atomic_write_text(base.with_name(base.name + ".json"), json.dumps(payload, indent=1))
         return [csv, js]
 
 
@@ -153,7 +213,12 @@ def predict_images(
     num_workers: int = 0,
     on_batch: Callable[[int], None] | None = None,
 ) -> Predictions:
-    model, class_names, default_threshold, spec = load_predictor(checkpoint, device)
+    """Score ``images`` with the run of ``checkpoint``; labels at ``threshold`` or, when None, at
+    the run's validation-selected threshold (:func:`decision_threshold`)."""
+    model, ckpt, path = load_model(checkpoint, device)
+    class_names = list(ckpt["class_names"])
+    spec = transform_spec(ckpt)
+    decided_at, source = decision_threshold(path, ckpt, threshold)
     if spec.get("kind") == "features":
         raise ValueError(f"{checkpoint} is a run on features, not images: `spmlkit predict` scores image files; "
                          "score feature rows with SPMLClassifier, or with the model that `spmlkit export` writes")
@@ -176,6 +241,7 @@ def predict_images(
         images=[str(paths[i]) for i in keep],
         class_names=class_names,
         scores=scores[keep],
-        threshold=default_threshold if threshold is None else threshold,
+        threshold=decided_at,
         skipped=skipped,
+        threshold_source=source,
     )

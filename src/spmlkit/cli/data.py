@@ -61,7 +61,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--checkpoint", required=True, help="run folder (uses best.pt) or a checkpoint file")
     p.add_argument("--images", nargs="+", required=True, help="image files and/or folders (searched recursively)")
     p.add_argument("--out", default="predictions", help="output path without suffix: writes .csv and .json")
-    p.add_argument("--threshold", type=float, help="decision threshold (default: the method's, 0.5 or 0.75 for EM)")
+    p.add_argument("--threshold", type=float, help="decision threshold in [0, 1] (default: the one the run selected "
+                                                   "on its validation split; for a run that recorded none, the "
+                                                   "method's: 0.5, or 0.75 for EM)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", default="cpu")
     p.add_argument("--quiet", action="store_true")
@@ -231,6 +233,11 @@ def run_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+#: how `predict` names where its threshold comes from (spmlkit.predict.decision_threshold)
+THRESHOLD_SOURCES = {"given": "as given", "validation": "selected on the run's validation split",
+                     "method": "the method's fixed one: the run recorded no validation-selected threshold"}
+
+
 def run_predict(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
@@ -251,7 +258,7 @@ def run_predict(args: argparse.Namespace) -> int:
     with user_input():
         files = preds.write(args.out)
     screen.print(f"scored {len(preds.images)} images ({len(preds.class_names)} classes, threshold "
-                 f"{preds.threshold:g}) -> {', '.join(map(str, files))}")
+                 f"{preds.threshold:g} {THRESHOLD_SOURCES[preds.threshold_source]}) -> {', '.join(map(str, files))}")
     for path, err in preds.skipped.items():
         screen.print(f"[yellow]skipped[/yellow] {path}: {err}")
     return 1 if preds.skipped else 0

@@ -145,6 +145,31 @@ def _bytes(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+def f1_summary(test_metrics: dict[str, Any], method_threshold: float) -> str:
+    """The F1 part of the headline, every F1 named by its threshold (docs/protocol.md, "Which
+    threshold decides a label").
+
+    First the threshold the run selected on validation (what `predict` and `export` use), then
+    0.5; the method's own fixed threshold (EM's 0.75) only when no validated one exists: a weak
+    model's F1 at 0.75 is often 0 % and says nothing about its ranking.
+    """
+    def pair(name: str) -> str | None:
+        o, c = test_metrics.get(f"OF1@{name}"), test_metrics.get(f"CF1@{name}")
+        return None if o is None or c is None else f"{100 * o:.2f}% / {100 * c:.2f}%"
+
+    parts = []
+    t_val = test_metrics.get("threshold_val_global")
+    validated = t_val is not None and pair("val_global") is not None
+    if validated:
+        parts.append(f"{pair('val_global')} at {t_val:g} (selected on validation)")
+    if pair("0.5"):
+        parts.append(f"{pair('0.5')} at 0.5")
+    t = float(method_threshold)
+    if not validated and t != 0.5 and pair(f"{t:g}"):
+        parts.append(f"{pair(f'{t:g}')} at {t:g} (the method's)")
+    return f", F1 overall / per-class {', '.join(parts)}" if parts else ""
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -175,14 +200,11 @@ def run(args: argparse.Namespace) -> int:
     if not res.finished:
         out.print(f"stopped after epoch {len(res.history)} as asked; continue with --resume --out {res.out}")
         return 0
-    if res.test_map == res.test_map:  # a labelled test set: mAP and the F1 at the method's threshold
+    if res.test_map == res.test_map:  # a labelled test set: mAP and F1, each F1 named by its threshold
         from ..methods import get_method
 
-        t = get_method(config.method.name).threshold
-        f1 = res.test_metrics
-        test = f"test mAP {100 * res.test_map:.2f}%" + (
-            f", F1 at {t:g}: per-class {100 * f1[f'CF1@{t:g}']:.2f}%, overall {100 * f1[f'OF1@{t:g}']:.2f}%"
-            if f"CF1@{t:g}" in f1 and f"OF1@{t:g}" in f1 else "")
+        test = f"test mAP {100 * res.test_map:.2f}%" + f1_summary(res.test_metrics,
+                                                                  get_method(config.method.name).threshold)
         out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  ({_cost(res)}); "
                   f"outputs in {res.out}")
         return 0
