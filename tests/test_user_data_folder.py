@@ -85,6 +85,30 @@ def assert_test_metrics_from_predictions(run: Path, prepared: Path) -> None:
         of1 = f1(nc.sum() / npred.sum(), nc.sum() / ng.sum())
         assert result["test_metrics"][f"CF1@{t:g}"] == pytest.approx(cf1, abs=1e-12), t
         assert result["test_metrics"][f"OF1@{t:g}"] == pytest.approx(of1, abs=1e-12), t
+    assert_field_metrics_from_predictions(result["test_metrics"], scores, y)
+
+
+def assert_field_metrics_from_predictions(m: dict, scores: np.ndarray, y: np.ndarray) -> None:
+    """The metrics of the field a run recorded, recomputed by scikit-learn from the scores
+    (docs/protocol.md, "Metrics of the field": rows without a positive left out of the ranking
+    metrics, an F1 with nothing to find and nothing predicted is 1)."""
+    import warnings
+
+    from sklearn.metrics import (coverage_error, f1_score, hamming_loss, label_ranking_average_precision_score,
+                                 label_ranking_loss)
+
+    kept, pair = y.any(axis=1), y.any(axis=1) & ~y.all(axis=1)
+    assert m["ranking_loss"] == pytest.approx(label_ranking_loss(y[pair], scores[pair]), abs=1e-12)
+    assert m["coverage"] == pytest.approx(coverage_error(y[kept], scores[kept]) - 1, abs=1e-12)
+    assert m["example_ap"] == pytest.approx(label_ranking_average_precision_score(y[kept], scores[kept]), abs=1e-12)
+    for name, t in (("0.5", 0.5), ("0.75", 0.75), ("val_global", m["threshold_val_global"])):
+        pred = scores >= t
+        assert m[f"hamming_loss@{name}"] == pytest.approx(hamming_loss(y, pred), abs=1e-12), name
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for avg, key in (("samples", "example_f1"), ("micro", "micro_f1"), ("macro", "macro_f1")):
+                want = f1_score(y, pred, average=avg, zero_division=1.0)
+                assert m[f"{key}@{name}"] == pytest.approx(want, abs=1e-12), (key, name)
 
 
 def test_folder_without_test_set_prepare_train_predict(tmp_path, capsys):
