@@ -156,6 +156,12 @@ def test_ranking_metrics_accept_logits_torch_and_bool() -> None:
                 M.ranking_metrics(logits, y.astype(bool))):
         for k in want:
             assert got[k] == pytest.approx(want[k], abs=1e-12)
+    # float32 logits of both signs (the sort's third key layout) against sklearn directly
+    x32 = (logits * 3).astype(np.float32)
+    kept = y.sum(axis=1) > 0
+    assert M.example_average_precision(x32, y) == pytest.approx(
+        label_ranking_average_precision_score(y[kept], x32[kept].astype(np.float64)), abs=1e-12)
+    assert M.coverage(x32, y) == pytest.approx(coverage_error(y[kept], x32[kept].astype(np.float64)) - 1, abs=1e-12)
 
 
 # --------------------------------------------------------------------------- decisions
@@ -228,3 +234,13 @@ def test_bad_inputs_fail_with_one_clear_message() -> None:
         M.macro_f1(p, y, [0.5, 0.5])
     with pytest.raises(ValueError, match="pass from_logits=True"):
         M.example_f1(np.full((2, 3), 2.0), y)
+
+
+def test_ranking_metrics_in_row_chunks_equal_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spmlkit.metrics import example_based
+
+    s, y = _random(8, n=90, decimals=1)
+    whole = M.ranking_metrics(s, y)
+    for entries in (1, 7 * 4, 7 * 89):  # one row per chunk, 4 rows, a last chunk of one row
+        monkeypatch.setattr(example_based, "_CHUNK_ENTRIES", entries)
+        assert M.ranking_metrics(s, y) == pytest.approx(whole, abs=1e-15)

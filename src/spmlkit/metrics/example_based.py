@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ._inputs import ArrayLike, _binary_targets, _check_threshold, _finite_scores, _probabilities, _same_shape
+from .ranking import _positive_ranks, _sorted_keys
 from .threshold_selection import _f1_from, _thresholds_vector
 
 __all__ = [
@@ -50,53 +51,39 @@ __all__ = [
 # --------------------------------------------------------------------------- ranking metrics
 
 
-def _ranked(scores: ArrayLike, targets: ArrayLike) -> dict[str, np.ndarray]:
-    """Each row sorted by score, with the counts every ranking metric is built from.
+#: rows x labels that one chunk of :func:`ranking_metrics` sorts at once (at least one row): its
+#: working arrays take about 30 bytes per entry, so ~30 MB however large the test set is
+_CHUNK_ENTRIES = 1 << 20
 
-    For the entry at sorted position k of a row: ``above`` labels score at or above it (its
-    rank when ties count against the model), ``pos_above`` of them are positive and
-    ``neg_above`` negative. A tie group is a run of equal sorted scores; every member gets the
-    counts of the group's first position, so a tie is never resolved in the model's favour.
-    One ``argsort`` per call, no Python loop over rows.
+
+def _row_values(s: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[4, n]``: per row, its ranking loss, one-error, coverage and average precision; and
+    ``[n]``: each row's number of positives (rows without one get 0 everywhere; the caller
+    leaves them out).
+
+    Each row is sorted by score once, with its labels carried along, by the integer-key sort
+    behind mAP (:func:`~spmlkit.metrics.ranking._sorted_keys`); then, per positive, the labels
+    and the positives scoring at or above it (:func:`~spmlkit.metrics.ranking._positive_ranks`:
+    a whole tie group counts as above, so a tie is never resolved in the model's favour). All
+    that follows is arithmetic on the positives alone: no Python loop over rows.
     """
-    s = _finite_scores(scores, "scores")
-    y = _binary_targets(targets, "targets")
-    _same_shape(s, y, "scores", "targets")
     n, c = s.shape
-    order = np.argsort(s, axis=1, kind="stable")
-    sorted_s = np.take_along_axis(s, order, axis=1)
-    sorted_y = np.take_along_axis(y, order, axis=1)
-    starts_group = np.ones((n, c), dtype=bool)
-    np.not_equal(sorted_s[:, 1:], sorted_s[:, :-1], out=starts_group[:, 1:])
-    position = np.arange(c, dtype=np.int64)
-    group_start = np.maximum.accumulate(np.where(starts_group, position, 0), axis=1)
-    pos_before = np.cumsum(sorted_y, axis=1, dtype=np.int64) - sorted_y  # positives strictly left of k
-    n_pos = pos_before[:, -1] + sorted_y[:, -1]
-    above = c - group_start
-    pos_above = n_pos[:, None] - np.take_along_axis(pos_before, group_start, axis=1)
-    return {"y": sorted_y, "n_pos": n_pos, "above": above, "pos_above": pos_above, "neg_above": above - pos_above}
-
-
-def _mean_over(values: np.ndarray, rows: np.ndarray) -> float:
-    """Mean of ``values`` over the rows where ``rows`` holds; NaN when it holds nowhere."""
-    return float(values[rows].mean()) if rows.any() else float("nan")
-
-
-def _ranking_from(r: dict[str, np.ndarray]) -> dict[str, float]:
-    y, n_pos, above = r["y"], r["n_pos"], r["above"]
-    c = y.shape[1]
-    has_pos = n_pos > 0
-    has_pair = has_pos & (n_pos < c)
-    n_neg = c - n_pos
-    wrong_pairs = np.where(y, r["neg_above"], 0).sum(axis=1)
-    lowest_positive = np.where(y, above, 0).max(axis=1)
-    precision_sum = np.where(y, r["pos_above"] / above, 0.0).sum(axis=1)
-    return {
-        "ranking_loss": _mean_over(wrong_pairs / np.maximum(n_pos * n_neg, 1), has_pair),
-        "one_error": _mean_over((r["neg_above"][:, -1] > 0).astype(np.float64), has_pos),
-        "coverage": _mean_over(lowest_positive - 1.0, has_pos),
-        "example_ap": _mean_over(precision_sum / np.maximum(n_pos, 1), has_pos),
-    }
+    keys, positives = _sorted_keys(np.add(s, 0.0), np.ascontiguousarray(y))  # +0.0: a fresh copy, -0.0 -> 0.0
+    row, above, pos_above = _positive_ranks(keys, positives, c)
+    n_pos = np.bincount(row, minlength=n)
+    out = np.zeros((4, n))
+    if not positives.size:
+        return out, n_pos
+    neg_above = above - pos_above
+    out[0] = np.bincount(row, weights=neg_above, minlength=n) / np.maximum(n_pos * (c - n_pos), 1)
+    out[3] = np.bincount(row, weights=pos_above / above, minlength=n) / np.maximum(n_pos, 1)
+    # positives come in ascending score order within a row: its first is the lowest-scoring one
+    # (coverage), its last the highest, which a negative outranks exactly when the top is negative
+    first = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+    last = np.r_[first[1:] - 1, row.size - 1]
+    out[1, row[last]] = neg_above[last] > 0
+    out[2, row[first]] = above[first] - 1.0
+    return out, n_pos
 
 
 def ranking_metrics(scores: ArrayLike, targets: ArrayLike) -> dict[str, float]:
@@ -105,7 +92,18 @@ def ranking_metrics(scores: ArrayLike, targets: ArrayLike) -> dict[str, float]:
     The four functions below each sort the rows again; a caller that wants all four (the
     trainer's test evaluation) sorts once here. Rank-based: probabilities or logits alike.
     """
-    return _ranking_from(_ranked(scores, targets))
+    s = _finite_scores(scores, "scores")
+    y = _binary_targets(targets, "targets")
+    _same_shape(s, y, "scores", "targets")
+    n, c = s.shape
+    rows = max(1, _CHUNK_ENTRIES // c)
+    parts = [_row_values(s[lo:lo + rows], y[lo:lo + rows]) for lo in range(0, n, rows)]
+    values = np.concatenate([v for v, _ in parts], axis=1)
+    n_pos = np.concatenate([k for _, k in parts])
+    has_pos = n_pos > 0
+    kept = (has_pos & (n_pos < c), has_pos, has_pos, has_pos)  # the ranking loss also needs a negative
+    names = ("ranking_loss", "one_error", "coverage", "example_ap")
+    return {name: float(v[m].mean()) if m.any() else float("nan") for name, v, m in zip(names, values, kept)}
 
 
 def ranking_loss(scores: ArrayLike, targets: ArrayLike) -> float:

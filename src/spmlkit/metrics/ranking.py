@@ -57,13 +57,15 @@ def _sorted_keys(s: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return offsets, positives
 
 
-def _tie_group_sums(keys: np.ndarray, positives: np.ndarray, n: int) -> np.ndarray:
-    """Per row, the sum over its positives of the precision at that positive's score.
+def _positive_ranks(keys: np.ndarray, positives: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per positive: its row, how many entries of its row score at or above it, how many positives do.
 
     ``keys`` holds ``w`` rows of ``n`` ascending sort keys back to back, ``positives`` the
     flat positions of the positives among them (ascending). A positive's tie group begins at
     the first entry with its key; everything from there to the row's end scores at or above
-    it, and so do the positives from the group's first positive to the row's last one.
+    it, and so do the positives from the group's first positive to the row's last one. The
+    per-class AP (:func:`_tie_group_sums`) and the per-example ranking metrics
+    (:mod:`~spmlkit.metrics.example_based`, rows = examples) are both built from these counts.
     """
     w = keys.size // n
     new_group = np.empty(keys.size, dtype=bool)
@@ -80,7 +82,14 @@ def _tie_group_sums(keys: np.ndarray, positives: np.ndarray, n: int) -> np.ndarr
     first_of_group = np.maximum.accumulate(np.where(leads, rank, 0))
     row_end = np.cumsum(np.bincount(row, minlength=w))  # one past each row's last positive
     positives_at_or_above = row_end[row] - first_of_group
-    return np.bincount(row, weights=positives_at_or_above / at_or_above, minlength=w)
+    return row, at_or_above, positives_at_or_above
+
+
+def _tie_group_sums(keys: np.ndarray, positives: np.ndarray, n: int) -> np.ndarray:
+    """Per row, the sum over its positives of the precision at that positive's score
+    (counts from :func:`_positive_ranks`)."""
+    row, at_or_above, positives_at_or_above = _positive_ranks(keys, positives, n)
+    return np.bincount(row, weights=positives_at_or_above / at_or_above, minlength=keys.size // n)
 
 
 def _ap_columns(scores: np.ndarray, targets: np.ndarray) -> np.ndarray:
