@@ -89,8 +89,9 @@ def export_model(checkpoint: str | Path, format: str, out: str | Path | None = N
     ``format`` is ``"onnx"`` or ``"torchscript"``; ``out`` defaults to :func:`default_out`;
     the sidecar is ``<out>.json``; its ``threshold`` is ``threshold`` when given, else the run's
     validation-selected one, else the method's (:func:`spmlkit.predict.decision_threshold`).
-    Mistakes in the arguments or the checkpoint, and a missing ``onnx`` package, raise :class:`~spmlkit.errors.InputError` (one line); a model that does
-    not export faithfully raises ``RuntimeError`` and writes nothing.
+    Mistakes in the arguments or the checkpoint, and a missing ``onnx`` package, raise
+    :class:`~spmlkit.errors.InputError` (one line); a model that does not export faithfully
+    raises ``RuntimeError`` and writes nothing.
     """
     with user_input():
         if format not in FORMATS:
