@@ -199,7 +199,7 @@ def _resolve_folder(argument: str, absolute: str) -> DatasetRef:
         return DatasetRef(argument, "images", "prepared-folder", recorded, path)
     if path.exists():
         raise ValueError(f"{argument} is neither a folder written by `spmlkit extract` nor one written by "
-                         "`spmlkit prepare` (no spmlkit meta.json in it); prepare it first (`spmlkit prepare "
+                         "`spmlkit prepare` (no meta.json of spmlkit's in it, or a damaged one); prepare it first (`spmlkit prepare "
                          "folder|csv ...`) and name the folder that command reports")
     close = difflib.get_close_matches(argument, [n for n, e in DATASETS.items() if e.listed], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
