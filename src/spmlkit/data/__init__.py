@@ -9,14 +9,23 @@ which it is, once (``spmlkit datasets`` lists the names).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .tabular import TabularDataset
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .formats import PreparedDataset
+    from .tabular import TabularDataset
 
 __all__ = ["TabularDataset", "load_dataset"]
+
+
+def __getattr__(name: str) -> Any:
+    """``TabularDataset`` on first use: the command line imports the dataset registry below this
+    package to build its choices, and should not pay for numpy to print its help."""
+    if name == "TabularDataset":
+        from .tabular import TabularDataset
+
+        return TabularDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_dataset(name_or_path: str) -> TabularDataset | PreparedDataset:

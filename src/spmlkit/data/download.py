@@ -15,11 +15,7 @@ what went wrong and how to place the file by hand.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from ..errors import InputError
@@ -45,6 +41,8 @@ def data_home() -> Path:
 
 def fetch_file(url: str, dest: str | os.PathLike, sha256: str, *, manual: str, timeout: float = _TIMEOUT_S) -> Path:
     """Download ``url`` to ``dest`` if its bytes hash to ``sha256``; ``manual`` says how to do it by hand."""
+    import tempfile
+
     dest = Path(dest)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -70,7 +68,10 @@ def fetch_file(url: str, dest: str | os.PathLike, sha256: str, *, manual: str, t
 
 def _stream(url: str, fd: int, timeout: float, manual: str) -> tuple[str, int, int | None]:
     """Copy the answer into ``fd``: (hex digest, bytes received, bytes announced or None)."""
+    import hashlib
     import http.client
+    import urllib.error
+    import urllib.request
 
     with os.fdopen(fd, "wb") as out:
         try:

@@ -14,17 +14,17 @@ numbers: a test compares them). Every set is also reachable as ``mulan/<set>``.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from .arff_reader import read_label_names, read_multilabel_arff
 from .download import data_home, fetch_file
-from .tabular import TabularDataset
+
+if TYPE_CHECKING:  # read when a set is loaded: the table alone (spmlkit datasets) needs neither
+    import numpy as np
+
+    from .tabular import TabularDataset
 
 __all__ = ["MULAN_COMMIT", "MULAN_SETS", "MULAN_SHA256", "MulanSet", "is_cached", "load_mulan", "mulan_dir",
            "mulan_url"]
@@ -167,6 +167,8 @@ def load_mulan(name: str) -> TabularDataset:
     Rows without any positive label are kept here (they are the official lists); the training
     side drops them from the train list (docs/protocol.md, "MULAN data sets").
     """
+    from .tabular import TabularDataset
+
     spec = _get(name)
     folder = mulan_dir(name)
     digests = {f: _sha256(folder / f) for f in spec.files}
@@ -186,6 +188,10 @@ def load_mulan(name: str) -> TabularDataset:
 
 
 def _parse(spec: MulanSet, folder: Path, digests: dict[str, str]) -> dict[str, np.ndarray]:
+    import numpy as np
+
+    from .arff_reader import read_label_names, read_multilabel_arff
+
     names = read_label_names(folder / spec.xml)
     train = read_multilabel_arff(folder / spec.train, names, drop=spec.drop)
     test = read_multilabel_arff(folder / spec.test, names, drop=spec.drop)
@@ -200,6 +206,8 @@ def _parse(spec: MulanSet, folder: Path, digests: dict[str, str]) -> dict[str, n
 
 def _read_parsed(path: Path, digests: dict[str, str]) -> dict[str, np.ndarray] | None:
     """The arrays parsed earlier from exactly these files (their digests recorded), else None."""
+    import numpy as np
+
     if not path.is_file():
         return None
     try:
@@ -220,12 +228,16 @@ def _write_parsed(path: Path, arrays: dict[str, np.ndarray]) -> None:
     import os
     import stat
 
+    import numpy as np
+
     from ..io import atomic_write_bytes
 
     folder = path.parent
     if not (folder.stat().st_mode & stat.S_IWUSR) or not os.access(folder, os.W_OK):
         log.info("not keeping the parsed arrays in %s (read-only)", folder)
         return
+    import io
+
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     try:
@@ -235,6 +247,8 @@ def _write_parsed(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def _sha256(path: Path) -> str:
+    import hashlib
+
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

@@ -17,10 +17,10 @@ import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Iterator, TypeVar
 
-from .feature_dir import is_feature_dir, load_feature_dir
-from .tabular import TabularDataset
+if TYPE_CHECKING:  # the registry itself stays light: the command line builds its choices from it
+    from .tabular import TabularDataset
 
 __all__ = ["DATASETS", "FEATURE_DATASETS", "PREPARABLE", "DatasetEntry", "DatasetRef", "Registry", "is_feature_dataset",
            "load_features", "resolve_dataset"]
@@ -117,14 +117,14 @@ def _mulan_cached(name: str) -> Callable[[], bool]:
     return cached
 
 
-#: official train rows, test rows and labels of the image benchmarks (docs/protocol.md, "Datasets");
-#: COCO's are its "spml" variant
+#: the image benchmarks `spmlkit prepare` reads (data/formats/readers.py has a reader for each; a test
+#: checks the two agree) with their official train rows, test rows and labels (docs/protocol.md,
+#: "Datasets"; COCO's are its "spml" variant)
 _IMAGE_SIZES = {"voc2012": (5717, 5823, 20), "voc2007": (5011, 4952, 20), "coco2014": (82081, 40137, 80),
                 "nuswide": (150000, 60260, 81), "cub": (5994, 5794, 312)}
 
 
 def _build() -> Registry[DatasetEntry]:
-    from .formats.readers import DATASETS as IMAGE_BENCHMARKS
     from .mulan import MULAN_SETS
 
     datasets: Registry[DatasetEntry] = Registry("dataset")
@@ -137,8 +137,7 @@ def _build() -> Registry[DatasetEntry]:
             datasets.register(alias, DatasetEntry(alias, "features", f"MULAN ({spec.domain}), fetched once",
                                                   _mulan_loader(name), spec.train_rows, spec.test_rows, spec.labels,
                                                   _mulan_cached(name), listed))
-    for name in IMAGE_BENCHMARKS:
-        rows = _IMAGE_SIZES.get(name, (None, None, None))
+    for name, rows in _IMAGE_SIZES.items():
         datasets.register(name, DatasetEntry(name, "images", "official files (download, then prepare)", None, *rows,
                                              prepare=True))
     datasets.register("digits-mosaic", DatasetEntry("digits-mosaic", "images", "generated in memory"))
@@ -177,7 +176,7 @@ class DatasetRef:
 
 def resolve_dataset(argument: str) -> DatasetRef:
     """Decide once what ``argument`` names (a one-line error for something spmlkit cannot read)."""
-    from .formats import USER_DATASETS
+    from .formats.user_data import USER_DATASETS
 
     argument = str(argument)
     if argument in DATASETS:
@@ -191,6 +190,8 @@ def resolve_dataset(argument: str) -> DatasetRef:
 
 @lru_cache(maxsize=64)
 def _resolve_folder(argument: str, absolute: str) -> DatasetRef:
+    from .feature_dir import is_feature_dir
+
     path = Path(absolute)
     if is_feature_dir(path):
         return DatasetRef(argument, "features", "features-folder", argument, path)
@@ -240,6 +241,8 @@ def load_features(name: str) -> TabularDataset:
                          f"`spmlkit train --dataset {name}` or extract its features first (`spmlkit extract`)")
     if ref.form == "named":
         return _load_named(ref.name)
+    from .feature_dir import load_feature_dir
+
     return load_feature_dir(ref.path)
 
 
