@@ -17,7 +17,9 @@ import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Generic, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable
+
+from ..names import Registry
 
 if TYPE_CHECKING:  # the registry itself stays light: the command line builds its choices from it
     from .tabular import TabularDataset
@@ -26,47 +28,6 @@ __all__ = ["DATASETS", "FEATURE_DATASETS", "PREPARABLE", "DatasetEntry", "Datase
            "load_features", "resolve_dataset"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-
-class Registry(Generic[T]):
-    """Named things of one kind: registered once, listed in order, an unknown name answered with the closest."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self._items: dict[str, T] = {}
-
-    def register(self, name: str, item: T) -> T:
-        if name in self._items:
-            raise ValueError(f"{self.what} {name!r} is registered twice")
-        self._items[name] = item
-        return item
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._items
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __getitem__(self, name: str) -> T:
-        return self._items[name]
-
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._items)
-
-    def items(self):
-        return self._items.items()
-
-    def get(self, name: str) -> T:
-        """The item, or a one-line error naming the closest registered name."""
-        if name not in self._items:
-            close = difflib.get_close_matches(name, list(self._items), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"unknown {self.what} {name!r}{hint}; known: {', '.join(self._items)}")
-        return self._items[name]
 
 
 @dataclass(frozen=True)
@@ -240,14 +201,19 @@ def load_features(name: str) -> TabularDataset:
         raise ValueError(f"{name!r} is an image dataset, not a feature dataset; train on it with "
                          f"`spmlkit train --dataset {name}` or extract its features first (`spmlkit extract`)")
     if ref.form == "named":
-        return _load_named(ref.name)
+        # a set read from the data folder is kept per folder: $SPMLKIT_DATA may name another one later
+        if DATASETS[ref.name].cached is not None:
+            from .download import data_home
+
+            return _load_named(ref.name, str(data_home()))
+        return _load_named(ref.name, "")
     from .feature_dir import load_feature_dir
 
     return load_feature_dir(ref.path)
 
 
 @lru_cache(maxsize=16)
-def _load_named(name: str) -> TabularDataset:
+def _load_named(name: str, folder: str) -> TabularDataset:
     """Named datasets are read once per process (a sweep runs hundreds of runs on one)."""
     ds = DATASETS[name].load()
     for array in (ds.X_train, ds.Y_train, ds.X_test, ds.Y_test):
