@@ -142,3 +142,23 @@ def test_a_sweep_over_a_users_prepared_folder(tmp_path):
     (record,) = ResultsStore(spec.store).records()
     assert record["status"] == "ok", record.get("error")
     assert record["dataset"] == str(prepared) and len(record["history"]) == 1
+
+
+def test_one_registry_kind_serves_datasets_losses_and_label_algorithms():
+    from spmlkit import labeling, losses
+    from spmlkit.names import Registry
+
+    reg = Registry("widget")
+    reg.register("beta", 2)
+    reg.register("alpha", 1)
+    assert reg.names() == ("beta", "alpha") and reg.get("alpha") == 1  # registration order
+    with pytest.raises(RuntimeError, match="widget name 'beta' registered twice"):
+        reg.register("beta", 3)
+    with pytest.raises(ValueError, match=r"unknown widget 'alpah' \(did you mean 'alpha'\?\); valid names are: alpha, "
+                                         r"beta"):
+        reg.get("alpah")
+    assert isinstance(registry.DATASETS, Registry) and isinstance(labeling.ALGORITHMS, Registry)
+    with pytest.raises(ValueError, match=r"unknown loss 'em_apll' \(did you mean"):
+        losses.create("em_apll")
+    with pytest.raises(ValueError, match=r"unknown labeling algorithm 'apk' \(did you mean 'apl'\?\)"):
+        labeling.create("apk")

@@ -92,9 +92,9 @@ def _build() -> Registry[DatasetEntry]:
     datasets.register("yeast", DatasetEntry("yeast", "features", "river package (no download)", _load_yeast,
                                             1500, 917, 14))
     for name, spec in MULAN_SETS.items():
-        for alias, listed in ((name, name != "yeast"), (f"mulan/{name}", name == "yeast")):
-            if alias == "yeast":
-                continue
+        # the bare name is listed; mulan/<set> answers too, and is listed for yeast, whose bare name is river's
+        aliases = [(f"mulan/{name}", True)] if name == "yeast" else [(name, True), (f"mulan/{name}", False)]
+        for alias, listed in aliases:
             datasets.register(alias, DatasetEntry(alias, "features", f"MULAN ({spec.domain}), fetched once",
                                                   _mulan_loader(name), spec.train_rows, spec.test_rows, spec.labels,
                                                   _mulan_cached(name), listed))
