@@ -52,8 +52,13 @@ def extract_features(
     from .training.run_data import load_image_data
     from .training.sources import model_inputs, pixel_loader
 
+    from .data.registry import resolve_dataset
+
     if dtype not in ("float32", "float16"):
         raise ValueError(f"dtype must be float32 or float16, got {dtype!r}")
+    if resolve_dataset(config.data.dataset).kind == "features":
+        raise InputError(f"{config.data.dataset} is a feature dataset already: there are no images to extract "
+                         f"features from; train on it directly (spmlkit train --dataset {config.data.dataset})")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(config.machine.device)

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from ..data.registry import PREPARABLE
 from ._common import console
 
 __all__ = ["add_parsers"]
@@ -70,7 +71,7 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=run_predict)
 
 
-_BENCHMARKS = ("voc2012", "voc2007", "coco2014", "nuswide", "cub")
+_BENCHMARKS = PREPARABLE  # the dataset registry's (data/registry.py), not a list of our own
 _USER_FORMS = ("folder", "csv")
 #: options of each kind of `prepare`: one given to the wrong kind is refused rather than ignored
 _ONLY_FOR = {

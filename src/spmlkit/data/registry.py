@@ -1,42 +1,221 @@
-"""Named feature datasets available without any download."""
+"""Every dataset spmlkit can name, and the one place that decides what a dataset argument is.
+
+A run, a sweep, ``extract`` and the command line's choices all ask two questions of a dataset
+argument: *what kind is it* (features for a head, or images for a backbone) and *how is it
+read*. :func:`resolve_dataset` answers both once per process and argument (the answer is kept,
+so deciding touches the file system once): a registered name (:data:`DATASETS`: Yeast, the
+MULAN sets, the image benchmarks, the digits mosaic), a folder written by ``spmlkit extract``, or
+a folder written by ``spmlkit prepare`` (a benchmark's or a user's own images).
+:func:`load_features` then reads a feature dataset, a named one once per process (a sweep runs
+hundreds of runs on it). ``spmlkit datasets`` lists the registry.
+"""
 
 from __future__ import annotations
 
+import difflib
+import logging
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-from .feature_dir import is_feature_dir, load_feature_dir
-from .tabular import TabularDataset
-from .yeast import load_yeast
+from ..names import Registry
 
-__all__ = ["FEATURE_DATASETS", "is_feature_dataset", "load_features"]
+if TYPE_CHECKING:  # the registry itself stays light: the command line builds its choices from it
+    from .tabular import TabularDataset
+
+__all__ = ["DATASETS", "FEATURE_DATASETS", "PREPARABLE", "DatasetEntry", "DatasetRef", "Registry", "is_feature_dataset",
+           "load_features", "resolve_dataset"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """A named dataset: its kind, where it comes from, its size when known without reading it."""
+
+    name: str
+    kind: str  # "features" | "images"
+    source: str  # one phrase: where the data comes from
+    load: Callable[[], TabularDataset] | None = None  # feature datasets
+    train_rows: int | None = None
+    test_rows: int | None = None
+    labels: int | None = None
+    cached: Callable[[], bool] | None = None  # None: nothing to download
+    listed: bool = True  # aliases (mulan/<set>) answer but are not listed
+    prepare: bool = False  # read from its official files by `spmlkit prepare NAME --root DIR`
+
+    def status(self) -> str:
+        """Where the data stands on this machine, in a few words (``spmlkit datasets``)."""
+        if self.prepare:
+            return "prepare from its files"
+        if self.cached is None:
+            return "ready"
+        return "ready (in the data folder)" if self.cached() else "downloads on first use"
+
+
+def _load_yeast() -> TabularDataset:
+    from .yeast import load_yeast
+
+    return load_yeast()
+
+
+def _mulan_loader(name: str) -> Callable[[], TabularDataset]:
+    def load() -> TabularDataset:
+        from .mulan import load_mulan
+
+        return load_mulan(name)
+
+    return load
+
+
+def _mulan_cached(name: str) -> Callable[[], bool]:
+    def cached() -> bool:
+        from .mulan import is_cached
+
+        return is_cached(name)
+
+    return cached
+
+
+#: the image benchmarks `spmlkit prepare` reads (data/formats/readers.py has a reader for each; a test
+#: checks the two agree) with their official train rows, test rows and labels (docs/protocol.md,
+#: "Datasets"; COCO's are its "spml" variant)
+_IMAGE_SIZES = {"voc2012": (5717, 5823, 20), "voc2007": (5011, 4952, 20), "coco2014": (82081, 40137, 80),
+                "nuswide": (150000, 60260, 81), "cub": (5994, 5794, 312)}
+
+
+def _build() -> Registry[DatasetEntry]:
+    from .mulan import MULAN_SETS
+
+    datasets: Registry[DatasetEntry] = Registry("dataset")
+    datasets.register("yeast", DatasetEntry("yeast", "features", "river package (no download)", _load_yeast,
+                                            1500, 917, 14))
+    for name, spec in MULAN_SETS.items():
+        # the bare name is listed; mulan/<set> answers too, and is listed for yeast, whose bare name is river's
+        aliases = [(f"mulan/{name}", True)] if name == "yeast" else [(name, True), (f"mulan/{name}", False)]
+        for alias, listed in aliases:
+            datasets.register(alias, DatasetEntry(alias, "features", f"MULAN ({spec.domain}), fetched once",
+                                                  _mulan_loader(name), spec.train_rows, spec.test_rows, spec.labels,
+                                                  _mulan_cached(name), listed))
+    for name, rows in _IMAGE_SIZES.items():
+        datasets.register(name, DatasetEntry(name, "images", "official files (download, then prepare)", None, *rows,
+                                             prepare=True))
+    datasets.register("digits-mosaic", DatasetEntry("digits-mosaic", "images", "generated in memory"))
+    datasets.register("digits_mosaic", DatasetEntry("digits_mosaic", "images", "generated in memory", listed=False))
+    return datasets
+
+
+DATASETS: Registry[DatasetEntry] = _build()
+"""Every named dataset (``spmlkit datasets`` lists them)."""
+
+PREPARABLE: tuple[str, ...] = tuple(name for name, entry in DATASETS.items() if entry.prepare)
+"""The benchmarks ``spmlkit prepare`` reads from their official files."""
 
 FEATURE_DATASETS: dict[str, Callable[[], TabularDataset]] = {
-    "yeast": load_yeast,
+    name: entry.load for name, entry in DATASETS.items() if entry.kind == "features" and entry.load is not None
 }
+"""The named feature datasets and their loaders."""
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """What a dataset argument is: its kind and how it is read.
+
+    ``form``: ``"named"`` (a registered name), ``"features-folder"`` (written by ``spmlkit
+    extract``), ``"prepared-folder"`` (written by ``spmlkit prepare``; ``name`` is the dataset it
+    records) or ``"user-form"`` (``folder``/``csv``/``prepared``: users' data, found through
+    ``--prepared``).
+    """
+
+    argument: str
+    kind: str
+    form: str
+    name: str
+    path: Path | None = None
+
+
+def resolve_dataset(argument: str) -> DatasetRef:
+    """Decide once what ``argument`` names (a one-line error for something spmlkit cannot read)."""
+    from .formats.user_data import USER_DATASETS
+
+    argument = str(argument)
+    if argument in DATASETS:
+        entry = DATASETS[argument]
+        return DatasetRef(argument, entry.kind, "named", entry.name)
+    if argument in (*USER_DATASETS, "prepared"):
+        return DatasetRef(argument, "images", "user-form", argument)
+    # a folder is decided once per process and absolute path (a relative one means another folder elsewhere)
+    return _resolve_folder(argument, str(Path(argument).expanduser().absolute()))
+
+
+@lru_cache(maxsize=64)
+def _resolve_folder(argument: str, absolute: str) -> DatasetRef:
+    from .feature_dir import is_feature_dir
+
+    path = Path(absolute)
+    if is_feature_dir(path):
+        return DatasetRef(argument, "features", "features-folder", argument, path)
+    recorded = _prepared_dataset(path)
+    if recorded is not None:
+        return DatasetRef(argument, "images", "prepared-folder", recorded, path)
+    if path.exists():
+        raise ValueError(f"{argument} is neither a folder written by `spmlkit extract` nor one written by "
+                         "`spmlkit prepare` (no meta.json of spmlkit's in it, or a damaged one); prepare it first (`spmlkit prepare "
+                         "folder|csv ...`) and name the folder that command reports")
+    close = difflib.get_close_matches(argument, [n for n, e in DATASETS.items() if e.listed], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"unknown dataset {argument!r}{hint}; known datasets: "
+                     f"{', '.join(n for n, e in DATASETS.items() if e.listed)} (`spmlkit datasets` lists them), a "
+                     "folder written by `spmlkit extract`, or a folder written by `spmlkit prepare`")
+
+
+def _prepared_dataset(path: Path) -> str | None:
+    """The dataset a ``spmlkit prepare`` folder records, None when ``path`` is not one."""
+    import json
+
+    from .formats.prepared import META
+
+    meta = path / META
+    if not meta.is_file():
+        return None
+    try:
+        recorded = json.loads(meta.read_text()).get("dataset")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return recorded if isinstance(recorded, str) else None
 
 
 def is_feature_dataset(name: str) -> bool:
-    """A named tabular dataset, or a folder written by ``spmlkit extract``."""
-    return name in FEATURE_DATASETS or is_feature_dir(name)
+    """A named feature dataset or a folder written by ``spmlkit extract`` (False for anything else)."""
+    try:
+        return resolve_dataset(str(name)).kind == "features"
+    except ValueError:
+        return False
 
 
 def load_features(name: str) -> TabularDataset:
-    """A named feature dataset (``yeast``) or a feature folder written by ``spmlkit extract``."""
-    if name in FEATURE_DATASETS:
-        return _load_named(name)
-    if is_feature_dir(name):
-        return load_feature_dir(name)
-    raise ValueError(
-        f"unknown feature dataset {name!r}; available: {', '.join(FEATURE_DATASETS)}, or a folder "
-        "written by `spmlkit extract`"
-    )
+    """A named feature dataset (Yeast, a MULAN set) or a feature folder written by ``spmlkit extract``."""
+    ref = resolve_dataset(str(name))
+    if ref.kind != "features":
+        raise ValueError(f"{name!r} is an image dataset, not a feature dataset; train on it with "
+                         f"`spmlkit train --dataset {name}` or extract its features first (`spmlkit extract`)")
+    if ref.form == "named":
+        # a set read from the data folder is kept per folder: $SPMLKIT_DATA may name another one later
+        if DATASETS[ref.name].cached is not None:
+            from .download import data_home
+
+            return _load_named(ref.name, str(data_home()))
+        return _load_named(ref.name, "")
+    from .feature_dir import load_feature_dir
+
+    return load_feature_dir(ref.path)
 
 
-@lru_cache(maxsize=4)
-def _load_named(name: str) -> TabularDataset:
+@lru_cache(maxsize=16)
+def _load_named(name: str, folder: str) -> TabularDataset:
     """Named datasets are read once per process (a sweep runs hundreds of runs on one)."""
-    ds = FEATURE_DATASETS[name]()
+    ds = DATASETS[name].load()
     for array in (ds.X_train, ds.Y_train, ds.X_test, ds.Y_test):
         array.setflags(write=False)  # shared between runs: nobody may change them
     return ds

@@ -8,12 +8,15 @@ demo needs no download. We read the MULAN version that ``river`` ships
 columns ``Class1..Class14``) without importing river itself (its import is slow and we only
 need the file).
 
-Split: MULAN distributes Yeast as ``yeast-train`` (1,500 genes) and ``yeast-test`` (917
-genes). The packaged file (OpenML 40597) keeps that order, train rows first, so we take
-rows ``[0, 1500)`` as the official train list and ``[1500, 2417)`` as the official test list.
-The reference protocol then splits the train list into train/val (docs/protocol.md,
-"Train/val split") and draws the observed labels over the whole train list (docs/protocol.md,
-"Observed labels"), exactly as for the image data.
+Split: MULAN distributes Yeast as ``yeast-train.arff`` (1,500 genes) and ``yeast-test.arff``
+(917 genes). The packaged file (OpenML 40597, MULAN's single ``yeast.arff``) holds the same
+2,417 rows with the **test rows first**: rows ``[0, 917)`` are exactly ``yeast-test`` and rows
+``[917, 2417)`` exactly ``yeast-train``, value by value (a test compares them with MULAN's own
+files). So the official train list is rows ``[917, 2417)`` and the official test list rows
+``[0, 917)``, each in its ARFF file's order; taking the first 1,500 rows instead would train on
+every official test gene (docs/protocol.md, "Yeast"). The reference protocol then splits the
+train list into train/val (docs/protocol.md, "Train/val split") and draws the observed labels
+over the whole train list (docs/protocol.md, "Observed labels"), exactly as for the image data.
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ import numpy as np
 
 from .tabular import TabularDataset
 
-__all__ = ["load_yeast", "yeast_path", "YEAST_TRAIN_SIZE"]
+__all__ = ["load_yeast", "yeast_path", "YEAST_TEST_ROWS", "YEAST_TRAIN_ROWS", "YEAST_TRAIN_SIZE"]
 
+#: rows of the packaged file that are MULAN's yeast-test.arff and yeast-train.arff, in that order
+YEAST_TEST_ROWS = slice(0, 917)
+YEAST_TRAIN_ROWS = slice(917, 2417)
 YEAST_TRAIN_SIZE = 1500
 _NUM_FEATURES = 103
 _NUM_CLASSES = 14
@@ -67,15 +73,15 @@ def load_yeast() -> TabularDataset:
     if not np.isin(Y, (0, 1)).all():
         raise ValueError(f"{path}: label columns must be 0/1")
     Y = Y.astype(np.uint8)
-    n = YEAST_TRAIN_SIZE
+    train, test = YEAST_TRAIN_ROWS, YEAST_TEST_ROWS
     return TabularDataset(
         name="yeast",
-        X_train=X[:n],
-        Y_train=Y[:n],
-        X_test=X[n:],
-        Y_test=Y[n:],
+        X_train=X[train],
+        Y_train=Y[train],
+        X_test=X[test],
+        Y_test=Y[test],
         class_names=tuple(frame.columns[_NUM_FEATURES:]),
         feature_names=tuple(frame.columns[:_NUM_FEATURES]),
         source=str(path),
-        notes={"split": "MULAN yeast-train (rows 0-1499) / yeast-test (rows 1500-2416)"},
+        notes={"split": "MULAN yeast-train (rows 917-2416 of the file) / yeast-test (rows 0-916)"},
     )

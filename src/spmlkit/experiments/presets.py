@@ -254,6 +254,9 @@ def resolve_config(
     named = get_preset(preset) if preset else None
     dataset = values.get("dataset") or file_values.get("dataset") or (named.dataset if named else None)
     prepared = values.get("prepared") or file_values.get("prepared")
+    if dataset is not None and not prepared and _is_prepared_folder(dataset):
+        prepared = values["prepared"] = dataset  # a prepared folder named as the dataset (a sweep's `datasets`)
+        dataset = None
     if dataset is None and prepared:  # a prepared folder alone says which dataset (and variant) it holds
         dataset, variant = prepared_identity(prepared)
         if variant is not None and "dataset_variant" not in values and "dataset_variant" not in file_values:
@@ -296,6 +299,15 @@ def _check_agrees_with_resumed(chosen: dict[str, Any], saved: dict[str, Any]) ->
     if differ:
         raise ValueError(f"--resume continues a run with its own settings, but {'; '.join(differ)}; resume without "
                          "those options, or start a new run folder (another --out, or --overwrite)")
+
+
+def _is_prepared_folder(dataset: str) -> bool:
+    from ..data import registry
+
+    try:
+        return registry.resolve_dataset(dataset).form == "prepared-folder"
+    except ValueError:
+        return False  # an unknown name: the run says what is wrong
 
 
 def prepared_identity(path: str) -> tuple[str, str | None]:

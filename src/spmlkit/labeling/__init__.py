@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from ..names import Registry
 from ..signatures import init_defaults
 from .apl import APL
 from .base import LabelingAlgorithm
@@ -12,8 +13,11 @@ from .opml_correction import OPMLCorrection
 
 __all__ = ["ALGORITHMS", "APL", "LabelingAlgorithm", "OPMLCorrection", "create", "hyperparameters"]
 
-#: between-epoch algorithms by the name method recipes use (spmlkit.methods)
-ALGORITHMS: dict[str, type[LabelingAlgorithm]] = {"apl": APL, "opml_correction": OPMLCorrection}
+#: between-epoch algorithms by the name method recipes use (spmlkit.methods); the same kind of
+#: registry as the losses' and the datasets' (spmlkit.names)
+ALGORITHMS: Registry[type[LabelingAlgorithm]] = Registry("labeling algorithm")
+ALGORITHMS.register("apl", APL)
+ALGORITHMS.register("opml_correction", OPMLCorrection)
 
 
 def hyperparameters(name: str) -> dict[str, Any]:
@@ -49,6 +53,4 @@ def create(name: str, **kwargs: Any) -> LabelingAlgorithm:
 
 
 def _lookup(name: str) -> type[LabelingAlgorithm]:
-    if not isinstance(name, str) or name not in ALGORITHMS:
-        raise ValueError(f"unknown labeling algorithm {name!r}; valid names are: {', '.join(sorted(ALGORITHMS))}")
-    return ALGORITHMS[name]
+    return ALGORITHMS.get(name)

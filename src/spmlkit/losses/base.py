@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ..labels import PseudoLabels
+from ..names import Registry
 from ..signatures import init_defaults
 
 __all__ = [
@@ -305,21 +306,19 @@ class _Entry:
     description: str
 
 
-_REGISTRY: dict[str, _Entry] = {}
+_REGISTRY: Registry[_Entry] = Registry("loss")
 
 
 def register(name: str, description: str) -> Callable[[type], type]:
     """Class decorator adding a loss to the registry under ``name``."""
 
     def decorate(cls: type) -> type:
-        if name in _REGISTRY:
-            raise RuntimeError(f"loss name {name!r} registered twice")
         # a data argument the constructor does not take could never be filled: fail at import
         missing = sorted(set(cls.data_arguments) - set(init_defaults(cls)))
         if missing:
             raise RuntimeError(f"loss {name!r} declares data arguments {missing} that __init__ does not take")
         cls.name = name
-        _REGISTRY[name] = _Entry(cls, description)
+        _REGISTRY.register(name, _Entry(cls, description))  # a name registered twice fails here, at import
         return cls
 
     return decorate
@@ -384,8 +383,4 @@ FUNCTIONAL_TERMS = {
 def _lookup(name: str) -> _Entry:
     if isinstance(name, str) and name in FUNCTIONAL_TERMS:
         raise ValueError(f"{name!r} is not created with losses.create: {FUNCTIONAL_TERMS[name]}")
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(
-            f"unknown loss {name!r}; valid names are: {', '.join(sorted(_REGISTRY))}"
-        )
-    return _REGISTRY[name]
+    return _REGISTRY.get(name)

@@ -8,6 +8,7 @@ feature dataset and an image dataset differ only here; the trainer above is the 
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,8 @@ class ImageData:
     paths: dict[str, list[str]] = field(default_factory=dict)
     #: how to turn an image file into the model's input (recorded in best.pt for predict)
     transform_spec: dict[str, Any] = field(default_factory=dict)
+    #: users' own data: its observed {-1, 0, 1} labels of the train list, read with the rest of its folder
+    observed: np.ndarray | None = None
 
 
 @dataclass
@@ -115,6 +118,7 @@ def _check_features(name: str, split: str, X: np.ndarray | None, rows: int | Non
 
 
 def is_feature_run(config: RunConfig) -> bool:
+    """Decided once per process and dataset argument, by the data layer (data/registry.py)."""
     from ..data import registry
 
     return registry.is_feature_dataset(config.data.dataset)
@@ -127,20 +131,14 @@ def load_run_data(config: RunConfig) -> RunData:
 
         config.check_source("features")
         ds = registry.load_features(config.data.dataset)
-        data = RunData("features", ds.name, tuple(ds.class_names), np.asarray(ds.Y_train), np.asarray(ds.Y_test),
-                       X_train=ds.X_train, X_test=ds.X_test)
+        X_train, Y_train = _train_rows_with_a_positive(ds)
+        data = RunData("features", ds.name, tuple(ds.class_names), Y_train, np.asarray(ds.Y_test),
+                       X_train=X_train, X_test=ds.X_test)
     else:
         config.check_source("images")
         images = load_image_data(config)
-        observed = None
-        if images.Y_train is None:
-            # users' own data (observation "given"): ImageData carries full labels only, so the observed
-            # {-1, 0, 1} labels are read from the same prepared folder, validated like the rest
-            from ..data.formats import load_prepared
-
-            observed = load_prepared(_prepared_dir(config)).observed
         data = RunData("images", images.name, images.class_names, images.Y_train, images.Y_test, images=images,
-                       observed=observed)
+                       observed=images.observed)
     if config.data.subset is not None:
         if config.data.subset > data.num_train:
             raise ValueError(f"subset {config.data.subset} is larger than the {data.num_train} training rows of {data.name}")
@@ -148,6 +146,26 @@ def load_run_data(config: RunConfig) -> RunData:
             if getattr(data, name) is not None:
                 setattr(data, name, getattr(data, name)[: config.data.subset])
     return data
+
+
+def _train_rows_with_a_positive(ds: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The train list a run uses: a set that asks for it (the MULAN sets) loses its train rows
+    without any positive label, for every method and observation alike (docs/protocol.md, "MULAN
+    data sets"); how many is logged once per process and set."""
+    Y = np.asarray(ds.Y_train)
+    if ds.notes.get("empty_train_rows") != "drop":
+        return ds.X_train, Y
+    keep = Y.any(axis=1)
+    if keep.all():
+        return ds.X_train, Y
+    _log_dropped(ds.name, int((~keep).sum()), len(Y))
+    return np.asarray(ds.X_train)[keep], Y[keep]
+
+
+@functools.lru_cache(maxsize=None)
+def _log_dropped(name: str, dropped: int, rows: int) -> None:
+    log.warning("%s: %d of its %d train rows have no positive label and cannot show one; they are left out of "
+                "training for every method (docs/protocol.md, \"MULAN data sets\")", name, dropped, rows)
 
 
 @dataclass(frozen=True)
@@ -274,6 +292,7 @@ def load_image_data(config: RunConfig) -> ImageData:
         name=ds.dataset,
         class_names=tuple(ds.class_names),
         Y_train=None if ds.observed is not None else np.asarray(ds.train_labels),  # users' data: observed only
+        observed=None if ds.observed is None else np.asarray(ds.observed),
         Y_test=None if ds.test_labels is None else np.asarray(ds.test_labels),  # None: no labelled test set
         train_dataset=lambda: ImageFileDataset(train_paths, transform, cache=train_cache),
         test_dataset=lambda: ImageFileDataset(test_paths, transform, cache=test_cache),
@@ -357,20 +376,6 @@ def as_tensor(x: np.ndarray) -> torch.Tensor:
 
 def check_dataset(config: RunConfig) -> None:
     """Fail early, with the closest name, on a dataset spmlkit does not know."""
-    from ..data.formats import DATASETS
+    from ..data.registry import resolve_dataset
 
-    if is_feature_run(config) or config.data.dataset in (*DATASETS, "digits-mosaic", "digits_mosaic", "prepared"):
-        return
-    raise ValueError(_unknown_dataset(config.data.dataset, [*DATASETS, "digits-mosaic"]))
-
-
-def _unknown_dataset(name: str, image_datasets: list[str]) -> str:
-    import difflib
-
-    from ..data.registry import FEATURE_DATASETS
-
-    known = [*FEATURE_DATASETS, *image_datasets]
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return (f"unknown dataset {name!r}{hint}; known datasets: {', '.join(known)}, a folder written by "
-            "`spmlkit extract`, or --prepared FOLDER")
+    resolve_dataset(config.data.dataset)

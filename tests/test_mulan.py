@@ -1,0 +1,163 @@
+"""The MULAN sets read from their own files (data/arff_reader.py, data/mulan.py; docs/protocol.md,
+"MULAN data sets"): sizes per set, values read by hand from the ARFF text, the parsed-array
+cache, and the train rows without a positive label that training leaves out.
+
+The data folder is a fresh ``SPMLKIT_DATA`` holding symlinks to MULAN's files, and the download
+address points at a closed local port, so nothing here can reach the internet.
+"""
+
+import logging
+
+import numpy as np
+import pytest
+from fixtures.mulan import MULAN, data_home_with, needs_mulan
+
+from spmlkit.data import load_dataset
+from spmlkit.data.mulan import MULAN_SETS, load_mulan
+
+pytestmark = needs_mulan
+
+#: set: train rows, test rows, feature columns, labels, train rows without a positive, test rows without
+#: one, positives in the train list. Rows, labels and the empty rows of delicious agree with the table in
+#: MULAN's README beside the files; birds' empty rows were counted by splitting its ARFF rows on commas
+#: (143 and 151; that README says 164 and 165)
+SIZES = {
+    "bibtex": (4880, 2515, 1836, 159, 0, 0),
+    "birds": (322, 323, 271, 19, 143, 151),
+    "corel5k": (4500, 500, 499, 374, 0, 0),
+    "delicious": (12920, 3185, 500, 983, 10, 4),
+    "emotions": (391, 202, 72, 6, 0, 0),
+    "enron": (1123, 579, 1001, 53, 0, 0),
+    "flags": (129, 65, 43, 7, 0, 0),
+    "genbase": (463, 199, 1185, 27, 0, 0),
+    "medical": (333, 645, 1449, 45, 0, 0),
+    "scene": (1211, 1196, 294, 6, 0, 0),
+    "tmc2007": (21519, 7077, 500, 22, 0, 0),
+    "yeast": (1500, 917, 103, 14, 0, 0),
+}
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    def make(*sets):
+        folder = data_home_with(tmp_path, *sets)
+        monkeypatch.setenv("SPMLKIT_DATA", str(folder))
+        monkeypatch.setenv("SPMLKIT_MULAN_URL", "http://127.0.0.1:9/closed")  # never the internet
+        return folder
+
+    return make
+
+
+@pytest.mark.parametrize("name", list(SIZES))
+def test_each_set_has_its_official_sizes(home, name):
+    home(name)
+    ds = load_mulan(name)
+    train, test, features, labels, empty_train, empty_test = SIZES[name]
+    assert ds.X_train.shape == (train, features) and ds.X_test.shape == (test, features)
+    assert ds.Y_train.shape == (train, labels) and ds.Y_test.shape == (test, labels)
+    assert ds.X_train.dtype == np.float32 and ds.Y_train.dtype == np.uint8
+    assert int((ds.Y_train.sum(1) == 0).sum()) == empty_train and int((ds.Y_test.sum(1) == 0).sum()) == empty_test
+    spec = MULAN_SETS[name]
+    assert (spec.train_rows, spec.test_rows, spec.labels) == (train, test, labels)  # the table `datasets` shows
+
+
+def test_a_sparse_row_read_by_hand(home):
+    """medical-train.arff, first row: ``{0 1,107 1,590 1,671 1,804 1,835 1,968 1,1420 1,1493 1}``;
+    attributes 0-1448 are features, 1449-1493 the 45 labels (1493: ``Class-44-786_07``)."""
+    home("medical")
+    ds = load_mulan("medical")
+    assert np.flatnonzero(ds.X_train[0]).tolist() == [0, 107, 590, 671, 804, 835, 968, 1420]
+    assert ds.X_train[0, 107] == 1.0
+    assert np.flatnonzero(ds.Y_train[0]).tolist() == [44] and ds.class_names[44] == "Class-44-786_07"
+
+
+def test_nominal_features_one_hot_and_binary(home):
+    """flags-train.arff, first row: ``4,1,164,7,8,2,0,0,2,1,0,0,0,1,1,0,0,0,0,1,0,0,0,1,0,0``:
+    landmass {1..6}=4, zone {1..4}=1, area 164, population 7, language {1..10}=8, religion {0..7}=2,
+    bars..sunstars 0,0,2,1,0,0,0,1, crescent..text 1,0,0,0,0, labels red..orange 1,0,0,0,1,0,0."""
+    home("flags")
+    ds = load_mulan("flags")
+    expected = ([0, 0, 0, 1, 0, 0] + [1, 0, 0, 0] + [164, 7] + [0] * 7 + [1, 0, 0] + [0, 0, 1, 0, 0, 0, 0, 0]
+                + [0, 0, 2, 1, 0, 0, 0, 1] + [1, 0, 0, 0, 0])
+    assert ds.X_train[0].tolist() == expected
+    assert ds.feature_names[:7] == ("landmass=1", "landmass=2", "landmass=3", "landmass=4", "landmass=5",
+                                    "landmass=6", "zone=1")
+    assert ds.Y_train[0].tolist() == [1, 0, 0, 0, 1, 0, 0]
+    assert ds.class_names == ("red", "green", "blue", "yellow", "white", "black", "orange")
+
+
+def test_birds_nominal_location_and_quoted_label_names(home):
+    """birds-train.arff, first row: attributes 259-260 (1-based) hasSegments {0,1}=1 and location
+    {2,10,1,7,5,4,17,15,16,8,13,11}=1 (its third value); labels 11 and 12 set. Label names with
+    quotes are spelled as the XML spells them (``Swainson's Thrush``)."""
+    home("birds")
+    ds = load_mulan("birds")
+    assert ds.feature_names[258:262] == ("hasSegments", "location=2", "location=10", "location=1")
+    assert ds.X_train[0, 258:271].tolist() == [1, 0, 0, 1] + [0] * 9
+    np.testing.assert_array_equal(ds.X_train[0, 254:258], np.float32([46.769231, 71.863118, 788.923077, 1761.80218]))
+    assert np.flatnonzero(ds.Y_train[0]).tolist() == [11, 12]
+    assert ds.class_names[10:13] == ("Swainson's Thrush", "Hammond's Flycatcher", "Western Tanager")
+
+
+def test_genbase_drops_its_protein_identifier(home):
+    """genbase-train.arff, first row: ``Q9PQS9,NO,NO,NO,...`` and labels ``000000000100000000000000000``."""
+    home("genbase")
+    ds = load_mulan("genbase")
+    assert "protein" not in ds.feature_names and ds.feature_names[0] == "PS00010"
+    assert ds.X_train[0, :3].tolist() == [0, 0, 0]
+    assert set(np.unique(ds.X_train).tolist()) == {0.0, 1.0}  # YES/NO as 1/0
+    assert np.flatnonzero(ds.Y_train[0]).tolist() == [9]
+
+
+def test_mulan_yeast_equals_the_river_copy(home):
+    home("yeast")
+    mulan, river = load_dataset("mulan/yeast"), load_dataset("yeast")
+    for part in ("X_train", "Y_train", "X_test", "Y_test"):
+        np.testing.assert_array_equal(getattr(mulan, part), getattr(river, part))
+    assert mulan.class_names == river.class_names  # the ARFF's order, though yeast.xml lists Class6 before Class4
+
+
+def test_parsed_arrays_are_kept_and_follow_the_files(home, caplog):
+    folder = home("flags") / "mulan" / "flags"
+    first = load_mulan("flags")
+    assert (folder / "spmlkit-parsed-v1.npz").is_file()
+    again = load_mulan("flags")
+    np.testing.assert_array_equal(first.X_train, again.X_train)
+    # a changed file (one row less) is parsed again, with a warning that it is not MULAN's
+    text = (folder / "flags-train.arff").read_text().rstrip("\n").rsplit("\n", 1)[0] + "\n"
+    (folder / "flags-train.arff").unlink()
+    (folder / "flags-train.arff").write_text(text)
+    with caplog.at_level(logging.WARNING):
+        changed = load_mulan("flags")
+    assert len(changed.X_train) == 128
+    assert "flags-train.arff differs from MULAN's file" in caplog.text
+
+
+def test_training_leaves_out_train_rows_without_a_positive(home, caplog):
+    """birds: 143 of 322 train rows have no label; every method and observation trains on the other 179,
+    and each of them shows exactly one observed positive."""
+    from spmlkit.experiments.presets import resolve_config
+    from spmlkit.training.run_data import load_run_data, split_and_observe
+
+    home("birds")
+    official = load_mulan("birds")
+    keep = official.Y_train.any(1)
+    with caplog.at_level(logging.WARNING):
+        for method, observation in (("an", "single_positive"), ("em", "single_positive"), ("bce", "full")):
+            data = load_run_data(resolve_config({"dataset": "birds", "method": method, "observation": observation}))
+            assert data.num_train == 179
+            np.testing.assert_array_equal(data.Y_train, official.Y_train[keep])
+            np.testing.assert_array_equal(data.X_train, official.X_train[keep])
+            assert len(data.Y_test) == 323  # the test list is untouched
+    assert "birds: 143 of its 322 train rows have no positive label" in caplog.text
+    single = load_run_data(resolve_config({"dataset": "birds", "method": "an"}))
+    split = split_and_observe(resolve_config({"dataset": "birds", "method": "an"}), single)
+    assert ((split.observed == 1).sum(1) == 1).all() and len(split.train_idx) + len(split.val_idx) == 179
+
+
+def test_mulan_sets_get_the_feature_defaults(home):
+    from spmlkit.experiments.presets import dataset_defaults
+    from spmlkit.training.defaults import FEATURE_DEFAULTS
+
+    assert dataset_defaults("emotions") == dict(FEATURE_DEFAULTS) == dataset_defaults("yeast")
+    assert MULAN.is_dir()
