@@ -34,7 +34,7 @@ from torch import nn
 from ..labels import validate_observed
 from ..methods import Method, ResolvedMethod, resolve_hparams
 from .components import MethodComponents, build_components, expected_positives, method_label_matrix
-from .config import RunConfig
+from .config import RecipeConfig, RunConfig
 from .device import resolve_device
 from .distributed import Distributed
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
@@ -199,6 +199,7 @@ def unbatchable_reason(config: RunConfig) -> str | None:
         (feature and not FeatureHead.batchable_with(config.model.head, config.model.dropout),
          "a feature head with dropout draws from the global random stream, which batched runs cannot share"),
         (config.schedule.linear_init_epochs != 0, "LinearInit trains a phase of its own"),
+        (config.recipe != RecipeConfig(), "a recipe (schedule, EMA, frozen parts, crops) is one run's own"),
         (config.output.out is not None, "a run with a run folder checkpoints on its own"),
         (bool(config.output.loggers), "a run with loggers logs on its own"),
         (bool(config.machine.compile), "a compiled run trains on its own"),
