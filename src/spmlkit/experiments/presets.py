@@ -166,8 +166,8 @@ _PU_MLC_OFFICIAL_NOTES = (
     "frozen; global batch {batch} (2 GPUs x {half}); one-cycle over 80 epochs stopped after {epochs}; EMA {ema} "
     "validated beside the plain weights; multi-scale crops; LgConv with projection bias and N(0, 1e-4) gamma. Still "
     "different: a linear head instead of the SST head, no selection on the test set (keeps the last epoch, EMA "
-    "weights; --val-frac 0.2 (config val_frac: 0.2) selects on validation over both); see docs/protocol.md, "
-    "\"Recipes\"")
+    "weights; --val-frac 0.2 (config val_frac: 0.2) selects on validation over both); "
+    'see docs/protocol.md, "Recipes"')
 
 _CONFIG_KEYS = {"backbone", "pretrained", "image_size", "batch_size", "lr", "epochs", "observation", "patience",
                 "head_lr_mult", "optimizer", "lgconv", "weight_decay", "linear_init_epochs", "linear_init_lr",

@@ -18,7 +18,7 @@ section (:class:`~spmlkit.training.config.RecipeConfig`), and built from PyTorch
   * weights``, as there;
 * frozen parts and frozen BatchNorm are :mod:`spmlkit.models.parts`.
 
-:class:`Recipe` is what the loop calls (docs/architecture.md, "The training loop"): the hooks
+:class:`Recipe` is what the loop calls (docs/architecture.md, "One run"): the hooks
 :meth:`Recipe.train_mode` (after ``model.train()``), :meth:`Recipe.after_step` (after each
 optimiser step), :meth:`Recipe.validate` (after each epoch's validation) and
 :meth:`Recipe.selected_state` (what the best-epoch snapshot keeps); its state is saved in
