@@ -51,12 +51,7 @@ if TYPE_CHECKING:
     from .distributed import Distributed
     from .loop import Group, Run
 
-__all__ = ["Recipe", "build_scheduler", "global_batch_size", "is_plain", "prepare_parts", "steps_per_epoch"]
-
-
-def is_plain(config: RunConfig) -> bool:
-    """Whether ``config``'s recipe changes nothing of spmlkit's training without recipes."""
-    return config.recipe == RecipeConfig()
+__all__ = ["Recipe", "build_scheduler", "global_batch_size", "prepare_parts", "steps_per_epoch"]
 
 
 def global_batch_size(config: RunConfig, dist: Distributed) -> int:
@@ -112,6 +107,12 @@ class Recipe:
             self.ema.eval()
         #: whether the EMA weights won this epoch's validation (what :meth:`selected_state` keeps)
         self.ema_won = False
+
+    @staticmethod
+    def has_hooks(config: RecipeConfig) -> bool:
+        """Whether the loop must call a recipe at all: a schedule, an EMA or frozen BatchNorm (the
+        other recipe settings act before training: on the model, the batch, the crops)."""
+        return config.lr_schedule != "none" or config.ema_decay is not None or config.freeze_bn
 
     # ---------------------------------------------------------------- hooks
     def train_mode(self, model: nn.Module) -> None:

@@ -176,9 +176,9 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
     if config.machine.compile:  # the training forward only: checkpoints keep the plain module's parameter names
         run.train_model = torch.compile(run.train_model)
     optimizer = _optimizer(config, _param_groups(config, run))
-    # the schedule (built on the optimiser's lr) and the EMA (a copy of the weights as training starts)
-    run.recipe = Recipe(config.recipe, run.model, optimizer, epochs=config.schedule.epochs,
-                        steps=steps_per_epoch(len(plan.split.train_idx), global_batch_size(config, dist)))
+    if Recipe.has_hooks(config.recipe):  # the schedule (on the optimiser's lr), the EMA (a copy of the weights now)
+        run.recipe = Recipe(config.recipe, run.model, optimizer, epochs=config.schedule.epochs,
+                            steps=steps_per_epoch(len(plan.split.train_idx), global_batch_size(config, dist)))
     group = Group([run], source, optimizer, plan.device, autocast, scaler, dist=dist, global_batch=plan.global_batch)
     with user_input():  # a last.pt written for another number of classes or another model
         if ckpt is not None:
