@@ -17,8 +17,8 @@ spmlkit splits this the way its image pipeline already splits flips:
   neither the number of workers nor of processes, and a resumed run draws the same ones;
 * the crop and the resize to the run's size run on the device, batch by batch
   (:meth:`CropPolicy.apply`), one interpolation per crop side. The resize is torch's
-  antialiased bicubic, rounded back to uint8 pixels; PIL's bicubic rounds differently, so a
-  pixel may differ from the official transform's by a grey level or so.
+  antialiased bicubic, rounded back to uint8 pixels; it differs from PIL's bicubic (the official
+  transform) by at most one grey level.
 """
 
 from __future__ import annotations
