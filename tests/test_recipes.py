@@ -206,7 +206,21 @@ def test_batch_per_process_multiplies_by_the_processes():
     assert global_batch_size(config, Distributed()) == 45
 
 
-def test_recipe_mistakes_are_refused_with_the_reason():
+def test_drop_last_trains_only_full_batches():
+    from spmlkit.training.sources import FeatureSource
+
+    X = torch.arange(10, dtype=torch.float32)[:, None]
+    for drop_last, sizes in ((False, [4, 4, 2]), (True, [4, 4])):
+        source = FeatureSource(X, X[:0], None, 4, drop_last=drop_last)
+        batches = list(source.train_batches([torch.Generator().manual_seed(0)]))
+        assert [idx.shape[1] for _, idx in batches] == sizes
+        assert steps_per_epoch(10, 4, drop_last) == len(sizes)
+    taken = torch.cat([idx[0] for _, idx in batches])
+    assert len(set(taken.tolist())) == 8  # two full batches of distinct rows; the last two rows wait
+    assert get_preset("pu_mlc/voc2007-official").config["drop_last"] is True
+
+
+def test_recipe_mistakes_are_refused_with_the_reason(tmp_path):
     with pytest.raises(ValueError, match="schedule_epochs 3 is shorter than epochs 5"):
         config_from_dict({"epochs": 5, "lr_schedule": "cosine", "schedule_epochs": 3})
     with pytest.raises(ValueError, match="schedule_epochs given but lr_schedule is 'none'"):
@@ -217,8 +231,13 @@ def test_recipe_mistakes_are_refused_with_the_reason():
         config_from_dict({"lgconv_bias": True})
     with pytest.raises(ValueError, match="needs step_epochs"):
         config_from_dict({"lr_schedule": "step"})
-    with pytest.raises(InputError, match="train_only names 'layer9'.*backbone.stages"):
-        train(resolve_config({**IMAGES, "epochs": 1, "train_only": ["layer9"]}))
+    # refused while planning, before the run folder exists
+    for settings, reason in (({"train_only": ["layer9"]}, "train_only names 'layer9'.*backbone.stages"),
+                             ({"drop_last": True, "batch_size": 128}, "drop_last drops every batch shorter than 128"),
+                             ({"augment": "multiscale_crop"}, "crop_scale 512 differs .* set crop_scale to 32")):
+        with pytest.raises(InputError, match=reason):
+            train(resolve_config({**IMAGES, "epochs": 1, **settings, "out": str(tmp_path / "run")}))
+        assert not (tmp_path / "run").exists()
     assert "recipe" in unbatchable_reason(config_from_dict({**FEATURES, "ema_decay": 0.9}))
     assert unbatchable_reason(config_from_dict(FEATURES)) is None
 

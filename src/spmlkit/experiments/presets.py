@@ -148,13 +148,14 @@ YEAST_HPARAMS: dict[str, dict[str, Any]] = {
 #: layer4 and the head) with every BatchNorm in eval mode, Adam with weight decay 1e-4 on a one-cycle schedule of 80
 #: epochs (20 % warm-up, OneCycleLR's other defaults) that the code stops early, a weight EMA updated every step and
 #: validated beside the plain weights, multi-scale crops, and LgConv as the code builds it (a projection bias,
-#: gamma ~ N(0, 1e-4)). The batch is the global batch of the code's two GPUs (2 x 45 VOC, 2 x 35 COCO)
+#: gamma ~ N(0, 1e-4)). The batch is the global batch of the code's two GPUs (2 x 45 VOC, 2 x 35 COCO), and each
+#: epoch's last, shorter batch is dropped as the code's loader does
 _PU_MLC_OFFICIAL_RECIPE: dict[str, Any] = {
     "backbone": "torchvision:resnet101", "pretrained": True, "lgconv": True, "lgconv_bias": True,
     "lgconv_gamma_init": "normal", "train_only": ["lgconv_global", "layer4", "head"], "freeze_bn": True,
     "optimizer": "adam", "weight_decay": 1e-4, "lr_schedule": "onecycle", "schedule_epochs": 80, "warmup_frac": 0.2,
     "augment": "multiscale_crop", "crop_scale": 512, "crop_sizes": [512, 448, 384, 320, 256], "image_size": 448,
-    "hflip": True, "batch_per": "global", "val_frac": 0.0,
+    "hflip": True, "batch_per": "global", "drop_last": True, "val_frac": 0.0,
 }
 #: per dataset: the global batch, lr, the epochs the code trains (its Stop_epoch + 1) and the EMA decay
 _PU_MLC_OFFICIAL: dict[str, dict[str, Any]] = {

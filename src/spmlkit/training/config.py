@@ -200,6 +200,8 @@ class RecipeConfig:
     #: what batch_size counts under torch.distributed: "global" (split across the processes) or
     #: "process" (each process's own batch; the global batch is batch_size x processes)
     batch_per: str = "global"
+    #: drop each epoch's last batch when it is shorter than the rest (the PU-MLC code's loader)
+    drop_last: bool = False
     #: training images: "resize" (to image_size, the base protocol) or "multiscale_crop" (resize
     #: to crop_scale, a random square crop of a side drawn from crop_sizes, resize to image_size)
     augment: str = _images("resize")
@@ -222,7 +224,7 @@ class RecipeConfig:
         for name in ("div_factor", "final_div_factor", "step_gamma"):
             _positive_number(name, getattr(self, name))
         _non_negative("min_lr", self.min_lr)
-        for name in ("cycle_momentum", "freeze_bn", "lgconv_bias"):
+        for name in ("cycle_momentum", "freeze_bn", "drop_last", "lgconv_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.ema_decay is not None and not (isinstance(self.ema_decay, (int, float))

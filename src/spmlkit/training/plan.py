@@ -36,6 +36,7 @@ from ..methods import Method, ResolvedMethod, resolve_hparams
 from .components import MethodComponents, build_components, expected_positives, method_label_matrix
 from .config import RecipeConfig, RunConfig
 from .device import resolve_device
+from .recipe import check_recipe
 from .distributed import Distributed
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
 
@@ -155,6 +156,7 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
             raise ValueError(f"the training rows of {data.name} carry no observed label at all under observation "
                              f"{config.data.observation!r}; there is nothing to learn from")
         device = _device(config, data, dist)
+        check_recipe(config, data, len(split.train_idx), dist)  # docs/protocol.md, "Recipes"
     global_batch = (config.method.batch_statistics or resolved.method.batch_statistics) == "global"
     return RunPlan(config=config, resolved=resolved, data=data, split=split, train_labels=train_labels,
                    expected_num_pos=expected_positives(train_labels, split.truth_train), device=device,

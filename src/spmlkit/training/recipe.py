@@ -44,14 +44,15 @@ from torch.optim import lr_scheduler
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from .. import metrics
-from ..models.parts import freeze_batchnorm, train_only
+from ..models.parts import freeze_batchnorm, part_parameters, train_only
 from .config import RecipeConfig, RunConfig
 
 if TYPE_CHECKING:
     from .distributed import Distributed
     from .loop import Group, Run
+    from .run_data import RunData
 
-__all__ = ["Recipe", "build_scheduler", "global_batch_size", "prepare_parts", "steps_per_epoch"]
+__all__ = ["Recipe", "build_scheduler", "check_recipe", "global_batch_size", "prepare_parts", "steps_per_epoch"]
 
 
 def global_batch_size(config: RunConfig, dist: Distributed) -> int:
@@ -61,9 +62,36 @@ def global_batch_size(config: RunConfig, dist: Distributed) -> int:
     return config.optimisation.batch_size * (dist.world_size if per == "process" else 1)
 
 
-def steps_per_epoch(rows: int, batch: int) -> int:
-    """Optimiser steps of one epoch over ``rows`` training rows (the last batch may be short)."""
-    return max(1, math.ceil(rows / batch))
+def steps_per_epoch(rows: int, batch: int, drop_last: bool = False) -> int:
+    """Optimiser steps of one epoch over ``rows`` training rows: the last batch may be short, or is
+    dropped (``drop_last``)."""
+    return rows // batch if drop_last else max(1, math.ceil(rows / batch))
+
+
+def check_recipe(config: RunConfig, data: RunData, train_rows: int, dist: Distributed) -> None:
+    """The recipe's checks against the run's data and model, made when the run is planned (before its
+    folder exists): ValueError with what is wrong and what to do.
+
+    ``train_only`` names are checked on the model built on the meta device (no memory, no weights
+    read), so a typo is refused in a second, not after the backbone has loaded."""
+    recipe = config.recipe
+    batch = global_batch_size(config, dist)
+    if recipe.drop_last and train_rows < batch:
+        raise ValueError(f"drop_last drops every batch shorter than {batch}, and the {train_rows} training rows make "
+                         "only such a batch: nothing would train; lower batch_size or set drop_last: false")
+    if recipe.augment == "multiscale_crop" and data.images is not None and not data.images.paths \
+            and recipe.crop_scale != config.data.image_size:
+        raise ValueError(f"crop_scale {recipe.crop_scale} differs from this dataset's image size "
+                         f"{config.data.image_size}; it is generated in memory and has no files to read at another "
+                         f"size: set crop_scale to {config.data.image_size}")
+    if recipe.train_only is not None:
+        from .config import config_from_dict
+
+        plain = config_from_dict({"pretrained": False}, base=config) if data.kind == "images" else config
+        with torch.device("meta"):
+            model = data.build_model(plain)
+        for name in recipe.train_only:
+            part_parameters(model, name)
 
 
 def prepare_parts(config: RunConfig, model: nn.Module) -> None:

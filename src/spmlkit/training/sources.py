@@ -72,9 +72,10 @@ class FeatureSource:
     track_train = True
 
     def __init__(self, X_train: torch.Tensor, X_val: torch.Tensor, X_test: torch.Tensor | None, batch_size: int,
-                 dist: Distributed | None = None):
+                 dist: Distributed | None = None, drop_last: bool = False):
         self.X_train, self.X_val, self.X_test, self.batch_size = X_train, X_val, X_test, batch_size
         self.dist = dist or Distributed()
+        self.drop_last = drop_last  # an epoch's last, shorter batch is not trained on
 
     def train_batches(self, generators: Sequence[torch.Generator]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.X_train)
@@ -83,7 +84,7 @@ class FeatureSource:
         # X[perm] makes, several times faster)
         runs = len(generators)
         shuffled = torch.index_select(self.X_train, 0, perms.reshape(-1)).view(runs, n, -1)
-        for start in range(0, n, self.batch_size):
+        for start in range(0, n - self.batch_size + 1 if self.drop_last else n, self.batch_size):
             idx = perms[:, start : start + self.batch_size]
             rows = self.dist.shard(idx.shape[1])
             yield shuffled[:, start + rows.start : start + rows.stop], idx
@@ -216,7 +217,7 @@ class ImageSource:
     def __init__(self, train_dataset: Any, test_dataset: Any, train_idx: np.ndarray, val_idx: np.ndarray, *,
                  batch_size: int, eval_batch_size: int | None, hflip: bool, num_workers: int | None,
                  device: torch.device, channels_last: bool, num_classes: int, dist: Distributed | None = None,
-                 decode: str = "cpu", crop: Any = None):
+                 decode: str = "cpu", crop: Any = None, drop_last: bool = False):
         from ..data.images import loader_workers
 
         self.device, self.hflip, self.batch_size, self.num_classes = device, hflip, batch_size, num_classes
@@ -230,6 +231,7 @@ class ImageSource:
         self.decoder: Callable[..., torch.Tensor] | None = None
         #: the multi-scale crops of training images (:class:`~spmlkit.data.crops.CropPolicy`), or None
         self.crop = crop
+        self.drop_last = drop_last  # an epoch's last, shorter batch is not trained on
         if crop is not None and decode != "cpu":
             from ..errors import InputError
 
@@ -304,7 +306,7 @@ class ImageSource:
         flips = (torch.rand(self.n, generator=generator) < 0.5).tolist() if self.hflip else None
         boxes = None if self.crop is None else self.crop.draw(self.n, generator)  # drawn after the flips
         bs = self.batch_size
-        batches = [perm[s : s + bs] for s in range(0, self.n, bs)]
+        batches = [perm[s : s + bs] for s in range(0, self.n - bs + 1 if self.drop_last else self.n, bs)]
         self.sampler.batches = [[i if flips is None else (i, flips[i]) for i in b[self.dist.shard(len(b))]]
                                 for b in batches]
         for batch, (pixels, flipped) in zip(batches, to_device_ahead(self.train_loader, self.device, self._upload)):
