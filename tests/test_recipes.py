@@ -250,3 +250,23 @@ def test_lgconv_projection_bias_and_normal_gamma():
     gammas = torch.cat([w.detach() for w in norms])
     assert gammas.abs().max() < 1e-3 and gammas.std() > 0  # N(0, 1e-4): small, and not one constant
     assert np.isclose(float(gammas.std()), 1e-4, rtol=0.2)
+
+
+@pytest.mark.parametrize("dataset, batch, lr, epochs, ema", [("voc2007", 90, 4e-5, 56, 0.991),
+                                                            ("coco2014", 70, 1e-4, 41, 0.9997)])
+def test_the_official_pu_mlc_presets_carry_the_code_s_recipe(dataset, batch, lr, epochs, ema):
+    official = resolve_config(preset=f"pu_mlc/{dataset}-official")
+    recipe = official.recipe
+    assert (official.optimisation.batch_size, recipe.batch_per, recipe.drop_last) == (batch, "global", True)
+    assert (official.optimisation.lr, official.optimisation.weight_decay, official.optimisation.optimizer) == \
+        (lr, 1e-4, "adam")
+    assert (official.schedule.epochs, recipe.lr_schedule, recipe.schedule_epochs, recipe.warmup_frac) == \
+        (epochs, "onecycle", 80, 0.2)
+    assert (recipe.ema_decay, recipe.train_only, recipe.freeze_bn) == (ema, ["lgconv_global", "layer4", "head"], True)
+    assert (recipe.augment, recipe.crop_scale, recipe.crop_sizes, official.data.image_size) == \
+        ("multiscale_crop", 512, [512, 448, 384, 320, 256], 448)
+    assert (official.model.backbone, official.model.lgconv, recipe.lgconv_bias, recipe.lgconv_gamma_init) == \
+        ("torchvision:resnet101", True, True, "normal")
+    simple = resolve_config(preset=f"pu_mlc/{dataset}")  # spmlkit's simpler recipe, as before
+    assert simple.recipe == RecipeConfig() and simple.optimisation.batch_size == batch // 2
+    assert official.method.hparams == simple.method.hparams and official.data.observation == "ratio=0.1"
