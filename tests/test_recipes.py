@@ -234,7 +234,9 @@ def test_recipe_mistakes_are_refused_with_the_reason(tmp_path):
     # refused while planning, before the run folder exists
     for settings, reason in (({"train_only": ["layer9"]}, "train_only names 'layer9'.*backbone.stages"),
                              ({"drop_last": True, "batch_size": 128}, "drop_last drops every batch shorter than 128"),
-                             ({"augment": "multiscale_crop"}, "crop_scale 512 differs .* set crop_scale to 32")):
+                             ({"augment": "multiscale_crop"}, "crop_scale 512 differs .* set crop_scale to 32"),
+                             ({"augment": "multiscale_crop", "crop_scale": 32, "crop_sizes": [32], "decode": "gpu"},
+                              "multiscale_crop reads the training images with PIL")):
         with pytest.raises(InputError, match=reason):
             train(resolve_config({**IMAGES, "epochs": 1, **settings, "out": str(tmp_path / "run")}))
         assert not (tmp_path / "run").exists()

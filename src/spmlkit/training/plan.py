@@ -36,8 +36,8 @@ from ..methods import Method, ResolvedMethod, resolve_hparams
 from .components import MethodComponents, build_components, expected_positives, method_label_matrix
 from .config import RecipeConfig, RunConfig
 from .device import resolve_device
-from .recipe import check_recipe
 from .distributed import Distributed
+from .recipe import check_recipe
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
 
 __all__ = ["VARYING", "RunPlan", "batch_key", "plan_run", "requested_device", "unbatchable_reason"]

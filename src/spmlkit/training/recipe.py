@@ -79,6 +79,9 @@ def check_recipe(config: RunConfig, data: RunData, train_rows: int, dist: Distri
     if recipe.drop_last and train_rows < batch:
         raise ValueError(f"drop_last drops every batch shorter than {batch}, and the {train_rows} training rows make "
                          "only such a batch: nothing would train; lower batch_size or set drop_last: false")
+    if recipe.augment == "multiscale_crop" and config.machine.decode == "gpu":
+        raise ValueError("augment multiscale_crop reads the training images with PIL in the loader workers; use "
+                         "--decode cpu (decode: cpu)")
     if recipe.augment == "multiscale_crop" and data.images is not None and not data.images.paths \
             and recipe.crop_scale != config.data.image_size:
         raise ValueError(f"crop_scale {recipe.crop_scale} differs from this dataset's image size "

@@ -232,10 +232,8 @@ class ImageSource:
         #: the multi-scale crops of training images (:class:`~spmlkit.data.crops.CropPolicy`), or None
         self.crop = crop
         self.drop_last = drop_last  # an epoch's last, shorter batch is not trained on
-        if crop is not None and decode != "cpu":
-            from ..errors import InputError
-
-            raise InputError("augment multiscale_crop reads images with PIL in the loader workers; use --decode cpu")
+        if crop is not None and decode != "cpu":  # planning refuses it first (training.recipe.check_recipe)
+            raise ValueError("crops are cut from pixels the loader workers read; they need decode='cpu'")
         if decode == "gpu":
             rows: Dataset = self._encoded(train_dataset, train_idx, device)
         elif decode == "cpu":
