@@ -91,7 +91,10 @@ def check_recipe(config: RunConfig, data: RunData, train_rows: int, dist: Distri
         from .config import config_from_dict
 
         plain = config_from_dict({"pretrained": False}, base=config) if data.kind == "images" else config
-        with torch.device("meta"):
+        try:
+            with torch.device("meta"):
+                model = data.build_model(plain)
+        except (NotImplementedError, RuntimeError):  # a network whose construction reads values: build it for real
             model = data.build_model(plain)
         for name in recipe.train_only:
             part_parameters(model, name)
