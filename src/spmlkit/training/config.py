@@ -1,10 +1,11 @@
 """The one run configuration, in sections: data, model, method, optimisation, schedule, recipe, machine, output.
 
-Why sections. A run's settings answer seven different questions -- which data and protocol
+Why sections. A run's settings answer eight different questions -- which data and protocol
 (``data``), which network (``model``), which method (``method``), how it is optimised
-(``optimisation``), for how long and when to stop (``schedule``), on what hardware and how it is
-fed (``machine``), and where it is written (``output``). Kept apart, a reader finds a setting by
-its concern and each section checks its own values.
+(``optimisation``), for how long and when to stop (``schedule``), what a paper's code does around
+its loss (``recipe``: schedules, weight averaging, frozen parts, crops), on what hardware and how
+it is fed (``machine``), and where it is written (``output``). Kept apart, a reader finds a
+setting by its concern and each section checks its own values.
 
 Every setting has a unique name across sections, so a *flat* mapping (``{"dataset": "yeast",
 "lr": 0.003}``) names settings as unambiguously as a nested one (``{"data": {"dataset": "yeast"},
@@ -31,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["RunConfig", "DataConfig", "ModelConfig", "MethodConfig", "OptimisationConfig", "ScheduleConfig",
-           "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "config_from_dict", "flat_settings",
-           "load_config_file", "saved_settings", "save_config"]
+           "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "config_from_dict",
+           "flat_settings", "load_config_file", "saved_settings", "save_config"]
 
 
 def _images(default: Any = None, *, factory: Any = None) -> Any:
