@@ -272,3 +272,13 @@ def test_the_official_pu_mlc_presets_carry_the_code_s_recipe(dataset, batch, lr,
     simple = resolve_config(preset=f"pu_mlc/{dataset}")  # spmlkit's simpler recipe, as before
     assert simple.recipe == RecipeConfig() and simple.optimisation.batch_size == batch // 2
     assert official.method.hparams == simple.method.hparams and official.data.observation == "ratio=0.1"
+
+
+def test_frozen_batchnorm_weights_stay_frozen_when_distributed_cpu_runs_convert_them():
+    from spmlkit.training.distributed import GlobalBatchNorm
+
+    model = build_model("small:cnn", 3)
+    model.backbone.stages[3].bn1.weight.requires_grad_(False)
+    converted = GlobalBatchNorm.convert(model)
+    assert isinstance(converted.backbone.stages[3].bn1, GlobalBatchNorm)
+    assert not converted.backbone.stages[3].bn1.weight.requires_grad and converted.backbone.stages[3].bn1.bias.requires_grad
