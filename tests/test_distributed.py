@@ -26,7 +26,10 @@ from spmlkit.training.distributed import Distributed, shard_bounds
 
 HELPER = Path(__file__).parent / "helpers" / "distributed_runs.py"
 #: every method family; PU-MLC with its batch statistics over the global batch (its default is per process)
-RUNS = ["an", "em_apl:hp.warmup_epochs=1", "role", "gr", "pu_mlc:batch_statistics=global"]
+RUNS = ["an", "em_apl:hp.warmup_epochs=1", "role", "gr", "pu_mlc:batch_statistics=global",
+        # a recipe (docs/protocol.md, "Recipes"): crops drawn per row and cut from each process's slice, a schedule, an EMA
+        "an:name=recipe,augment=multiscale_crop,crop_scale=32,crop_sizes=32|24|16,lr_schedule=onecycle,"
+        "schedule_epochs=3,ema_decay=0.9"]
 
 
 def _free_port() -> int:
@@ -80,6 +83,12 @@ def test_shards_cover_every_row_once_in_order():
 @pytest.mark.parametrize("method", ["an", "em_apl", "role", "gr"])
 def test_two_processes_equal_one_with_the_same_global_batch(runs, method):
     _assert_same_run(runs / "one" / method, runs / "two" / method)
+
+
+def test_a_recipe_with_crops_a_schedule_and_an_ema_in_two_processes_equals_one(runs):
+    _assert_same_run(runs / "one" / "recipe", runs / "two" / "recipe")
+    history = json.loads((runs / "two" / "recipe" / "result.json").read_text())["history"]
+    assert all("val_map_ema" in h and "lr" in h for h in history)
 
 
 def test_pu_mlc_with_global_statistics_equals_one_process_up_to_its_amplified_rounding(runs):

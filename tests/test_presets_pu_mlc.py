@@ -10,7 +10,7 @@ from spmlkit.experiments.presets import DATASET_DEFAULTS, PRESETS, get_preset
 
 def test_only_pu_mlc_coco_uses_the_pu_mlc_list():
     with_variant = {name for name, p in PRESETS.items() if p.config.get("dataset_variant") is not None}
-    assert with_variant == {"pu_mlc/coco2014"}
+    assert with_variant == {"pu_mlc/coco2014", "pu_mlc/coco2014-official"}
     assert get_preset("pu_mlc/coco2014").config["dataset_variant"] == "pu_mlc"
     assert "pu_mlc" in dataset_variants("coco2014")
     # the value is a training option, not a method hyperparameter
@@ -19,7 +19,8 @@ def test_only_pu_mlc_coco_uses_the_pu_mlc_list():
     assert get_preset("em/coco2014").config.get("dataset_variant") is None
 
 
-@pytest.mark.parametrize("name", ["pu_mlc/coco2014", "pu_mlc/voc2007", "voc2007"])
+@pytest.mark.parametrize("name", ["pu_mlc/coco2014", "pu_mlc/voc2007", "voc2007", "pu_mlc/voc2007-official",
+                                  "pu_mlc/coco2014-official"])
 def test_pu_mlc_presets_train_on_all_of_trainval(name):
     preset = get_preset(name)
     assert preset.config["val_frac"] == 0.0

@@ -114,7 +114,7 @@ def test_the_config_has_sections_and_reads_flat_or_nested_settings_alike():
     assert nested == flat == RunConfig(dataset="yeast", subset=200, method="em", hparams={"alpha": 0.1}, lr=0.01,
                                        seed=3, epochs=4)
     assert (flat.data.dataset, flat.method.name, flat.optimisation.lr, flat.schedule.epochs) == ("yeast", "em", 0.01, 4)
-    assert list(flat.to_dict()) == ["data", "model", "method", "optimisation", "schedule", "machine", "output"]
+    assert list(flat.to_dict()) == ["data", "model", "method", "optimisation", "schedule", "recipe", "machine", "output"]
     assert flat.flat()["method"] == "em" and flat.flat()["lr"] == 0.01
     assert config_from_dict(flat.to_dict()) == flat  # config.yaml's nested form reads back
     with pytest.raises(ValueError, match="unknown setting 'lr' in section 'data' \\(it belongs to section 'optimisation'\\)"):
@@ -136,7 +136,7 @@ def test_config_yaml_is_written_nested_and_an_earlier_flat_run_folder_still_resu
     full = train(resolve_config({**config.flat(), "out": str(tmp_path / "full")}))
     train(config, stop_after=2)
     saved = yaml.safe_load((run / "config.yaml").read_text())
-    assert list(saved) == ["data", "model", "method", "optimisation", "schedule", "machine", "output"]
+    assert list(saved) == ["data", "model", "method", "optimisation", "schedule", "recipe", "machine", "output"]
     # the run folder of an earlier version: flat config.yaml, flat config in its checkpoints
     flat = saved_settings(saved)
     (run / "config.yaml").write_text(yaml.safe_dump(flat))

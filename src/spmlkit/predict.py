@@ -75,8 +75,9 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
         model: torch.nn.Module = FeatureHead(int(widths[0]), len(ckpt["class_names"]), cfg.get("head", "linear"),
                                              int(cfg.get("hidden", 256)), float(cfg.get("dropout", 0.0)))
     else:
-        model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False,
-                            lgconv=cfg.get("lgconv", False))
+        lgconv = cfg.get("lgconv", False)  # the recipe's LgConv variant has a projection bias
+        model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False, lgconv=lgconv,
+                            lgconv_options={"project_bias": bool(cfg.get("lgconv_bias", False))} if lgconv else None)
     _check_weights_fit(path, ckpt, model)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()

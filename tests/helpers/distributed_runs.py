@@ -18,6 +18,20 @@ from spmlkit.training import train
 from spmlkit.training.distributed import Distributed
 
 
+def _value(text: str):
+    """A setting's value from its text: true / false, a list of ints (``32|24``), a number, or the text."""
+    if text in ("true", "false"):
+        return text == "true"
+    if "|" in text:
+        return [int(v) for v in text.split("|")]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def main(out: str, specs: list[str]) -> None:
     device = os.environ.get("SPMLKIT_TEST_DEVICE", "cpu")
     group = Distributed.from_environment(device)  # joined once: every run below finds it open and leaves it
@@ -28,7 +42,7 @@ def main(out: str, specs: list[str]) -> None:
         resume = values.pop("resume", "0") == "1"
         name = values.pop("name", method)
         hparams = {k[3:]: float(v) if "." in v else int(v) for k, v in values.items() if k.startswith("hp.")}
-        settings = {k: {"true": True, "false": False}.get(v, v) for k, v in values.items() if not k.startswith("hp.")}
+        settings = {k: _value(v) for k, v in values.items() if not k.startswith("hp.")}
         config = resolve_config({
             "dataset": "digits-mosaic", "method": method, "backbone": "small:cnn-gn", "mosaic_train": 240,
             "mosaic_test": 60, "hflip": True, "batch_size": 33, "epochs": int(settings.pop("epochs", 2)), "device": device,

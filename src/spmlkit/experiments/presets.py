@@ -123,7 +123,9 @@ _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = 
                 "coco2014": {"gamma": 0.55, "alpha": 1.0, "backbone": "torchvision:resnet101", "batch_size": 35,
                              "lr": 1e-4, "epochs": 41, "observation": "ratio=0.1", "dataset_variant": "pu_mlc"}},
      {"lgconv": True, "weight_decay": 1e-4, "val_frac": 0.0}, "PU-MLC Table I",
-     ("10% known labels; plain ResNet-101 + LgConv head instead of the SST head; trains on the whole "
+     ("spmlkit's simpler recipe (every weight trains, BatchNorm in training mode, constant lr, no EMA, no crops; "
+      "pu_mlc/<dataset>-official is the official code's); "
+      "10% known labels; plain ResNet-101 + LgConv head instead of the SST head; trains on the whole "
       "official train list and keeps the last epoch (val_frac 0.0, as PU-MLC); --val-frac 0.2 (config "
       "val_frac: 0.2) restores a held-out validation split with selection on val")),
 ]
@@ -141,6 +143,32 @@ YEAST_HPARAMS: dict[str, dict[str, Any]] = {
     "opml": {"a": 64.0, "b": 0.1},
     "opml_sp": {"a": 16.0, "b": 0.25, "rho": 0.05, "highrank_lam": 0.001, "r": 4.0, "start_epoch": 10},
 }
+
+#: the PU-MLC code's recipe around its loss (docs/protocol.md, "Recipes"): what trains (the LgConv global branches,
+#: layer4 and the head) with every BatchNorm in eval mode, Adam with weight decay 1e-4 on a one-cycle schedule of 80
+#: epochs (20 % warm-up, OneCycleLR's other defaults) that the code stops early, a weight EMA updated every step and
+#: validated beside the plain weights, multi-scale crops, and LgConv as the code builds it (a projection bias,
+#: gamma ~ N(0, 1e-4)). The batch is the global batch of the code's two GPUs (2 x 45 VOC, 2 x 35 COCO), and each
+#: epoch's last, shorter batch is dropped as the code's loader does
+_PU_MLC_OFFICIAL_RECIPE: dict[str, Any] = {
+    "backbone": "torchvision:resnet101", "pretrained": True, "lgconv": True, "lgconv_bias": True,
+    "lgconv_gamma_init": "normal", "train_only": ["lgconv_global", "layer4", "head"], "freeze_bn": True,
+    "optimizer": "adam", "weight_decay": 1e-4, "lr_schedule": "onecycle", "schedule_epochs": 80, "warmup_frac": 0.2,
+    "augment": "multiscale_crop", "crop_scale": 512, "crop_sizes": [512, 448, 384, 320, 256], "image_size": 448,
+    "hflip": True, "batch_per": "global", "drop_last": True, "val_frac": 0.0,
+}
+#: per dataset: the global batch, lr, the epochs the code trains (its Stop_epoch + 1) and the EMA decay
+_PU_MLC_OFFICIAL: dict[str, dict[str, Any]] = {
+    "voc2007": {"batch_size": 90, "lr": 4e-5, "epochs": 56, "ema_decay": 0.991},
+    "coco2014": {"batch_size": 70, "lr": 1e-4, "epochs": 41, "ema_decay": 0.9997},
+}
+_PU_MLC_OFFICIAL_NOTES = (
+    "the official PU-MLC code's recipe: only the LgConv global branches, layer4 and the head train, every BatchNorm "
+    "frozen; global batch {batch} (2 GPUs x {half}); one-cycle over 80 epochs stopped after {epochs}; EMA {ema} "
+    "validated beside the plain weights; multi-scale crops; LgConv with projection bias and N(0, 1e-4) gamma. Still "
+    "different: a linear head instead of the SST head, no selection on the test set (keeps the last epoch, EMA "
+    "weights; --val-frac 0.2 (config val_frac: 0.2) selects on validation over both); "
+    'see docs/protocol.md, "Recipes"')
 
 _CONFIG_KEYS = {"backbone", "pretrained", "image_size", "batch_size", "lr", "epochs", "observation", "patience",
                 "head_lr_mult", "optimizer", "lgconv", "weight_decay", "linear_init_epochs", "linear_init_lr",
@@ -177,6 +205,15 @@ def _build() -> dict[str, Preset]:
         cfg = {**DATASET_DEFAULTS["yeast"], "dataset": "yeast", "method": method, "hparams": dict(hparams)}
         presets[f"{method}/yeast"] = Preset(f"{method}/yeast", method, "yeast", cfg, "spmlkit (chosen on validation)",
                                             "tuned by benchmarks/tune_yeast.py on validation mAP")
+    # PU-MLC as its official code trains it; pu_mlc/<dataset> stays spmlkit's simpler recipe (everything trains,
+    # BatchNorm in training mode, constant lr, no EMA, resize without crops)
+    for dataset, values in _PU_MLC_OFFICIAL.items():
+        base = presets[f"pu_mlc/{dataset}"]
+        cfg = {**base.config, **_PU_MLC_OFFICIAL_RECIPE, **values, "hparams": dict(base.config["hparams"])}
+        name = f"pu_mlc/{dataset}-official"
+        notes = _PU_MLC_OFFICIAL_NOTES.format(batch=values["batch_size"], half=values["batch_size"] // 2,
+                                              epochs=values["epochs"], ema=values["ema_decay"])
+        presets[name] = Preset(name, "pu_mlc", dataset, cfg, base.source, notes, base.targets)
     # ROLE + LinearInit: 25 linear epochs on frozen features, then 10 end-to-end (docs/methods.md, "role")
     for dataset, (bs, lr) in zip(_D4, ((16, 1e-3), (16, 1e-3), (16, 1e-3), (8, 1e-3))):
         base = presets[f"role/{dataset}"]

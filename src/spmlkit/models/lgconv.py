@@ -75,7 +75,10 @@ class LgConv(nn.Module):
     The BN scale γ starts near zero -- ``gamma_init="constant"``: γ = ``gamma`` (the paper,
     1e-4); ``"normal"``: γ ~ N(0, ``gamma``²) from the global torch RNG (the official code) --
     and β = 0, so ``G(x) ≈ 0`` at the start and the pretrained features are undisturbed.
-    The 1x1 convs inside G have biases; the projection has none (BN follows). Where ``C // r``
+    The 1x1 convs inside G have biases; the projection has none (BN follows) unless
+    ``project_bias=True``, as in the official code: a BatchNorm in training mode removes a
+    constant bias, but one kept in eval mode (the official recipe's frozen BatchNorm) does not,
+    so there the bias is a real, trainable offset (docs/protocol.md, "Recipes"). Where ``C // r``
     is not an integer it is rounded down (at least 1); ``C`` must be divisible by ``heads``.
     """
 
@@ -87,6 +90,7 @@ class LgConv(nn.Module):
         reduction: int = 4,
         gamma_init: str = "constant",
         gamma: float = 1e-4,
+        project_bias: bool = False,
     ) -> None:
         super().__init__()
         for label, value in (("heads", heads), ("reduction", reduction)):
@@ -108,7 +112,7 @@ class LgConv(nn.Module):
         self.attend = nn.Conv2d(2 * hidden, heads, 1)
         self.gate = nn.Conv2d(2 * hidden, heads, 1)
         self.value = nn.Conv2d(c_in, c_in, 1)
-        self.project = nn.Conv2d(c_in, c_out, 1, stride=conv.stride, bias=False)
+        self.project = nn.Conv2d(c_in, c_out, 1, stride=conv.stride, bias=bool(project_bias))
         self.norm = nn.BatchNorm2d(c_out)
         with torch.no_grad():
             if gamma_init == "constant":
@@ -149,6 +153,7 @@ def convert_lgconv(
     reduction: int = 4,
     gamma_init: str = "constant",
     gamma: float = 1e-4,
+    project_bias: bool = False,
 ) -> nn.Module:
     """Replace every eligible 3x3 convolution of ``model`` by :class:`LgConv`, in place.
 
@@ -158,7 +163,8 @@ def convert_lgconv(
     level; :func:`count_lgconv` returns the number of ``LgConv`` layers afterwards. If
     ``model`` itself is an eligible conv, the new ``LgConv`` is returned.
     """
-    options = {"heads": heads, "reduction": reduction, "gamma_init": gamma_init, "gamma": gamma}
+    options = {"heads": heads, "reduction": reduction, "gamma_init": gamma_init, "gamma": gamma,
+               "project_bias": project_bias}
     if isinstance(model, nn.Conv2d) and skip_reason(model, heads) is None:
         return LgConv(model, **options)
     replaced: dict[int, LgConv] = {}

@@ -1,10 +1,11 @@
-"""The one run configuration, in sections: data, model, method, optimisation, schedule, machine, output.
+"""The one run configuration, in sections: data, model, method, optimisation, schedule, recipe, machine, output.
 
-Why sections. A run's settings answer seven different questions -- which data and protocol
+Why sections. A run's settings answer eight different questions -- which data and protocol
 (``data``), which network (``model``), which method (``method``), how it is optimised
-(``optimisation``), for how long and when to stop (``schedule``), on what hardware and how it is
-fed (``machine``), and where it is written (``output``). Kept apart, a reader finds a setting by
-its concern and each section checks its own values.
+(``optimisation``), for how long and when to stop (``schedule``), what a paper's code does around
+its loss (``recipe``: schedules, weight averaging, frozen parts, crops), on what hardware and how
+it is fed (``machine``), and where it is written (``output``). Kept apart, a reader finds a
+setting by its concern and each section checks its own values.
 
 Every setting has a unique name across sections, so a *flat* mapping (``{"dataset": "yeast",
 "lr": 0.003}``) names settings as unambiguously as a nested one (``{"data": {"dataset": "yeast"},
@@ -31,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["RunConfig", "DataConfig", "ModelConfig", "MethodConfig", "OptimisationConfig", "ScheduleConfig",
-           "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "config_from_dict", "flat_settings",
-           "load_config_file", "saved_settings", "save_config"]
+           "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "config_from_dict",
+           "flat_settings", "load_config_file", "saved_settings", "save_config"]
 
 
 def _images(default: Any = None, *, factory: Any = None) -> Any:
@@ -164,6 +165,93 @@ class ScheduleConfig:
             raise ValueError(f"stop_drop must be a number >= 0 or null, got {self.stop_drop!r}")
 
 
+# ----------------------------------------------------------------------------- recipe (docs/protocol.md, "Recipes")
+@dataclass
+class RecipeConfig:
+    """How the official code around a loss trains: a learning-rate schedule, weight averaging,
+    crops, which parts train, and what the batch size counts (docs/protocol.md, "Recipes").
+
+    Every default is spmlkit's behaviour before recipes existed (no schedule, no EMA, resize
+    without crops, everything trains, ``batch_size`` is the global batch), so a config that
+    names none of these trains exactly as before. The checks that involve ``epochs`` or the
+    model live in :class:`RunConfig`.
+    """
+
+    #: none | onecycle | cosine | step (torch.optim.lr_scheduler's OneCycleLR, CosineAnnealingLR,
+    #: StepLR), stepped after every optimiser step
+    lr_schedule: str = "none"
+    #: the schedule's length in epochs, independent of ``epochs``: a run may stop before its
+    #: schedule ends (PU-MLC: an 80-epoch one-cycle stopped after 56 / 41 epochs); None: ``epochs``
+    schedule_epochs: int | None = None
+    warmup_frac: float = 0.3  # onecycle: share of the schedule spent warming up (OneCycleLR's pct_start)
+    anneal: str = "cos"  # onecycle: cos | linear (OneCycleLR's anneal_strategy)
+    div_factor: float = 25.0  # onecycle: the first lr is lr / div_factor
+    final_div_factor: float = 1e4  # onecycle: the last lr is lr / div_factor / final_div_factor
+    cycle_momentum: bool = True  # onecycle: cycle momentum / Adam's beta1 between 0.85 and 0.95
+    min_lr: float = 0.0  # cosine: the lr the schedule ends at (eta_min)
+    step_epochs: int | None = None  # step: multiply the lr by step_gamma every this many epochs
+    step_gamma: float = 0.1
+    #: weight EMA (decay per step), evaluated beside the plain weights every epoch; None: off
+    ema_decay: float | None = None
+    #: the only parts that train (named parts such as head, backbone, lgconv_global, or module
+    #: paths such as layer4 / backbone.layer4); None: every weight trains
+    train_only: list[str] | None = None
+    #: every BatchNorm stays in eval mode: running statistics never change, batch statistics unused
+    freeze_bn: bool = False
+    #: what batch_size counts under torch.distributed: "global" (split across the processes) or
+    #: "process" (each process's own batch; the global batch is batch_size x processes)
+    batch_per: str = "global"
+    #: drop each epoch's last batch when it is shorter than the rest (the PU-MLC code's loader)
+    drop_last: bool = False
+    #: training images: "resize" (to image_size, the base protocol) or "multiscale_crop" (resize
+    #: to crop_scale, a random square crop of a side drawn from crop_sizes, resize to image_size)
+    augment: str = _images("resize")
+    crop_scale: int = _images(512)
+    crop_sizes: list[int] = _images(factory=lambda: [512, 448, 384, 320, 256])
+    lgconv_bias: bool = _images(False)  # LgConv's projection has a bias (the official code)
+    lgconv_gamma_init: str = _images("constant")  # constant (the paper's 1e-4) | normal (N(0, 1e-4), the code)
+
+    def __post_init__(self) -> None:
+        _choice("lr_schedule", self.lr_schedule, ("none", "onecycle", "cosine", "step"))
+        _choice("anneal", self.anneal, ("cos", "linear"))
+        _choice("batch_per", self.batch_per, ("global", "process"))
+        _choice("augment", self.augment, ("resize", "multiscale_crop"))
+        _choice("lgconv_gamma_init", self.lgconv_gamma_init, ("constant", "normal"))
+        for name in ("schedule_epochs", "step_epochs"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        if not (isinstance(self.warmup_frac, (int, float)) and 0 < self.warmup_frac < 1):
+            raise ValueError(f"warmup_frac must be in (0, 1), got {self.warmup_frac!r}")
+        for name in ("div_factor", "final_div_factor", "step_gamma"):
+            _positive_number(name, getattr(self, name))
+        _non_negative("min_lr", self.min_lr)
+        for name in ("cycle_momentum", "freeze_bn", "drop_last", "lgconv_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.ema_decay is not None and not (isinstance(self.ema_decay, (int, float))
+                                               and not isinstance(self.ema_decay, bool) and 0 < self.ema_decay < 1):
+            raise ValueError(f"ema_decay must be in (0, 1) or null (no EMA), got {self.ema_decay!r}")
+        if self.train_only is not None and (not isinstance(self.train_only, list) or not self.train_only
+                                            or not all(isinstance(n, str) and n for n in self.train_only)):
+            raise ValueError(f"train_only must be a non-empty list of part names or null, got {self.train_only!r}")
+        _positive_int("crop_scale", self.crop_scale)
+        if not (isinstance(self.crop_sizes, list) and self.crop_sizes):
+            raise ValueError(f"crop_sizes must be a non-empty list of crop sides, got {self.crop_sizes!r}")
+        for side in self.crop_sizes:
+            _positive_int("each of crop_sizes", side)
+            if side > self.crop_scale:
+                raise ValueError(f"crop_sizes holds {side}, larger than crop_scale {self.crop_scale}; a crop must "
+                                 "fit the resized image")
+        unused = {"schedule_epochs": self.lr_schedule == "none",
+                  "step_epochs": self.lr_schedule != "step"}
+        given = [name for name, idle in unused.items() if idle and getattr(self, name) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} given but lr_schedule is {self.lr_schedule!r}, which does not use "
+                             "it; choose the schedule that uses it or remove it")
+        if self.lr_schedule == "step" and self.step_epochs is None:
+            raise ValueError("lr_schedule 'step' needs step_epochs (lower the lr every this many epochs)")
+
+
 @dataclass
 class MachineConfig:
     """On what hardware, and how the run is fed. The device, the precision and compilation change
@@ -216,7 +304,7 @@ class OutputConfig:
 #: section name -> its dataclass, in the order config.yaml lists them
 SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "method": MethodConfig,
                              "optimisation": OptimisationConfig, "schedule": ScheduleConfig,
-                             "machine": MachineConfig, "output": OutputConfig}
+                             "recipe": RecipeConfig, "machine": MachineConfig, "output": OutputConfig}
 #: a setting's flat name where it differs from its field's (``config.method.name`` is "method")
 _FLAT_NAMES = {("method", "name"): "method"}
 #: every setting's flat name -> (section, field); flat names are unique across sections
@@ -240,6 +328,7 @@ class RunConfig:
     method: MethodConfig
     optimisation: OptimisationConfig
     schedule: ScheduleConfig
+    recipe: RecipeConfig
     machine: MachineConfig
     output: OutputConfig
 
@@ -258,6 +347,7 @@ class RunConfig:
             setattr(self, name, section)
         if self.data.val_frac == 0 and (self.schedule.patience is not None or self.schedule.stop_drop is not None):
             raise ValueError("early stopping (patience / stop_drop) needs validation data; val_frac is 0")
+        _check_recipe(self)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The nested form ``config.yaml`` holds: one mapping per section."""
@@ -282,6 +372,17 @@ class RunConfig:
                 f"{', '.join(sorted(given))} only apply to {what} runs, but {self.data.dataset!r} is a "
                 f"{'feature' if kind == 'features' else 'image'} dataset; remove them"
             )
+
+
+def _check_recipe(config: RunConfig) -> None:
+    """The recipe's checks that involve other sections (docs/protocol.md, "Recipes")."""
+    recipe = config.recipe
+    if recipe.schedule_epochs is not None and recipe.schedule_epochs < config.schedule.epochs:
+        raise ValueError(f"schedule_epochs {recipe.schedule_epochs} is shorter than epochs {config.schedule.epochs}: "
+                         "a run may stop before its schedule ends, not after; raise schedule_epochs or lower epochs")
+    if (recipe.lgconv_bias or recipe.lgconv_gamma_init != "constant") and not config.model.lgconv:
+        raise ValueError("lgconv_bias / lgconv_gamma_init change LgConv layers, but lgconv is off; set lgconv: true "
+                         "(--lgconv) or remove them")
 
 
 def _default(f: dataclasses.Field) -> Any:

@@ -233,6 +233,8 @@ class GlobalBatchNorm(nn.BatchNorm2d):
             new = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats)
             new.load_state_dict(module.state_dict())
             new.train(module.training)
+            for mine, theirs in zip(new.parameters(), module.parameters()):  # frozen parts stay frozen
+                mine.requires_grad_(theirs.requires_grad)
             return new
         for name, child in module.named_children():
             setattr(module, name, cls.convert(child))

@@ -110,6 +110,8 @@ class Run:
     loop: LoopState = field(default_factory=LoopState)
     train_model: nn.Module | None = None
     step: RunStep | None = None
+    #: the run's schedule, EMA and BatchNorm freeze (:class:`~spmlkit.training.recipe.Recipe`), or None
+    recipe: Any = None
 
 
 @dataclass
@@ -160,7 +162,8 @@ class Group:
 
 def snapshot(run: Run) -> dict[str, Any]:
     """A copy of what the best epoch restores: the model, the method's state and the label state."""
-    return {"model": _copied(run.model.state_dict()), "components": _copied(run.components.state_dict()),
+    weights = run.model.state_dict() if run.recipe is None else run.recipe.selected_state(run.model)
+    return {"model": _copied(weights), "components": _copied(run.components.state_dict()),
             "label_state": run.state.state_dict()}
 
 
@@ -196,6 +199,8 @@ def train_epoch(group: Group, runs: list[Run], epoch: int, on_step: Callable[[in
     t0 = time.perf_counter()
     for run in runs:
         run.model.train()
+        if run.recipe is not None:
+            run.recipe.train_mode(run.model)  # frozen BatchNorm stays in eval mode
     batched = None if len(runs) == 1 else BatchedSteps([run.step for run in runs])
     # the runs' label states, and a group's weights, stacked for the epoch
     with RunLabels([run.state for run in runs]) as labels, batched or contextlib.nullcontext():
@@ -227,6 +232,9 @@ def _train_steps(group: Group, runs: list[Run], labels: RunLabels, batched: Batc
         else:
             losses, corrections = batched.losses(x, _batch_on(batch, group.device), mixing)
         _backward_and_step(group, losses.sum())
+        for run in runs:
+            if run.recipe is not None:  # the schedule's next lr, the EMA's update
+                run.recipe.after_step(run.model)
         if corrections is not None:  # LL-Cp's permanent corrections of this step, every run's at once
             labels.correct(rows, corrections, epoch)
         total += losses.detach().double()
@@ -337,6 +345,9 @@ def run_loop(group: Group, *, epochs: int, val_targets: np.ndarray, truth_train:
             run.components.set_epoch(epoch, epochs)
         trained = train_epoch(group, runs, epoch, hooks.on_step)
         ends = end_of_epoch(group, runs, epoch, val_targets, truth_train)
+        for run, end in zip(runs, ends):
+            if run.recipe is not None:  # the lr, and the EMA weights validated beside the plain ones
+                end.update(run.recipe.validate(group, run, val_targets, end["val_map"]))
         share = len(runs)
         epoch_seconds = (time.perf_counter() - t0) / share
         for run, loss, end in zip(runs, trained["losses"], ends):

@@ -34,9 +34,10 @@ from torch import nn
 from ..labels import validate_observed
 from ..methods import Method, ResolvedMethod, resolve_hparams
 from .components import MethodComponents, build_components, expected_positives, method_label_matrix
-from .config import RunConfig
+from .config import RecipeConfig, RunConfig
 from .device import resolve_device
 from .distributed import Distributed
+from .recipe import check_recipe
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
 
 __all__ = ["VARYING", "RunPlan", "batch_key", "plan_run", "requested_device", "unbatchable_reason"]
@@ -155,6 +156,7 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
             raise ValueError(f"the training rows of {data.name} carry no observed label at all under observation "
                              f"{config.data.observation!r}; there is nothing to learn from")
         device = _device(config, data, dist)
+        check_recipe(config, data, len(split.train_idx), dist)  # docs/protocol.md, "Recipes"
     global_batch = (config.method.batch_statistics or resolved.method.batch_statistics) == "global"
     return RunPlan(config=config, resolved=resolved, data=data, split=split, train_labels=train_labels,
                    expected_num_pos=expected_positives(train_labels, split.truth_train), device=device,
@@ -199,6 +201,7 @@ def unbatchable_reason(config: RunConfig) -> str | None:
         (feature and not FeatureHead.batchable_with(config.model.head, config.model.dropout),
          "a feature head with dropout draws from the global random stream, which batched runs cannot share"),
         (config.schedule.linear_init_epochs != 0, "LinearInit trains a phase of its own"),
+        (config.recipe != RecipeConfig(), "a recipe (schedule, EMA, frozen parts, crops) is one run's own"),
         (config.output.out is not None, "a run with a run folder checkpoints on its own"),
         (bool(config.output.loggers), "a run with loggers logs on its own"),
         (bool(config.machine.compile), "a compiled run trains on its own"),

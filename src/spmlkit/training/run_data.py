@@ -103,7 +103,11 @@ class RunData:
 
         if self.kind == "features":
             return FeatureHead(int(self.X_train.shape[1]), self.num_classes, config.model.head, config.model.hidden, config.model.dropout)
-        return build_model(config.model.backbone, self.num_classes, pretrained=config.model.pretrained, lgconv=config.model.lgconv)
+        recipe = config.recipe  # the official PU-MLC code's LgConv: a projection bias, gamma ~ N(0, 1e-4)
+        options = ({"project_bias": recipe.lgconv_bias, "gamma_init": recipe.lgconv_gamma_init}
+                   if config.model.lgconv else None)
+        return build_model(config.model.backbone, self.num_classes, pretrained=config.model.pretrained,
+                           lgconv=config.model.lgconv, lgconv_options=options)
 
 
 def _check_features(name: str, split: str, X: np.ndarray | None, rows: int | None, dim: int | None = None) -> None:

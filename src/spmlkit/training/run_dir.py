@@ -108,6 +108,7 @@ class RunDirectory:
             "components": run.components.state_dict(), "label_state": run.state.state_dict(),
             "generator": run.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "numpy_rng": numpy_rng_state(), "config": config.to_dict(), "loop": ls.progress(),
+            **({} if run.recipe is None else {"recipe": run.recipe.state_dict()}),
         }, "last.pt"), self.last)
         self.write_metrics(ls.history)
 
@@ -151,6 +152,13 @@ class RunDirectory:
                 raise ValueError(f"--resume: the {name} saved in {self.last} does not fit this run ({reason}); "
                                  "resume with the data and settings it was written for, or start the run afresh "
                                  "(another --out, or --overwrite)") from exc
+        if run.recipe is not None:  # the schedule's position and the averaged weights
+            try:
+                run.recipe.load_state_dict(ckpt.get("recipe", {}))
+            except (RuntimeError, ValueError, KeyError) as exc:
+                raise ValueError(f"--resume: the recipe state saved in {self.last} does not fit this run "
+                                 f"({' '.join(str(exc).split())}); start the run afresh (another --out, or "
+                                 "--overwrite)") from exc
         run.generator.set_state(ckpt["generator"])
         torch.set_rng_state(ckpt["torch_rng"])
         set_numpy_rng_state(ckpt["numpy_rng"])

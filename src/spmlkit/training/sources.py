@@ -72,9 +72,10 @@ class FeatureSource:
     track_train = True
 
     def __init__(self, X_train: torch.Tensor, X_val: torch.Tensor, X_test: torch.Tensor | None, batch_size: int,
-                 dist: Distributed | None = None):
+                 dist: Distributed | None = None, drop_last: bool = False):
         self.X_train, self.X_val, self.X_test, self.batch_size = X_train, X_val, X_test, batch_size
         self.dist = dist or Distributed()
+        self.drop_last = drop_last  # an epoch's last, shorter batch is not trained on
 
     def train_batches(self, generators: Sequence[torch.Generator]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.X_train)
@@ -83,7 +84,7 @@ class FeatureSource:
         # X[perm] makes, several times faster)
         runs = len(generators)
         shuffled = torch.index_select(self.X_train, 0, perms.reshape(-1)).view(runs, n, -1)
-        for start in range(0, n, self.batch_size):
+        for start in range(0, n - self.batch_size + 1 if self.drop_last else n, self.batch_size):
             idx = perms[:, start : start + self.batch_size]
             rows = self.dist.shard(idx.shape[1])
             yield shuffled[:, start + rows.start : start + rows.stop], idx
@@ -144,6 +145,15 @@ class _EncodedRows(_PixelRows):
     def __getitems__(self, items: list[Any]) -> tuple[list, torch.Tensor, torch.Tensor | None]:
         local, flips = self._split(items)
         return self.base.encoded(self.rows[local]), torch.tensor(local, dtype=torch.long), flips
+
+
+def _crop_input(dataset: Any, crop: Any) -> Any:
+    """The training pixels a crop policy cuts from (read at its scale), or ``dataset`` itself."""
+    if crop is None:
+        return dataset
+    from ..data.crops import ScaledPixels
+
+    return ScaledPixels(dataset, crop.scale)
 
 
 def _as_is(batch: Any) -> Any:
@@ -207,7 +217,7 @@ class ImageSource:
     def __init__(self, train_dataset: Any, test_dataset: Any, train_idx: np.ndarray, val_idx: np.ndarray, *,
                  batch_size: int, eval_batch_size: int | None, hflip: bool, num_workers: int | None,
                  device: torch.device, channels_last: bool, num_classes: int, dist: Distributed | None = None,
-                 decode: str = "cpu"):
+                 decode: str = "cpu", crop: Any = None, drop_last: bool = False):
         from ..data.images import loader_workers
 
         self.device, self.hflip, self.batch_size, self.num_classes = device, hflip, batch_size, num_classes
@@ -219,10 +229,15 @@ class ImageSource:
         prefetch = {"prefetch_factor": self.train_prefetch} if workers > 0 else {}
         self.sampler = _EpochBatches()
         self.decoder: Callable[..., torch.Tensor] | None = None
+        #: the multi-scale crops of training images (:class:`~spmlkit.data.crops.CropPolicy`), or None
+        self.crop = crop
+        self.drop_last = drop_last  # an epoch's last, shorter batch is not trained on
+        if crop is not None and decode != "cpu":  # planning refuses it first (training.recipe.check_recipe)
+            raise ValueError("crops are cut from pixels the loader workers read; they need decode='cpu'")
         if decode == "gpu":
             rows: Dataset = self._encoded(train_dataset, train_idx, device)
         elif decode == "cpu":
-            rows = _PixelRows(train_dataset, train_idx)
+            rows = _PixelRows(_crop_input(train_dataset, crop), train_idx)
         else:
             raise ValueError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
         # pixels are pinned for their asynchronous copy; encoded files are not copied by us at all
@@ -287,11 +302,14 @@ class ImageSource:
         generator = generators[0]
         perm = torch.randperm(self.n, generator=generator).tolist()
         flips = (torch.rand(self.n, generator=generator) < 0.5).tolist() if self.hflip else None
+        boxes = None if self.crop is None else self.crop.draw(self.n, generator)  # drawn after the flips
         bs = self.batch_size
-        batches = [perm[s : s + bs] for s in range(0, self.n, bs)]
+        batches = [perm[s : s + bs] for s in range(0, self.n - bs + 1 if self.drop_last else self.n, bs)]
         self.sampler.batches = [[i if flips is None else (i, flips[i]) for i in b[self.dist.shard(len(b))]]
                                 for b in batches]
         for batch, (pixels, flipped) in zip(batches, to_device_ahead(self.train_loader, self.device, self._upload)):
+            if boxes is not None:  # this process's rows, cut and resized on the device
+                pixels = self.crop.apply(pixels, boxes.rows(batch[self.dist.shard(len(batch))]))
             yield pixels, flipped, batch
 
     def train_batches(self, generators: Sequence[torch.Generator]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

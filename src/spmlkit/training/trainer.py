@@ -37,6 +37,7 @@ from .linear_init import linear_init
 from .loggers import LoggerGroup, check_loggers, open_loggers
 from .loop import Group, LoopHooks, Run, StoppingRule, run_loop
 from .plan import RunPlan, plan_run, requested_device, unbatchable_reason
+from .recipe import Recipe, global_batch_size, prepare_parts, steps_per_epoch
 from .result import RunResult
 from .run_data import RunData, as_tensor, is_feature_run, standardize
 from .run_dir import RunDirectory
@@ -169,10 +170,15 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
         source.autocast = autocast
     if ckpt is None and config.schedule.linear_init_epochs > 0:
         linear_init(plan, run, source)
+    with user_input():  # a part name the model does not have
+        prepare_parts(config, run.model)  # before the optimiser and the distributed wrapper see the weights
     run.train_model = dist.wrap(run.model)  # synchronised batch norms replace the plain ones in ``model``
     if config.machine.compile:  # the training forward only: checkpoints keep the plain module's parameter names
         run.train_model = torch.compile(run.train_model)
     optimizer = _optimizer(config, _param_groups(config, run))
+    if Recipe.has_hooks(config.recipe):  # the schedule (on the optimiser's lr), the EMA (a copy of the weights now)
+        steps = steps_per_epoch(len(plan.split.train_idx), global_batch_size(config, dist), config.recipe.drop_last)
+        run.recipe = Recipe(config.recipe, run.model, optimizer, epochs=config.schedule.epochs, steps=steps)
     group = Group([run], source, optimizer, plan.device, autocast, scaler, dist=dist, global_batch=plan.global_batch)
     with user_input():  # a last.pt written for another number of classes or another model
         if ckpt is not None:
@@ -241,18 +247,27 @@ def _evaluate(plans: list[RunPlan], group: Group, *, resumed_from: int, run_dir:
 def _source(plan: RunPlan, dist: Distributed) -> DataSource:
     config, data, split, device = plan.config, plan.data, plan.split, plan.device
     tr, va = split.train_idx, split.val_idx
+    batch, drop_last = global_batch_size(config, dist), config.recipe.drop_last
     if data.kind == "features":
         X_val = data.X_train[va] if data.X_val is None else data.X_val
         X_test = data.X_test if data.X_test is not None else data.X_train[:0]
         mats = (data.X_train[tr], X_val, X_test)
         mats = standardize(*mats) if config.data.standardize else tuple(np.asarray(X, dtype=np.float32) for X in mats)
         Xtr, Xva, Xte = (as_tensor(X).to(device) for X in mats)
-        return FeatureSource(Xtr, Xva, Xte, config.optimisation.batch_size, dist)
+        return FeatureSource(Xtr, Xva, Xte, batch, dist, drop_last=drop_last)
     images = data.images
-    return ImageSource(images.train_dataset(), images.test_dataset(), tr, va, batch_size=config.optimisation.batch_size,
-                       eval_batch_size=config.machine.eval_batch_size, hflip=config.data.hflip, num_workers=config.machine.num_workers,
-                       device=device, channels_last=config.machine.channels_last, num_classes=data.num_classes, dist=dist,
-                       decode=config.machine.decode)
+    recipe = config.recipe
+    crop = None
+    if recipe.augment == "multiscale_crop":  # docs/protocol.md, "Recipes"
+        from ..data.crops import CropPolicy
+
+        crop = CropPolicy(recipe.crop_scale, tuple(recipe.crop_sizes), config.data.image_size)
+    with user_input():  # crops of a generated dataset at a scale it does not have, crops with --decode gpu
+        return ImageSource(images.train_dataset(), images.test_dataset(), tr, va,
+                           batch_size=batch, eval_batch_size=config.machine.eval_batch_size,
+                           hflip=config.data.hflip, num_workers=config.machine.num_workers, device=device,
+                           channels_last=config.machine.channels_last, num_classes=data.num_classes, dist=dist,
+                           decode=config.machine.decode, crop=crop, drop_last=drop_last)
 
 
 def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
