@@ -1,0 +1,98 @@
+"""The critical-difference diagram of a leaderboard (docs/leaderboard.md, "The diagram").
+
+The rank axis runs from 1 (best) to k; every method hangs from its average rank, its name
+and rank written on the side its rank is nearer to; a thick bar joins methods that the Nemenyi
+test cannot tell apart at the leaderboard's alpha, and the critical difference is drawn to
+scale above the axis. The drawing is ``scikit_posthocs.critical_difference_diagram``'s; this
+module only sizes the figure from the number of methods (so 2 and 30 methods both read at
+the same type size) and writes the verdicts into its title.
+
+The figure is built on the Agg canvas directly, never through ``pyplot``, as every figure of
+spmlkit is: no window opens and no global figure list grows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..io import atomic_write_bytes
+from .published import display_name
+
+if TYPE_CHECKING:
+    from .leaderboard import Leaderboard
+
+__all__ = ["critical_difference_figure", "save_png", "DPI", "WIDTH_INCHES"]
+
+DPI = 150
+WIDTH_INCHES = 8.0
+#: vertical space of one row of labels (each side holds half the methods)
+_ROW_INCHES = 0.24
+_FONT_SIZE = 9
+
+
+def _title(board: Leaderboard) -> str:
+    n = len(board.ranks)
+    head = f"Average rank over {n} data sets (1 = best)"
+    f = board.friedman
+    if f is None:
+        return f"{head}\nno Friedman test (fewer than 3 methods or data sets)"
+    return f"{head}\nFriedman chi² = {f.statistic:.2f}, p = {f.pvalue:.2g}; bars: no Nemenyi difference at " \
+           f"alpha = {board.alpha:g}"
+
+
+def critical_difference_figure(board: Leaderboard) -> Figure:
+    """Draw ``board``'s average ranks, Nemenyi cliques and critical difference; return the figure.
+
+    Raises ValueError when the board has no diagram (fewer than 2 ranked data sets or methods:
+    ``board.notes`` says which).
+    """
+    import scikit_posthocs as sp
+
+    if not board.has_diagram:
+        raise ValueError("this leaderboard has no critical-difference diagram: " + "; ".join(board.notes))
+    k = len(board.average_rank)
+    names = {m: display_name(str(m)) for m in board.average_rank.index}
+    ranks = board.average_rank.rename(index=names)
+    p_values = board.nemenyi.rename(index=names, columns=names)
+    fig = Figure(figsize=(WIDTH_INCHES, 3.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    drawn = sp.critical_difference_diagram(
+        ranks, p_values, alpha=board.alpha, ax=ax,
+        label_fmt_left="{label} ({rank:.2f})", label_fmt_right="({rank:.2f}) {label}",
+        label_props={"fontsize": _FONT_SIZE}, elbow_props={"linewidth": 1},
+        crossbar_props={"linewidth": 3, "alpha": 0.7}, text_h_margin=0.02 * max(k - 1, 1))
+    # scikit-posthocs stacks crossbars one unit apart below the axis, then one label per unit below
+    # them; the figure gets a fixed height per unit, so 2 and 30 methods read at the same type size
+    bottom = min(text.get_position()[1] for text in drawn["labels"]) - 0.8
+    cd_y = 1.6  # above the tick labels, which sit just over the axis line at y = 0
+    top = cd_y + 0.6
+    fig.set_size_inches(WIDTH_INCHES, 1.0 + _ROW_INCHES * (top - bottom))
+    # the rank axis spans every possible rank, so diagrams of the same methods compare by eye
+    ax.set_xlim(1, k)
+    ax.set_xticks(range(1, k + 1))
+    ax.tick_params(axis="x", labelsize=_FONT_SIZE - 1)
+    ax.set_ylim(bottom, top)
+    cd = board.critical_difference
+    if cd is not None and cd <= k - 1:
+        ax.plot([1, 1 + cd], [cd_y, cd_y], color="k", linewidth=1.5)
+        for x in (1, 1 + cd):
+            ax.plot([x, x], [cd_y - 0.15, cd_y + 0.15], color="k", linewidth=1.5)
+        ax.text(1 + cd + 0.02 * (k - 1), cd_y, f"CD = {cd:.2f}", va="center", ha="left", fontsize=_FONT_SIZE)
+    elif cd is not None:  # wider than the whole axis: no two methods can differ
+        ax.text(1, cd_y, f"CD = {cd:.2f} (wider than the rank axis)", va="center", ha="left", fontsize=_FONT_SIZE)
+    ax.set_title(_title(board), fontsize=_FONT_SIZE + 1)
+    return fig
+
+
+def save_png(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG at :data:`DPI`, atomically (a half-written figure never replaces a whole one)."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    return atomic_write_bytes(path, buffer.getvalue())
