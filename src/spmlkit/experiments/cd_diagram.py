@@ -14,7 +14,7 @@ spmlkit is: no window opens and no global figure list grows.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -58,9 +58,9 @@ def critical_difference_figure(board: Leaderboard) -> Figure:
     names = {m: display_name(str(m)) for m in board.average_rank.index}
     ranks = board.average_rank.rename(index=names)
     p_values = board.nemenyi.rename(index=names, columns=names)
-    fig = Figure(figsize=(WIDTH_INCHES, 3.0), layout="constrained")
+    fig = Figure(figsize=(WIDTH_INCHES, 3.0))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    ax = fig.add_axes((0.2, 0.05, 0.6, 0.8))  # placed by _fit once everything is drawn
     drawn = sp.critical_difference_diagram(
         ranks, p_values, alpha=board.alpha, ax=ax,
         label_fmt_left="{label} ({rank:.2f})", label_fmt_right="({rank:.2f}) {label}",
@@ -86,7 +86,36 @@ def critical_difference_figure(board: Leaderboard) -> Figure:
     elif cd is not None:  # wider than the whole axis: no two methods can differ
         ax.text(1, cd_y, f"CD = {cd:.2f} (wider than the rank axis)", va="center", ha="left", fontsize=_FONT_SIZE)
     ax.set_title(_title(board), fontsize=_FONT_SIZE + 1)
+    _fit(fig, ax)
     return fig
+
+
+def _fit(fig: Figure, ax: Any, pad_inches: float = 0.08) -> None:
+    """Place the axes so that every text lies inside the figure.
+
+    The method labels hang from their ranks, in data coordinates, and stick out of the axes
+    to the left and right by their own length; a layout engine sizes the axes from texts
+    that move whenever it resizes the axes, and left a long label a few pixels outside. Here
+    each pass measures how far the texts overshoot each edge and shrinks the axes by that
+    much, until nothing does by a pixel (a label moves by at most the shrink, so this settles
+    in a few passes)."""
+    width, height = fig.get_size_inches()
+    pad = pad_inches * fig.dpi
+    ax.set_position((0.02, 0.02, 0.96, 1 - 0.7 / height))  # room above for the two-line title
+    for _ in range(8):
+        renderer = fig.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in [*ax.texts, ax.title]]
+        x0, x1 = min(b.x0 for b in boxes), max(b.x1 for b in boxes)
+        y0, y1 = min(b.y0 for b in boxes), max(b.y1 for b in boxes)
+        over = (max(0.0, pad - x0), max(0.0, x1 - (fig.bbox.x1 - pad)),
+                max(0.0, pad - y0), max(0.0, y1 - (fig.bbox.y1 - pad)))
+        if max(over) < 1.0:  # within a pixel of the padding: inside the figure
+            return
+        pos = ax.get_position()
+        ax.set_position((pos.x0 + over[0] / fig.bbox.width, pos.y0 + over[2] / fig.bbox.height,
+                         pos.width - (over[0] + over[1]) / fig.bbox.width,
+                         pos.height - (over[2] + over[3]) / fig.bbox.height))
+    raise AssertionError("the diagram's labels did not fit the figure in 8 passes")  # our bug, not the user's
 
 
 def save_png(fig: Figure, path: str | Path) -> Path:
