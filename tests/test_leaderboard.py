@@ -14,8 +14,8 @@ import pytest
 from scipy.stats import friedmanchisquare
 
 from spmlkit.cli import main
-from spmlkit.experiments.cd_diagram import DPI, critical_difference_figure, save_png
-from spmlkit.experiments.leaderboard import (build_leaderboard, critical_difference, rank_within_datasets,
+from spmlkit.experiments.cd_diagram import DPI, save_png
+from spmlkit.experiments.leaderboard import (build_leaderboard, critical_difference, diagram, rank_within_datasets,
                                              scores_from_tables, to_markdown, write_leaderboard)
 from spmlkit.experiments.suites import SUITES, suite_datasets
 from spmlkit.methods import METHODS
@@ -142,7 +142,7 @@ def test_the_diagram_is_readable_and_sanely_sized(tmp_path, k, n):
     board = build_leaderboard(_fake_scores(k, n))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any matplotlib (or other) warning fails the test
-        fig = critical_difference_figure(board)
+        fig = diagram(board)
         path = save_png(fig, tmp_path / "cd.png")
         renderer = fig.canvas.get_renderer()
         ax = fig.axes[0]

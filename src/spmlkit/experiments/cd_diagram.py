@@ -4,8 +4,9 @@ The rank axis runs from 1 (best) to k; every method hangs from its average rank,
 and rank written on the side its rank is nearer to; a thick bar joins methods that the Nemenyi
 test cannot tell apart at the leaderboard's alpha, and the critical difference is drawn to
 scale above the axis. The drawing is ``scikit_posthocs.critical_difference_diagram``'s; this
-module only sizes the figure from the number of methods (so 2 and 30 methods both read at
-the same type size) and writes the verdicts into its title.
+module sizes the figure from the number of methods (so 2 and 30 methods both read at the
+same type size) and places the axes so that no label leaves the figure. It knows nothing of
+leaderboards: :func:`spmlkit.experiments.leaderboard.diagram` hands it the numbers and the title.
 
 The figure is built on the Agg canvas directly, never through ``pyplot``, as every figure of
 spmlkit is: no window opens and no global figure list grows.
@@ -14,16 +15,14 @@ spmlkit is: no window opens and no global figure list grows.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..io import atomic_write_bytes
 from .published import display_name
-
-if TYPE_CHECKING:
-    from .leaderboard import Leaderboard
 
 __all__ = ["critical_difference_figure", "save_png", "DPI", "WIDTH_INCHES"]
 
@@ -34,35 +33,26 @@ _ROW_INCHES = 0.24
 _FONT_SIZE = 9
 
 
-def _title(board: Leaderboard) -> str:
-    n = len(board.ranks)
-    head = f"Average rank over {n} data sets (1 = best)"
-    f = board.friedman
-    if f is None:
-        return f"{head}\nno Friedman test (fewer than 3 methods or data sets)"
-    return f"{head}\nFriedman chi² = {f.statistic:.2f}, p = {f.pvalue:.2g}; bars: no Nemenyi difference at " \
-           f"alpha = {board.alpha:g}"
+def critical_difference_figure(average_rank: pd.Series, p_values: pd.DataFrame, critical_difference: float,
+                               *, alpha: float, title: str) -> Figure:
+    """Draw average ranks (methods -> rank, 1 = best), the groups that the pairwise ``p_values``
+    cannot separate at ``alpha``, and the critical difference; return the figure.
 
-
-def critical_difference_figure(board: Leaderboard) -> Figure:
-    """Draw ``board``'s average ranks, Nemenyi cliques and critical difference; return the figure.
-
-    Raises ValueError when the board has no diagram (fewer than 2 ranked data sets or methods:
-    ``board.notes`` says which).
+    Methods are labelled with the papers' names (:func:`~spmlkit.experiments.published.display_name`).
     """
     import scikit_posthocs as sp
 
-    if not board.has_diagram:
-        raise ValueError("this leaderboard has no critical-difference diagram: " + "; ".join(board.notes))
-    k = len(board.average_rank)
-    names = {m: display_name(str(m)) for m in board.average_rank.index}
-    ranks = board.average_rank.rename(index=names)
-    p_values = board.nemenyi.rename(index=names, columns=names)
+    k = len(average_rank)
+    if k < 2:
+        raise ValueError(f"a critical-difference diagram needs at least 2 methods, got {k}")
+    names = {m: display_name(str(m)) for m in average_rank.index}
+    ranks = average_rank.rename(index=names)
+    p_values = p_values.rename(index=names, columns=names)
     fig = Figure(figsize=(WIDTH_INCHES, 3.0))
     FigureCanvasAgg(fig)
     ax = fig.add_axes((0.2, 0.05, 0.6, 0.8))  # placed by _fit once everything is drawn
     drawn = sp.critical_difference_diagram(
-        ranks, p_values, alpha=board.alpha, ax=ax,
+        ranks, p_values, alpha=alpha, ax=ax,
         label_fmt_left="{label} ({rank:.2f})", label_fmt_right="({rank:.2f}) {label}",
         label_props={"fontsize": _FONT_SIZE}, elbow_props={"linewidth": 1},
         crossbar_props={"linewidth": 3, "alpha": 0.7}, text_h_margin=0.02 * max(k - 1, 1))
@@ -77,7 +67,7 @@ def critical_difference_figure(board: Leaderboard) -> Figure:
     ax.set_xticks(range(1, k + 1))
     ax.tick_params(axis="x", labelsize=_FONT_SIZE - 1)
     ax.set_ylim(bottom, top)
-    cd = board.critical_difference
+    cd = critical_difference
     if cd is not None and cd <= k - 1:
         ax.plot([1, 1 + cd], [cd_y, cd_y], color="k", linewidth=1.5)
         for x in (1, 1 + cd):
@@ -85,7 +75,7 @@ def critical_difference_figure(board: Leaderboard) -> Figure:
         ax.text(1 + cd + 0.02 * (k - 1), cd_y, f"CD = {cd:.2f}", va="center", ha="left", fontsize=_FONT_SIZE)
     elif cd is not None:  # wider than the whole axis: no two methods can differ
         ax.text(1, cd_y, f"CD = {cd:.2f} (wider than the rank axis)", va="center", ha="left", fontsize=_FONT_SIZE)
-    ax.set_title(_title(board), fontsize=_FONT_SIZE + 1)
+    ax.set_title(title, fontsize=_FONT_SIZE + 1)
     _fit(fig, ax)
     return fig
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,10 @@ import pandas as pd
 from ..io import atomic_write_json, atomic_write_text
 from .published import display_name
 
-__all__ = ["FriedmanResult", "Leaderboard", "build_leaderboard", "critical_difference", "rank_within_datasets",
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["FriedmanResult", "Leaderboard", "build_leaderboard", "critical_difference", "diagram", "rank_within_datasets",
            "scores_from_tables", "summary_lines", "leaderboard_table", "to_csv", "to_markdown", "write_leaderboard",
            "MIN_FOR_FRIEDMAN", "ALPHA"]
 
@@ -237,16 +240,38 @@ def to_markdown(board: Leaderboard, *, figure: str | None = None, title: str | N
     return text
 
 
+def _diagram_title(board: Leaderboard) -> str:
+    head = f"Average rank over {len(board.ranks)} data sets (1 = best)"
+    f = board.friedman
+    if f is None:
+        return f"{head}\nno Friedman test (fewer than {MIN_FOR_FRIEDMAN} methods or data sets)"
+    return (f"{head}\nFriedman chi² = {f.statistic:.2f}, p = {f.pvalue:.2g}; bars: no Nemenyi difference at "
+            f"alpha = {board.alpha:g}")
+
+
+def diagram(board: Leaderboard) -> Figure:
+    """The critical-difference diagram of ``board`` (:mod:`spmlkit.experiments.cd_diagram`).
+
+    Raises ValueError when the board has none (fewer than 2 ranked data sets or methods;
+    ``board.notes`` says which)."""
+    from .cd_diagram import critical_difference_figure
+
+    if not board.has_diagram:
+        raise ValueError("this leaderboard has no critical-difference diagram: " + "; ".join(board.notes))
+    return critical_difference_figure(board.average_rank, board.nemenyi, board.critical_difference,
+                                      alpha=board.alpha, title=_diagram_title(board))
+
+
 def write_leaderboard(out_dir: str | Path, board: Leaderboard, *, title: str | None = None) -> dict[str, Path]:
     """Write leaderboard.md, leaderboard.csv, leaderboard.json, and where the board has one the
     Nemenyi p-values (leaderboard_nemenyi.csv) and the diagram (leaderboard.png), each atomically."""
-    from .cd_diagram import critical_difference_figure, save_png
+    from .cd_diagram import save_png
 
     out = Path(out_dir)
     paths: dict[str, Path] = {}
     figure = None
     if board.has_diagram:
-        paths["png"] = save_png(critical_difference_figure(board), out / "leaderboard.png")
+        paths["png"] = save_png(diagram(board), out / "leaderboard.png")
         figure = "leaderboard.png"
         paths["nemenyi"] = atomic_write_text(out / "leaderboard_nemenyi.csv", board.nemenyi.to_csv())
     paths["markdown"] = atomic_write_text(out / "leaderboard.md", to_markdown(board, figure=figure, title=title))
