@@ -225,7 +225,8 @@ def test_cli_two_datasets_end_to_end_and_resumed(tmp_path, capsys):
 
 
 def test_cli_refuses_a_dataset_named_twice_or_two_folders_of_one_name(tmp_path, capsys):
-    args = ["--methods", "an", "--seeds", "0", "--lrs", "0.01", "--epochs", "1", "--quiet", "--out", str(tmp_path / "o")]
+    args = ["--methods", "an", "--seeds", "0", "--lrs", "0.01", "--epochs", "1", "--quiet",
+            "--out", str(tmp_path / "o")]
     assert main(["benchmark", "--dataset", "yeast", "--dataset", "yeast", *args]) == 2
     err = capsys.readouterr().err
     assert "--dataset yeast is given twice" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -33,9 +33,9 @@ from .published import display_name
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["FriedmanResult", "Leaderboard", "build_leaderboard", "critical_difference", "diagram", "rank_within_datasets",
-           "scores_from_tables", "summary_lines", "leaderboard_table", "to_csv", "to_markdown", "write_leaderboard",
-           "MIN_FOR_FRIEDMAN", "ALPHA"]
+__all__ = ["FriedmanResult", "Leaderboard", "build_leaderboard", "critical_difference", "diagram",
+           "rank_within_datasets", "scores_from_tables", "summary_lines", "leaderboard_table", "to_csv",
+           "to_markdown", "write_leaderboard", "MIN_FOR_FRIEDMAN", "ALPHA"]
 
 #: significance level of the Nemenyi critical difference and of the Friedman verdict
 ALPHA = 0.05
