@@ -115,7 +115,7 @@ def bare_steps(x: np.ndarray, n_labels: int, batch: int, lr: float, steps: int) 
     torch.manual_seed(0)
     head = torch.nn.Linear(x.shape[1], n_labels)
     optimizer = torch.optim.Adam(head.parameters(), lr=lr)
-    features = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    features = torch.from_numpy(np.array(x, dtype=np.float32))  # a copy: the data set's arrays are read-only
     targets = (torch.rand(len(features), n_labels) < 0.02).float()
     order = torch.randint(0, len(features), (steps, batch), generator=torch.Generator().manual_seed(0))
     t0 = time.perf_counter()
