@@ -183,11 +183,12 @@ def _feature_folder(path: Path, seed: int, n_train: int = 240, n_test: int = 120
     return path
 
 
-def test_cli_two_datasets_end_to_end_and_resumed(tmp_path, capsys):
+def test_cli_two_datasets_end_to_end_and_resumed(tmp_path, capsys, monkeypatch):
     feats = _feature_folder(tmp_path / "toy", seed=0)
     out = tmp_path / "board"
-    args = ["benchmark", "--dataset", "yeast", "--dataset", str(feats), "--methods", "an,em,bce", "--seeds", "0",
-            "--lrs", "0.01,0.003", "--epochs", "2", "--subset", "200", "--jobs", "1", "--out", str(out), "--quiet"]
+    grid = ["--methods", "an,em,bce", "--seeds", "0", "--lrs", "0.01,0.003", "--epochs", "2", "--subset", "200",
+            "--jobs", "1", "--out", str(out), "--quiet"]
+    args = ["benchmark", "--dataset", "yeast", "--dataset", str(feats), *grid]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "12 runs, 0 already finished" in printed and "average rank over 2 data sets" in printed
@@ -212,15 +213,16 @@ def test_cli_two_datasets_end_to_end_and_resumed(tmp_path, capsys):
     saved = json.loads((out / "leaderboard.json").read_text())
     assert saved["friedman"] is None and saved["critical_difference"] == pytest.approx(critical_difference(3, 2))
 
-    # resumable: the same command trains nothing and writes the same leaderboard
+    # resumable: the same grid again, here named as a suite (--suite reads SUITES when the parser
+    # is built), trains nothing and writes the same leaderboard
     before = {p: (out / p).read_bytes() for p in ("leaderboard.csv", "leaderboard.md", "yeast/table.csv")}
-    assert main(args) == 0
+    monkeypatch.setitem(SUITES, "tiny", ("yeast", str(feats)))
+    assert main(["benchmark", "--suite", "tiny", *grid]) == 0
     again = capsys.readouterr().out
-    assert "12 runs, 12 already finished" in again and "12 finished runs reused" in again
+    assert "benchmark tiny" in again and "12 runs, 12 already finished" in again and "12 finished runs reused" in again
     assert all((out / p).read_bytes() == b for p, b in before.items())
     # a data set's runs are its one-data-set benchmark's runs: that benchmark finds them all finished
-    single = ["benchmark", "--dataset", "yeast", *args[5:]]
-    assert main(single) == 0
+    assert main(["benchmark", "--dataset", "yeast", *grid]) == 0
     assert "6 runs, 6 already finished" in capsys.readouterr().out
 
 
