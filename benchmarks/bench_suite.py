@@ -43,13 +43,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spmlkit.data import load_dataset
+from spmlkit.data import TabularDataset, load_dataset
 from spmlkit.experiments import benchmark as bm
 from spmlkit.experiments.suites import SUITES
 from spmlkit.experiments.sweep import expand, run_config
 from spmlkit.experiments.sweep.cores import default_jobs
 from spmlkit.methods import METHODS
-from spmlkit.training import train
+from spmlkit.training import RunConfig, train
 
 
 def load() -> str:
@@ -127,7 +127,7 @@ def bare_steps(x: np.ndarray, n_labels: int, batch: int, lr: float, steps: int) 
     return time.perf_counter() - t0
 
 
-def spmlkit_run(config) -> tuple[float, float, float, int]:
+def spmlkit_run(config: RunConfig) -> tuple[float, float, float, int]:
     """(training-step s, epoch s, whole-run s, steps) of one spmlkit run of ``config``."""
     steps = [0]
 
@@ -140,7 +140,7 @@ def spmlkit_run(config) -> tuple[float, float, float, int]:
     return step_s, epoch_s, result.seconds, steps[0]
 
 
-def step_cost(args: argparse.Namespace, name: str, ds) -> None:
+def step_cost(args: argparse.Namespace, name: str, ds: TabularDataset) -> None:
     torch.set_num_threads(1)  # as a sweep worker trains a feature run
     d, c = ds.X_train.shape[1], ds.Y_train.shape[1]
     lr = sorted(args.lrs)[len(args.lrs) // 2]

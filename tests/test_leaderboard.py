@@ -237,3 +237,6 @@ def test_cli_refuses_a_dataset_named_twice_or_two_folders_of_one_name(tmp_path, 
     assert main(["benchmark", "--dataset", str(a), "--dataset", str(b), *args]) == 2
     assert "would both write their tables to" in capsys.readouterr().err
     assert not (tmp_path / "o" / "results.db").exists()  # refused before any run
+    with pytest.raises(SystemExit) as stop:  # a suite and data sets at once: which did the user mean?
+        main(["benchmark", "--suite", "mulan", "--dataset", "yeast", *args])
+    assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
