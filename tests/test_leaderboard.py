@@ -96,6 +96,17 @@ def test_too_few_methods_or_datasets_say_why(tmp_path, shape, friedman_note):
         assert board.has_diagram and (tmp_path / "leaderboard.png").is_file()
 
 
+def test_a_board_of_nothing_but_ties_has_no_friedman_test_and_says_so(tmp_path):
+    board = build_leaderboard(_scores([[1, 1, 1], [2, 2, 2], [3, 3, 3]], ["a", "b", "c"]))
+    assert board.friedman is None and board.average_rank.tolist() == [2, 2, 2]
+    assert board.notes == ["no Friedman test: every method ties with every other on every data set"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy's statistic would divide by zero here
+        write_leaderboard(tmp_path, board)
+    assert "every method ties with every other" in diagram(board).axes[0].get_title()
+    assert (board.nemenyi == 1).all().all()  # nothing tells them apart
+
+
 def test_missing_results_are_left_out_with_the_reason():
     scores = _scores([[60, 50, 40, np.nan], [70, np.nan, 65, np.nan], [55, 54, 53, np.nan], [1, 2, 3, np.nan]],
                      ["a", "b", "c", "d"], ["s1", "s2", "s3", "s4"])

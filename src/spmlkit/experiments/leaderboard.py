@@ -148,14 +148,13 @@ def build_leaderboard(scores: pd.DataFrame, *, alpha: float = ALPHA) -> Leaderbo
         few = f"{k} method{'s' * (k != 1)}" if k < MIN_FOR_FRIEDMAN else f"{n} data set{'s' * (n != 1)}"
         board.notes.append(f"no Friedman test: it needs at least {MIN_FOR_FRIEDMAN} methods and "
                            f"{MIN_FOR_FRIEDMAN} data sets, and this leaderboard ranks {few}")
+    elif (ranks.nunique(axis=1) == 1).all():  # scipy's tie correction would divide by zero
+        board.notes.append("no Friedman test: every method ties with every other on every data set")
     else:
         from scipy.stats import friedmanchisquare
 
         stat, p = friedmanchisquare(*(block[m].to_numpy() for m in block.columns))
-        if math.isfinite(stat):
-            board.friedman = FriedmanResult(float(stat), float(p), n, k)
-        else:  # every data set ties every method: no ranking to test
-            board.notes.append("no Friedman test: every method ties with every other on every data set")
+        board.friedman = FriedmanResult(float(stat), float(p), n, k)
     if n < 2 or k < 2:
         board.notes.append("no critical-difference diagram: average ranks over a single data set (or of a "
                            "single method) have no spread to test")
@@ -243,6 +242,8 @@ def to_markdown(board: Leaderboard, *, figure: str | None = None, title: str | N
 def _diagram_title(board: Leaderboard) -> str:
     head = f"Average rank over {len(board.ranks)} data sets (1 = best)"
     f = board.friedman
+    if f is None and any("ties" in note for note in board.notes):
+        return f"{head}\nno Friedman test: every method ties with every other on every data set"
     if f is None:
         return f"{head}\nno Friedman test (fewer than {MIN_FOR_FRIEDMAN} methods or data sets)"
     return (f"{head}\nFriedman chi² = {f.statistic:.2f}, p = {f.pvalue:.2g}; bars: no Nemenyi difference at "
