@@ -20,9 +20,15 @@ _FORMATS = ("md", "tex", "csv")
 
 def add_parsers(sub: Any) -> None:
     from ..experiments.benchmark import DEFAULT_LRS, DEFAULT_SEEDS
+    from ..experiments.suites import SUITES
 
-    p = sub.add_parser("benchmark", help="compare every method on a feature dataset (paper-style table)")
-    p.add_argument("--dataset", default="yeast", help="feature dataset (default: yeast, shipped with the river package)")
+    p = sub.add_parser("benchmark", help="compare every method on a feature dataset (paper-style table), or on "
+                                         "several with a leaderboard across them")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--dataset", action="append", dest="datasets", metavar="DATASET",
+                       help="feature dataset (default: yeast, shipped with the river package); repeat it for a "
+                            "table per data set and a leaderboard across them")
+    which.add_argument("--suite", choices=tuple(SUITES), help="every data set of a suite (mulan: the 12 MULAN sets)")
     p.add_argument("--methods", type=csv_list(str), help="comma-separated methods (default: all; see `spmlkit methods`)")
     p.add_argument("--seeds", type=csv_list(int), default=DEFAULT_SEEDS, help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--lrs", type=csv_list(float), default=DEFAULT_LRS,
@@ -37,7 +43,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--jobs", type=positive_int,
                    help="parallel worker processes (default: one per CPU this process may use)")
     p.add_argument("--out", default="spmlkit-results/benchmark",
-                   help="output folder: results.db (finished runs are reused) and the tables")
+                   help="output folder: results.db (finished runs are reused) and the tables (with several data "
+                        "sets: one folder per data set and the leaderboard)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_benchmark)
 
@@ -112,22 +119,27 @@ class _SweepProgress:
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from ..errors import InputError, user_input
     from ..experiments import benchmark as bm
+    from ..experiments.suites import suite_datasets
     from ..experiments.sweep.cores import default_jobs
     from ..methods import METHODS
 
     methods = tuple(args.methods) if args.methods else tuple(METHODS)
     with user_input():
-        spec = bm.BenchmarkSpec(dataset=args.dataset, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
-                                observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
-                                head=args.head, val_variant=args.val, subset=args.subset)
+        datasets = suite_datasets(args.suite) if args.suite else tuple(args.datasets or ("yeast",))
+        specs = [bm.BenchmarkSpec(dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
+                                  observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
+                                  head=args.head, val_variant=args.val, subset=args.subset) for d in datasets]
         out = _output_folder(args.out)
+        if len(specs) > 1:
+            bm.dataset_folders(datasets, out)
     screen = console()
     t0 = time.perf_counter()
-    jobs = args.jobs if args.jobs is not None else default_jobs([spec.dataset])  # a typed --jobs is used as given
+    jobs = args.jobs if args.jobs is not None else default_jobs(datasets)  # a typed --jobs is used as given
+    if len(specs) > 1:
+        return _run_suite(args, specs, out, jobs, screen, t0)
+    spec = specs[0]
     tracker = _SweepProgress(screen, f"benchmark {spec.dataset} ({spec.observation})", args.quiet,
                              str(out / bm.STORE_NAME), jobs)
     with tracker.progress:
@@ -139,6 +151,15 @@ def run_benchmark(args: argparse.Namespace) -> int:
                          f"Earlier tables in {out} are left as they were")
     rows, agg = bm.summarize(runs, methods)
     paths = bm.write_outputs(out, spec, runs, rows, agg)
+    _print_benchmark_table(screen, spec, rows)
+    screen.print(f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
+                 f"{result.skipped} finished runs reused from {result.store})")
+    return 1 if tracker.failures else 0
+
+
+def _print_benchmark_table(screen: Any, spec: Any, rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
     table = Table(title=f"{spec.dataset}: test mAP (%) of the lr selected on {spec.val_variant} val, "
                   f"mean ± std over {len(spec.seeds)} seeds")
     for col, justify in (("method", "left"), ("test mAP", "right"), ("gap closed", "right"), ("lr", "right"),
@@ -152,7 +173,43 @@ def run_benchmark(args: argparse.Namespace) -> int:
                       f"{r['val_map']:.2f}", r["description"], style=style)
     screen.print(table)
     screen.print("gap closed = (method - AN) / (full BCE - AN)")
-    screen.print(f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
+
+
+def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int, screen: Any, t0: float) -> int:
+    """Several data sets: one sweep, a table per data set in its folder, the leaderboard in ``out``."""
+    from rich.table import Table
+
+    from ..errors import InputError
+    from ..experiments import benchmark as bm
+    from ..experiments.leaderboard import summary_lines
+    from ..experiments.published import display_name
+
+    names = args.suite or f"{len(specs)} data sets"
+    tracker = _SweepProgress(screen, f"benchmark {names} ({specs[0].observation})", args.quiet,
+                             str(out / bm.STORE_NAME), jobs)
+    with tracker.progress:
+        result = bm.run_benchmarks(specs, out, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start)
+    tracker.print_failures()
+    title = (f"Leaderboard over {', '.join(s.dataset for s in specs)} ({specs[0].observation}): test mAP (%), lr "
+             f"selected on {specs[0].val_variant} val, mean over {len(specs[0].seeds)} seeds")
+    try:
+        tables, board, paths = bm.write_suite_outputs(out, specs, result.store, title=title)
+    except ValueError as exc:
+        raise InputError(f"{exc}. Earlier tables in {out} are left as they were") from None
+    for spec in specs:
+        if spec.dataset in tables:
+            _print_benchmark_table(screen, spec, tables[spec.dataset])
+    ranked = Table(title=f"average rank over {len(board.ranks)} data sets (1 = best)")
+    ranked.add_column("#", justify="right")
+    ranked.add_column("method")
+    ranked.add_column("avg rank", justify="right")
+    for place, (method, rank) in enumerate(board.average_rank.items(), start=1):
+        ranked.add_row(str(place), display_name(str(method)), f"{rank:.2f}")
+    screen.print(ranked)
+    for line in summary_lines(board):
+        screen.print(line)
+    screen.print(f"wrote the tables of {len(tables)} data sets to {out}/<data set>/ and "
+                 f"{', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                  f"{result.skipped} finished runs reused from {result.store})")
     return 1 if tracker.failures else 0
 

@@ -13,14 +13,18 @@ that a method closes:
 Because it is a sweep, a benchmark that is interrupted resumes where it stopped, and
 finished runs are never trained twice. The tables report exactly the runs of this
 benchmark's grid, even when the store holds others.
+
+Several data sets (``--dataset A --dataset B``, ``--suite mulan``) are one sweep into one
+store: each data set's table is written as above into its own folder ``<out>/<name>/``, and
+the leaderboard across them (:mod:`spmlkit.experiments.leaderboard`) into ``<out>/``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,10 +33,12 @@ from ..io import atomic_write_json, atomic_write_text
 from ..methods import METHODS, get_method
 from ..protocol import Observation
 from . import report
+from .leaderboard import Leaderboard, build_leaderboard, scores_from_tables, write_leaderboard
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
 
-__all__ = ["BenchmarkSpec", "run_benchmark", "summarize", "write_outputs", "DEFAULT_LRS", "DEFAULT_SEEDS"]
+__all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
+           "dataset_folders", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 
 DEFAULT_SEEDS = (0, 1, 2)
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2)
@@ -131,3 +137,74 @@ def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, 
     atomic_write_text(paths["markdown"], f"**{title}**\n\n" + report.to_markdown(report.paper_table(agg)))
     atomic_write_json(paths["json"], {"spec": asdict(spec), "table": rows})
     return paths
+
+
+# --------------------------------------------------------------------------- several data sets
+
+
+def dataset_folders(datasets: Sequence[str], out_dir: str | Path) -> dict[str, Path]:
+    """Each data set's output folder: ``<out>/<name>`` (a feature folder's last path part).
+
+    A data set named twice, or two folders with the same last part, would write one table over
+    the other: that is the user's to fix (ValueError).
+    """
+    folders: dict[str, Path] = {}
+    for ds in datasets:
+        if ds in folders:
+            raise ValueError(f"--dataset {ds} is given twice; name each data set once")
+        folder = Path(out_dir) / Path(ds).name
+        clash = next((other for other, f in folders.items() if f == folder), None)
+        if clash is not None:
+            raise ValueError(f"data sets {clash} and {ds} would both write their tables to {folder}; give the "
+                             "feature folders distinct names")
+        folders[ds] = folder
+    return folders
+
+
+def suite_sweep(specs: Sequence[BenchmarkSpec], store: str | Path) -> SweepSpec:
+    """One sweep over the data sets of ``specs``, which must differ in nothing but the data set.
+
+    Run ids leave the sweep's name out, so a data set's runs here are the runs of its own
+    one-data-set benchmark: either finds the other's finished runs in a shared store.
+    """
+    first = specs[0]
+    for s in specs[1:]:
+        if replace(s, dataset=first.dataset) != first:
+            raise ValueError(f"the benchmarks of {first.dataset} and {s.dataset} differ in more than their data set")
+    return replace(first.sweep(store), name="benchmark-suite", datasets=[s.dataset for s in specs])
+
+
+def run_benchmarks(specs: Sequence[BenchmarkSpec], out_dir: str | Path, *, jobs: int = 1,
+                   on_result: Callable[[dict[str, Any]], None] | None = None,
+                   on_start: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Run every unfinished (data set, method, lr, seed) of ``specs`` into ``<out_dir>/results.db``,
+    as one sweep: workers move on to the next data set's runs without waiting for a table."""
+    dataset_folders([s.dataset for s in specs], out_dir)  # a clash is refused before any run
+    store = Path(out_dir) / STORE_NAME
+    return run_sweep(suite_sweep(specs, store), jobs=jobs, on_result=on_result, on_start=on_start)
+
+
+def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], store: str | Path, *,
+                        title: str | None = None
+                        ) -> tuple[dict[str, list[dict[str, Any]]], Leaderboard, dict[str, Path]]:
+    """Each data set's table into its folder (:func:`write_outputs`) and the leaderboard into
+    ``out_dir``. A data set none of whose runs finished has no table and is named in the
+    leaderboard as left out. Returns the tables, the leaderboard and the leaderboard's files.
+    """
+    folders = dataset_folders([s.dataset for s in specs], out_dir)
+    tables: dict[str, list[dict[str, Any]]] = {}
+    failed: dict[str, str] = {}
+    for spec in specs:
+        runs = benchmark_runs(spec, store)
+        if runs.empty or not (runs["status"] == "ok").any():
+            failed[spec.dataset] = f"data set where none of its {len(runs)} runs finished"
+            continue
+        rows, agg = summarize(runs, spec.methods)
+        folders[spec.dataset].mkdir(parents=True, exist_ok=True)
+        write_outputs(folders[spec.dataset], spec, runs, rows, agg)
+        tables[spec.dataset] = rows
+    if not tables:
+        raise ValueError("no run of any data set finished; nothing to rank (see the failures above)")
+    board = build_leaderboard(scores_from_tables(tables))
+    board.left_out.update(failed)
+    return tables, board, write_leaderboard(out_dir, board, title=title)

@@ -1,0 +1,117 @@
+"""The critical-difference diagram of a leaderboard (docs/leaderboard.md, "The diagram").
+
+The rank axis runs from 1 (best) to k; every method hangs from its average rank, its name
+and rank written on the side its rank is nearer to; a thick bar joins methods that the Nemenyi
+test cannot tell apart at the leaderboard's alpha, and the critical difference is drawn to
+scale above the axis. The drawing is ``scikit_posthocs.critical_difference_diagram``'s; this
+module sizes the figure from the number of methods (so 2 and 30 methods both read at the
+same type size) and places the axes so that no label leaves the figure. It knows nothing of
+leaderboards: :func:`spmlkit.experiments.leaderboard.diagram` hands it the numbers and the title.
+
+The figure is built on the Agg canvas directly, never through ``pyplot``, as every figure of
+spmlkit is: no window opens and no global figure list grows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..io import atomic_write_bytes
+from .published import display_name
+
+__all__ = ["critical_difference_figure", "save_png", "DPI", "WIDTH_INCHES"]
+
+DPI = 150
+WIDTH_INCHES = 8.0
+#: vertical space of one row of labels (each side holds half the methods)
+_ROW_INCHES = 0.24
+_FONT_SIZE = 9
+
+
+def critical_difference_figure(average_rank: pd.Series, p_values: pd.DataFrame, critical_difference: float,
+                               *, alpha: float, title: str) -> Figure:
+    """Draw average ranks (methods -> rank, 1 = best), the groups that the pairwise ``p_values``
+    cannot separate at ``alpha``, and the critical difference; return the figure.
+
+    Methods are labelled with the papers' names (:func:`~spmlkit.experiments.published.display_name`).
+    """
+    import scikit_posthocs as sp
+
+    k = len(average_rank)
+    if k < 2:
+        raise ValueError(f"a critical-difference diagram needs at least 2 methods, got {k}")
+    names = {m: display_name(str(m)) for m in average_rank.index}
+    ranks = average_rank.rename(index=names)
+    p_values = p_values.rename(index=names, columns=names)
+    fig = Figure(figsize=(WIDTH_INCHES, 3.0))
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0.2, 0.05, 0.6, 0.8))  # placed by _fit once everything is drawn
+    drawn = sp.critical_difference_diagram(
+        ranks, p_values, alpha=alpha, ax=ax,
+        label_fmt_left="{label} ({rank:.2f})", label_fmt_right="({rank:.2f}) {label}",
+        label_props={"fontsize": _FONT_SIZE}, elbow_props={"linewidth": 1},
+        crossbar_props={"linewidth": 3, "alpha": 0.7}, text_h_margin=0.02 * max(k - 1, 1))
+    # scikit-posthocs stacks crossbars one unit apart below the axis, then one label per unit below
+    # them; the figure gets a fixed height per unit, so 2 and 30 methods read at the same type size
+    bottom = min(text.get_position()[1] for text in drawn["labels"]) - 0.8
+    cd_y = 1.6  # above the tick labels, which sit just over the axis line at y = 0
+    top = cd_y + 0.6
+    fig.set_size_inches(WIDTH_INCHES, 1.0 + _ROW_INCHES * (top - bottom))
+    # the rank axis spans every possible rank, so diagrams of the same methods compare by eye
+    ax.set_xlim(1, k)
+    ax.set_xticks(range(1, k + 1))
+    ax.tick_params(axis="x", labelsize=_FONT_SIZE - 1)
+    ax.set_ylim(bottom, top)
+    cd = critical_difference
+    if cd is not None and cd <= k - 1:
+        ax.plot([1, 1 + cd], [cd_y, cd_y], color="k", linewidth=1.5)
+        for x in (1, 1 + cd):
+            ax.plot([x, x], [cd_y - 0.15, cd_y + 0.15], color="k", linewidth=1.5)
+        ax.text(1 + cd + 0.02 * (k - 1), cd_y, f"CD = {cd:.2f}", va="center", ha="left", fontsize=_FONT_SIZE)
+    elif cd is not None:  # wider than the whole axis: no two methods can differ
+        ax.text(1, cd_y, f"CD = {cd:.2f} (wider than the rank axis)", va="center", ha="left", fontsize=_FONT_SIZE)
+    ax.set_title(title, fontsize=_FONT_SIZE + 1)
+    _fit(fig, ax)
+    return fig
+
+
+def _fit(fig: Figure, ax: Any, pad_inches: float = 0.08) -> None:
+    """Place the axes so that every text lies inside the figure.
+
+    The method labels hang from their ranks, in data coordinates, and stick out of the axes
+    to the left and right by their own length; a layout engine sizes the axes from texts
+    that move whenever it resizes the axes, and left a long label a few pixels outside. Here
+    each pass measures how far the texts overshoot each edge and shrinks the axes by that
+    much, until nothing does by a pixel (a label moves by at most the shrink, so this settles
+    in a few passes)."""
+    width, height = fig.get_size_inches()
+    pad = pad_inches * fig.dpi
+    ax.set_position((0.02, 0.02, 0.96, 1 - 0.7 / height))  # room above for the two-line title
+    for _ in range(8):
+        renderer = fig.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in [*ax.texts, ax.title]]
+        x0, x1 = min(b.x0 for b in boxes), max(b.x1 for b in boxes)
+        y0, y1 = min(b.y0 for b in boxes), max(b.y1 for b in boxes)
+        over = (max(0.0, pad - x0), max(0.0, x1 - (fig.bbox.x1 - pad)),
+                max(0.0, pad - y0), max(0.0, y1 - (fig.bbox.y1 - pad)))
+        if max(over) < 1.0:  # within a pixel of the padding: inside the figure
+            return
+        pos = ax.get_position()
+        ax.set_position((pos.x0 + over[0] / fig.bbox.width, pos.y0 + over[2] / fig.bbox.height,
+                         pos.width - (over[0] + over[1]) / fig.bbox.width,
+                         pos.height - (over[2] + over[3]) / fig.bbox.height))
+    raise AssertionError("the diagram's labels did not fit the figure in 8 passes")  # our bug, not the user's
+
+
+def save_png(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG at :data:`DPI`, atomically (a half-written figure never replaces a whole one)."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    return atomic_write_bytes(path, buffer.getvalue())

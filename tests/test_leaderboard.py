@@ -1,0 +1,253 @@
+"""The leaderboard across data sets: ranks and tests checked by hand, the diagram's looks, and
+``spmlkit benchmark`` with two data sets end to end (docs/leaderboard.md, "How the leaderboard ranks")."""
+
+import json
+import math
+import warnings
+from itertools import combinations
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import friedmanchisquare
+
+from spmlkit.cli import main
+from spmlkit.experiments.cd_diagram import DPI, save_png
+from spmlkit.experiments.leaderboard import (build_leaderboard, critical_difference, diagram, rank_within_datasets,
+                                             scores_from_tables, to_markdown, write_leaderboard)
+from spmlkit.experiments.suites import SUITES, suite_datasets
+from spmlkit.methods import METHODS
+
+
+def _scores(rows, methods, datasets=None):
+    datasets = datasets or [f"d{i}" for i in range(len(rows))]
+    return pd.DataFrame(rows, index=datasets, columns=methods, dtype=float)
+
+
+# --------------------------------------------------------------------------- ranks and tests
+
+
+def test_ranks_by_hand_ties_share_their_mean_rank():
+    scores = _scores([[80, 70, 70, 60],    # b and c tie for places 2 and 3 -> 2.5 each
+                      [50, 50, 50, 90],    # d first; a, b, c tie for places 2..4 -> 3 each
+                      [10, 20, 30, 40]], ["a", "b", "c", "d"])
+    ranks = rank_within_datasets(scores)
+    assert ranks.to_numpy().tolist() == [[1, 2.5, 2.5, 4], [3, 3, 3, 1], [4, 3, 2, 1]]
+    board = build_leaderboard(scores)
+    # averages (1+3+4)/3, (2.5+3+3)/3, (2.5+3+2)/3, (4+1+1)/3, best first
+    assert list(board.average_rank.index) == ["d", "c", "a", "b"]
+    assert board.average_rank.to_numpy() == pytest.approx([2.0, 7.5 / 3, 8 / 3, 8.5 / 3])
+    # every data set's ranks sum to k(k+1)/2, ties or not
+    assert (board.ranks.sum(axis=1) == 10).all()
+
+
+def test_friedman_by_hand_and_equal_to_scipy():
+    # ranks per data set (no ties): a,b,c = (1,2,3), (1,2,3), (1,3,2), (2,1,3) -> rank sums 5, 8, 11
+    scores = _scores([[0.9, 0.8, 0.7], [0.6, 0.5, 0.4], [0.9, 0.1, 0.2], [0.5, 0.6, 0.3]], ["a", "b", "c"])
+    board = build_leaderboard(scores)
+    f = board.friedman
+    # chi2 = 12 N / (k (k+1)) * (sum_j R_j^2 - k (k+1)^2 / 4) with mean ranks R = 1.25, 2, 2.75
+    assert f.statistic == pytest.approx(12 * 4 / 12 * (1.25**2 + 2**2 + 2.75**2 - 3 * 16 / 4))
+    assert f.statistic == pytest.approx(4.5)
+    assert f.pvalue == pytest.approx(math.exp(-4.5 / 2))  # chi-square with 2 df: survival exp(-x/2)
+    assert (f.df, f.n_datasets, f.n_methods) == (2, 4, 3)
+    ref = friedmanchisquare(scores["a"], scores["b"], scores["c"])
+    assert f.statistic == ref.statistic and f.pvalue == ref.pvalue
+
+
+def test_friedman_with_ties_is_scipys():
+    rng = np.random.default_rng(3)
+    scores = _scores(rng.integers(0, 4, size=(7, 5)), list("abcde"))  # many ties within each data set
+    f = build_leaderboard(scores).friedman
+    ref = friedmanchisquare(*(scores[c] for c in scores.columns))
+    assert f.statistic == ref.statistic and f.pvalue == ref.pvalue
+
+
+def test_critical_difference_matches_demsars_table_and_nemenyi():
+    # Demšar (2006), Table 5(a), to its 3 decimals: q_0.05 = 2.343 for 3 classifiers, 3.164 for 10
+    assert critical_difference(3, 4) / math.sqrt(3 * 4 / (6 * 4)) == pytest.approx(2.343, abs=1e-3)
+    assert critical_difference(10, 12) / math.sqrt(10 * 11 / (6 * 12)) == pytest.approx(3.164, abs=1e-3)
+    board = build_leaderboard(_fake_scores(26, 12))
+    cd, p, avg = board.critical_difference, board.nemenyi, board.average_rank
+    assert cd == pytest.approx(critical_difference(26, 12))
+    pairs = list(combinations(avg.index, 2))
+    apart = [(a, b) for a, b in pairs if abs(avg[a] - avg[b]) > cd + 1e-9]
+    close = [(a, b) for a, b in pairs if abs(avg[a] - avg[b]) < cd - 1e-9]
+    assert apart and close  # the fake table has both kinds
+    assert all(p.loc[a, b] < 0.05 for a, b in apart) and all(p.loc[a, b] >= 0.05 for a, b in close)
+
+
+@pytest.mark.parametrize("shape, friedman_note", [((3, 1), "1 data set"), ((3, 2), "2 data sets"),
+                                                  ((2, 5), "2 methods")])
+def test_too_few_methods_or_datasets_say_why(tmp_path, shape, friedman_note):
+    k, n = shape
+    board = build_leaderboard(_fake_scores(k, n))
+    assert board.friedman is None
+    assert any(note.startswith("no Friedman test") and friedman_note in note for note in board.notes)
+    paths = write_leaderboard(tmp_path, board)
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert "No Friedman test" in text and friedman_note in text
+    assert pd.read_csv(paths["csv"]).shape[0] == k
+    if n == 1:  # one data set: no spread of ranks to test, so no diagram either
+        assert not board.has_diagram and "png" not in paths and "No critical-difference diagram" in text
+    else:
+        assert board.has_diagram and (tmp_path / "leaderboard.png").is_file()
+
+
+def test_a_board_of_nothing_but_ties_has_no_friedman_test_and_says_so(tmp_path):
+    board = build_leaderboard(_scores([[1, 1, 1], [2, 2, 2], [3, 3, 3]], ["a", "b", "c"]))
+    assert board.friedman is None and board.average_rank.tolist() == [2, 2, 2]
+    assert board.notes == ["no Friedman test: every method ties with every other on every data set"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy's statistic would divide by zero here
+        write_leaderboard(tmp_path, board)
+    assert "every method ties with every other" in diagram(board).axes[0].get_title()
+    assert (board.nemenyi == 1).all().all()  # nothing tells them apart
+
+
+def test_missing_results_are_left_out_with_the_reason():
+    scores = _scores([[60, 50, 40, np.nan], [70, np.nan, 65, np.nan], [55, 54, 53, np.nan], [1, 2, 3, np.nan]],
+                     ["a", "b", "c", "d"], ["s1", "s2", "s3", "s4"])
+    board = build_leaderboard(scores)
+    assert board.left_out == {"d": "method without a finished run on any data set",
+                              "s2": "data set where b finished no run"}
+    assert board.ranked_datasets == ["s1", "s3", "s4"] and list(board.ranks.columns) == ["a", "b", "c"]
+    assert board.friedman.n_datasets == 3
+    md = to_markdown(board)
+    assert "Left out of the ranks: s2 (data set where b finished no run)." in md
+    assert "| 60.00 (1) | 70.00 | 55.00 (1) | 1.00 (3) |" in md  # a's row: s2's score shown, unranked
+
+
+def test_scores_from_tables_keeps_the_benchmark_numbers():
+    tables = {"x": [{"method": "an", "test_map": 41.0}, {"method": "em", "test_map": 52.5}],
+              "y": [{"method": "em", "test_map": 60.0}]}
+    s = scores_from_tables(tables)
+    assert list(s.columns) == ["an", "em"] and s.loc["x", "em"] == 52.5 and math.isnan(s.loc["y", "an"])
+
+
+def test_the_mulan_suite_is_its_twelve_sets():
+    assert suite_datasets("mulan") == SUITES["mulan"]
+    assert set(SUITES["mulan"]) == {"bibtex", "birds", "corel5k", "delicious", "emotions", "enron", "flags",
+                                    "genbase", "medical", "scene", "tmc2007", "yeast"}
+    with pytest.raises(ValueError, match="unknown suite 'mulam'; choose one of mulan"):
+        suite_datasets("mulam")
+
+
+# --------------------------------------------------------------------------- the diagram
+
+
+def _fake_scores(k, n, seed=0):
+    """k methods (spmlkit's names) on n data sets: method i is better than i+1 by 0.4 points on
+    average, with noise of 3 points per data set."""
+    rng = np.random.default_rng(seed)
+    methods = list(METHODS)[:k] if k <= len(METHODS) else [f"method_{i}" for i in range(k)]
+    skill = np.linspace(0.4 * k, 0, k)
+    values = np.round(50 + skill[None, :] + rng.normal(0, 3, (n, k)), 2)
+    return _scores(values, methods, [f"set_{j}" for j in range(n)])
+
+
+@pytest.mark.parametrize("k, n", [(3, 2), (26, 12), (30, 12), (2, 3)])
+def test_the_diagram_is_readable_and_sanely_sized(tmp_path, k, n):
+    board = build_leaderboard(_fake_scores(k, n))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any matplotlib (or other) warning fails the test
+        fig = diagram(board)
+        path = save_png(fig, tmp_path / "cd.png")
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        texts = [t for t in [*ax.texts, ax.title, *ax.get_xticklabels()] if t.get_visible() and t.get_text()]
+        boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    # every method is labelled once, with its average rank
+    labels = [t.get_text() for t in ax.texts]
+    assert sum("(" in s and ")" in s for s in labels) >= k
+    for (a, box_a), (b, box_b) in combinations(boxes, 2):
+        assert not box_a.overlaps(box_b), f"{a!r} overlaps {b!r}"
+    for text, box in boxes:  # nothing cut off at the figure's edge
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1, \
+            f"{text!r} leaves the figure"
+    height, width = matplotlib.image.imread(path).shape[:2]
+    assert 900 <= width <= 1800 and 250 <= height <= 1600, (width, height)
+    # one label row per method and side takes the same height for 3 and for 30 methods
+    assert height <= 300 + 0.4 * DPI * ((k + 1) // 2 + k), (height, k)
+
+
+# --------------------------------------------------------------------------- the CLI, two data sets
+
+
+def _feature_folder(path: Path, seed: int, n_train: int = 240, n_test: int = 120, d: int = 12, c: int = 5) -> Path:
+    """A feature folder in `spmlkit extract`'s format (spmlkit/data/feature_dir.py): labels from a
+    noisy linear model of the features, every row with at least one positive."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=(d, c))
+    path.mkdir(parents=True)
+    for split, n in (("train", n_train), ("test", n_test)):
+        x = rng.normal(size=(n, d)).astype(np.float32)
+        y = (x @ w + rng.normal(scale=0.5, size=(n, c)) > 0.8).astype(np.uint8)
+        y[np.arange(n), np.argmax(x @ w, axis=1)] = 1
+        np.save(path / f"{split}_features.npy", x)
+        np.save(path / f"{split}_labels.npy", y)
+    meta = {"kind": "spmlkit-features", "format_version": 1, "dataset": path.name, "backbone": "none",
+            "image_size": 0, "class_names": [f"c{i}" for i in range(c)]}
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_cli_two_datasets_end_to_end_and_resumed(tmp_path, capsys, monkeypatch):
+    feats = _feature_folder(tmp_path / "toy", seed=0)
+    out = tmp_path / "board"
+    grid = ["--methods", "an,em,bce", "--seeds", "0", "--lrs", "0.01,0.003", "--epochs", "2", "--subset", "200",
+            "--jobs", "1", "--out", str(out), "--quiet"]
+    args = ["benchmark", "--dataset", "yeast", "--dataset", str(feats), *grid]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "12 runs, 0 already finished" in printed and "average rank over 2 data sets" in printed
+    # a table per data set, in its own folder, as a one-data-set benchmark writes it
+    board = pd.read_csv(out / "leaderboard.csv").set_index("method")
+    for name in ("yeast", "toy"):
+        table = pd.read_csv(out / name / "table.csv").set_index("method")
+        runs = pd.read_csv(out / name / "runs.csv")
+        assert len(runs) == 6 and set(runs["dataset"]) == {"yeast" if name == "yeast" else str(feats)}
+        assert set(table.index) == {"an", "em", "bce"}
+        key = "yeast" if name == "yeast" else str(feats)
+        for method in table.index:  # the leaderboard's number is the table's: the lr selected on val
+            assert board.loc[method, f"{key} test_map"] == table.loc[method, "test_map"]
+        ranks = table["test_map"].rank(ascending=False, method="average")
+        assert board.loc[list(ranks.index), f"{key} rank"].tolist() == ranks.tolist()
+    avg = (board["yeast rank"] + board[f"{feats} rank"]) / 2
+    assert board["average_rank"].tolist() == pytest.approx(avg.tolist())
+    assert board["average_rank"].is_monotonic_increasing  # best first
+    md = (out / "leaderboard.md").read_text()
+    assert "No Friedman test" in md and "2 data sets" in md and "![critical-difference diagram](leaderboard.png)" in md
+    assert (out / "leaderboard.png").is_file()
+    saved = json.loads((out / "leaderboard.json").read_text())
+    assert saved["friedman"] is None and saved["critical_difference"] == pytest.approx(critical_difference(3, 2))
+
+    # resumable: the same grid again, here named as a suite (--suite reads SUITES when the parser
+    # is built), trains nothing and writes the same leaderboard
+    before = {p: (out / p).read_bytes() for p in ("leaderboard.csv", "leaderboard.md", "yeast/table.csv")}
+    monkeypatch.setitem(SUITES, "tiny", ("yeast", str(feats)))
+    assert main(["benchmark", "--suite", "tiny", *grid]) == 0
+    again = capsys.readouterr().out
+    assert "benchmark tiny" in again and "12 runs, 12 already finished" in again and "12 finished runs reused" in again
+    assert all((out / p).read_bytes() == b for p, b in before.items())
+    # a data set's runs are its one-data-set benchmark's runs: that benchmark finds them all finished
+    assert main(["benchmark", "--dataset", "yeast", *grid]) == 0
+    assert "6 runs, 6 already finished" in capsys.readouterr().out
+
+
+def test_cli_refuses_a_dataset_named_twice_or_two_folders_of_one_name(tmp_path, capsys):
+    args = ["--methods", "an", "--seeds", "0", "--lrs", "0.01", "--epochs", "1", "--quiet",
+            "--out", str(tmp_path / "o")]
+    assert main(["benchmark", "--dataset", "yeast", "--dataset", "yeast", *args]) == 2
+    err = capsys.readouterr().err
+    assert "--dataset yeast is given twice" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    a = _feature_folder(tmp_path / "a" / "feats", seed=1)
+    b = _feature_folder(tmp_path / "b" / "feats", seed=2)
+    assert main(["benchmark", "--dataset", str(a), "--dataset", str(b), *args]) == 2
+    assert "would both write their tables to" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "results.db").exists()  # refused before any run
+    with pytest.raises(SystemExit) as stop:  # a suite and data sets at once: which did the user mean?
+        main(["benchmark", "--suite", "mulan", "--dataset", "yeast", *args])
+    assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
