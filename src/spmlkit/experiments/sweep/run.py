@@ -167,7 +167,7 @@ def _check_settings(spec: SweepSpec) -> None:
 def _finished_ids(spec: SweepSpec, store: ResultsStore, retry_failed: bool) -> set[str]:
     """The ids of the grid's runs that ``store`` holds as finished (``ok``; ``failed`` too
     unless they are to be retried): read from the store's finished records, so it costs the
-    store's size, never the grid's (docs/sweeps.md, "Grids of any size")."""
+    store's size, never the grid's (docs/architecture.md, "Grids of any size")."""
     statuses = ("ok",) if retry_failed else ("ok", "failed")
     return {run_id for run_id, config in store.configs(status=statuses) if in_grid(spec, config)}
 

@@ -6,7 +6,7 @@ before any run is claimed, and a run's id depends only on its settings.
 
 The grid is never held in memory: :func:`iter_runs` makes its runs one at a time and
 :func:`grid_size` counts them by multiplying the axes, so a sweep of ten million runs costs
-what a sweep of ten does until its runs train (docs/sweeps.md, "Grids of any size").
+what a sweep of ten does until its runs train (docs/architecture.md, "Grids of any size").
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = ["SweepSpec", "load_sweep", "expand", "iter_runs", "grid_size", "run_i
 #: per-class APs, configuration), so 10^8 runs would need hundreds of gigabytes of store and,
 #: at a tenth of a second for the smallest run, months of one core: a grid that large is a
 #: mistake in the sweep file (an axis pasted twice, a range too fine), and saying so at once is
-#: worth more than starting it (docs/sweeps.md, "Grids of any size")
+#: worth more than starting it (docs/architecture.md, "Grids of any size")
 MAX_GRID_RUNS = 100_000_000
 
 _GRID_KEYS = {"name", "datasets", "methods", "seeds", "lrs", "batch_sizes", "observations", "hparams", "settings",
