@@ -168,3 +168,27 @@ def test_a_run_claimed_alone_says_why(tmp_path: Path) -> None:
     held = SweepSpec(name="h", seeds=[0, 1], settings=QUICK, store=str(tmp_path / "h.db"))
     ResultsStore(held.store).claim(expand(held)[1]["run_id"], "elsewhere:1:x", duration=60.0)
     assert alone(held) == "the other 1 run(s) of its group were finished or held by another sweep"
+
+
+def test_a_combination_refused_when_claimed_trains_alone_and_a_bug_is_raised(tmp_path: Path, monkeypatch) -> None:
+    """The sweep checks every value of every axis, not every combination: one refused at its
+    claim (a ValueError) trains alone, to be recorded with its own error; anything else is ours."""
+    from spmlkit.experiments.sweep import claims
+
+    spec = SweepSpec(name="r", seeds=[0, 1], settings=QUICK, store=str(tmp_path / "r.db"))
+
+    def refused(run, runs_dir=None):
+        raise ValueError("batch_size 64 is larger than this combination allows")
+
+    monkeypatch.setattr(claims, "run_config", refused)
+    state = _state(spec)
+    (run,) = state.claim_group(4)
+    assert state.why_alone(run["run_id"]) == (
+        "its settings were refused (batch_size 64 is larger than this combination allows)")
+
+    def bug(run, runs_dir=None):
+        raise KeyError("oops")
+
+    monkeypatch.setattr(claims, "run_config", bug)
+    with pytest.raises(KeyError, match="oops"):
+        _state(SweepSpec(name="b", seeds=[0, 1], settings=QUICK, store=str(tmp_path / "b.db"))).claim_group(4)

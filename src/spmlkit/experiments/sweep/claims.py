@@ -146,12 +146,18 @@ class SweepState:
     def _unbatchable_reason(self, key: str, run: dict[str, Any]) -> str | None:
         """Why the runs of group ``key`` (``run`` is one of them) cannot train as one group,
         None when they can; asked once per group key, since they differ only in seed and lr.
-        The run's settings were checked before the sweep began, so an error here is a bug of
-        ours and keeps its traceback."""
+        The sweep checked every value of its grid before it began, but not every combination:
+        a combination refused here (a ``ValueError``, the user's setting) trains alone and is
+        recorded with its own error. Anything else is a bug of ours and keeps its traceback."""
         if key not in self._unbatchable:
             from ...training.plan import unbatchable_reason
 
-            self._unbatchable[key] = unbatchable_reason(run_config(run))
+            try:
+                config = run_config(run)
+            except ValueError as exc:
+                self._unbatchable[key] = f"its settings were refused ({str(exc)[:300]})"
+            else:
+                self._unbatchable[key] = unbatchable_reason(config)
         return self._unbatchable[key]
 
     def annotate(self, records: list[dict[str, Any]]) -> None:
