@@ -130,8 +130,8 @@ def test_a_store_with_8_kb_overwritten_is_one_line_and_stays_as_it_is(tmp_path: 
             "benchmark": ["benchmark", "--methods", "an", "--seeds", "0", "--lrs", "0.01", "--epochs", "1",
                           "--subset", "200", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet"]}[command]
     assert main(args) == 2
-    _one_line(capsys.readouterr().err, f"results store {store}: the file is damaged or is not a SQLite database "
-                                       "(SQLite: database disk image is malformed)", "restore it from a backup")
+    _one_line(capsys.readouterr().err, f"spmlkit {command}: error: results store {store}: the file is damaged",
+              "database disk image is malformed", "restore it from a backup")
     assert store.read_bytes() == before  # nothing repaired, overwritten or appended
 
 
@@ -235,3 +235,25 @@ def test_a_store_whose_folder_cannot_be_made_is_one_line(tmp_path: Path, capsys)
               "give a store in a writable folder")
     assert main(["sweep", str(tmp_path / "s.yaml"), "--store", str(tmp_path), "--quiet"]) == 2
     _one_line(capsys.readouterr().err, f"results store {tmp_path} is a folder; give a file path")
+
+
+def test_damage_the_sweep_would_not_read_is_found_before_any_run(tmp_path: Path, capsys) -> None:
+    """Damage only in the pages of results (a history's overflow chain), which counting finished
+    runs does not read: the sweep's check of every page finds it before a run trains."""
+    store = ResultsStore(tmp_path / "s.db")
+    store.add_many([make_record(f"r{i}", history=[{"notes": "h" * 12000}]) for i in range(40)])
+    with sqlite3.connect(store.path) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    data = bytearray(store.path.read_bytes())
+    # an overflow page in the middle of a history: a 4-byte next-page number, then history text only
+    pages = range(len(data) // page_size // 2, len(data) // page_size)
+    at = next(i * page_size for i in pages if data[i * page_size + 4:(i + 1) * page_size] == b"h" * (page_size - 4))
+    data[at:at + 4] = (0x7FFFFFF0).to_bytes(4, "big")  # its chain now points past the end of the file
+    store.path.write_bytes(bytes(data))
+    assert len(list(store.configs(status=["ok"]))) == 40  # what the sweep reads to count is intact
+    (tmp_path / "s.yaml").write_text(QUICK)
+    assert main(["sweep", str(tmp_path / "s.yaml"), "--jobs", "1", "--quiet"]) == 2
+    out, err = capsys.readouterr()
+    _one_line(err, f"results store {store.path}: the file is damaged (SQLite's check:", "restore it from a backup")
+    assert "ran " not in out and store.path.read_bytes() == bytes(data)

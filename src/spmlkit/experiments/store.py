@@ -528,6 +528,19 @@ class ResultsStore:
                     if isinstance(config, dict):
                         yield row["run_id"], {**config, "run_id": row["run_id"]}
 
+    def check(self) -> None:
+        """Read every page of the file (``PRAGMA quick_check``: a tenth of a second for 40 MB)
+        and raise :class:`StoreError` when any is damaged. A sweep asks before its first run, so
+        a damaged store is said at once rather than when a record lands on a bad page hours later."""
+        with self._connection() as con:
+            problems = [str(row[0]) for row in con.execute("PRAGMA quick_check(3)")]
+        if problems != ["ok"]:
+            # one row may hold several lines, the first naming the database ("*** in database main ***")
+            lines = [line for p in problems for line in p.splitlines() if line.strip() and not line.startswith("***")]
+            first = lines[0] if lines else problems[0]
+            raise StoreError(f"results store {self.path}: the file is damaged (SQLite's check: {first}); "
+                             "restore it from a backup or give another store path; spmlkit leaves this file as it is")
+
     def __contains__(self, run_id: object) -> bool:
         with self._connection() as con:
             return con.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None

@@ -130,6 +130,7 @@ def run_sweep(
     try:
         _check_settings(spec)  # before the store is opened: a refused sweep leaves no file behind
         store = ResultsStore(store_file)
+        store.check()  # a damaged store is one line now, not after hours of runs it cannot record
         started_at = now()
         total = grid_size(spec)
         finished = _finished_ids(spec, store, retry_failed)
