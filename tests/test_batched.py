@@ -20,7 +20,9 @@ import torch
 from spmlkit.cli import main
 from spmlkit.experiments import sweep as sweep_module
 from spmlkit.experiments.presets import resolve_config
+from spmlkit.experiments.store import ResultsStore
 from spmlkit.experiments.sweep import SweepSpec, execute_runs, expand
+from spmlkit.experiments.sweep.processes import InProcess
 from spmlkit.losses.elementwise import AN
 from spmlkit.training import RunResult, train
 from spmlkit.training.plan import batch_key, unbatchable_reason
@@ -139,12 +141,48 @@ def test_a_failing_group_falls_back_to_one_run_at_a_time_with_each_its_own_error
     records = execute_runs(expand(spec))
     assert [r["status"] for r in records] == ["failed", "failed"]
     assert all("bogus" in r["error"] and r["run_id"] == run["run_id"] for r, run in zip(records, expand(spec)))
+    # each record says it trained alone, and why: its group stopped, with the group's error
+    assert [r["group_size"] for r in records] == [1, 1]
+    assert all(r["alone_reason"].startswith("its group of 2 runs stopped (InputError: loss 'gr': unknown schedule "
+                                            "key(s) bogus") for r in records)
+
+
+def test_a_bug_that_stops_a_group_is_raised_not_hidden_by_solo_runs(monkeypatch) -> None:
+    """Only a bad setting or memory sends a group's runs back one at a time; anything else is a
+    bug of ours, raised with its traceback rather than silently trained around."""
+    from spmlkit.training import trainer
+
+    def broken(configs):
+        raise TypeError("a bug in the batched loop")
+
+    monkeypatch.setattr(trainer, "train_group", broken)
+    solo = []
+    monkeypatch.setattr(sweep_module.execute, "execute_run", lambda *a, **k: solo.append(a) or {})
+    with pytest.raises(TypeError, match="a bug in the batched loop"):
+        execute_runs(expand(_grid())[:2])
+    assert solo == []  # no run was trained around it
+
+
+def test_a_group_that_runs_out_of_memory_trains_its_runs_alone_and_says_so(monkeypatch) -> None:
+    from spmlkit.training import trainer
+
+    def no_memory(configs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(trainer, "train_group", no_memory)
+    runs = expand(_grid(settings={"epochs": 1}))[:2]
+    records = execute_runs(runs)
+    assert [(r["run_id"], r["status"], r["group_size"]) for r in records] == [(run["run_id"], "ok", 1) for run in runs]
+    assert all(r["alone_reason"] == "its group of 2 runs stopped (OutOfMemoryError: CUDA out of memory. Tried to "
+                                    "allocate 2.00 GiB), so each run trained alone" for r in records)
 
 
 def test_batched_records_equal_solo_records(tmp_path: Path) -> None:
     runs = expand(_grid())[:4]  # an: 2 lrs x 2 seeds
     batched = execute_runs(runs)
     solo = [sweep_module.execute_run(run) for run in runs]
+    assert [r["group_size"] for r in batched] == [4, 4, 4, 4]  # one group formed: nothing fell back
+    assert [r["group_size"] for r in solo] == [1, 1, 1, 1]
     for a, b in zip(batched, solo):
         assert a.keys() == b.keys() and a["status"] == b["status"] == "ok"
         for key in ("val_map", "test_map", "best_epoch", "test_ap", "test_metrics", "analysis", "class_names"):
@@ -165,6 +203,13 @@ def test_the_benchmark_table_is_the_same_batched_and_one_run_at_a_time(tmp_path:
             for d in ("batched", "solo"))
     pd.testing.assert_frame_equal(a, b, check_exact=False, atol=METRICS, rtol=0)
     assert np.allclose(a.test_map.to_numpy(), b.test_map.to_numpy(), atol=METRICS, rtol=0)
+    # the groups formed: 24 runs on 2 workers are tasks of up to 6, so each method's 2 lrs x 2
+    # seeds train as one group of 4; one at a time, each run says why it trained alone
+    batched = ResultsStore(tmp_path / "batched" / "results.db").records()
+    assert sorted((r["method"], r["group_size"], r.get("alone_reason")) for r in batched) == sorted(
+        (m, 4, None) for m in ("bce", "an", "em_apl", "role", "pu_mlc", "ll_cp") for _ in range(4))
+    solo = ResultsStore(tmp_path / "solo" / "results.db").records()
+    assert {(r["group_size"], r["alone_reason"]) for r in solo} == {(1, InProcess.alone_reason)} and len(solo) == 24
 
 
 def test_a_group_trains_with_the_threads_its_configs_ask_for(monkeypatch, one_thread) -> None:

@@ -162,7 +162,7 @@ def test_more_user_mistakes_are_one_line(tmp_path, capsys):
     one_line(["train", *QUICK, "--device", "tpu"], "tpu", "cpu")
     not_a_store = tmp_path / "notes.db"
     not_a_store.write_text("just text")
-    one_line(["report", "--store", str(not_a_store)], "not a results store")
+    one_line(["report", "--store", str(not_a_store)], "is not a SQLite database")
     one_line(["report", "--store", str(tmp_path / "missing.db")], "not found")
     (tmp_path / "sweep.yaml").write_text("methods: [an\n")
     one_line(["sweep", str(tmp_path / "sweep.yaml")], "does not parse")

@@ -33,10 +33,23 @@ store agree to well within the lease duration (NTP), host names differ between m
 the file system has working POSIX locks -- SQLite on NFS/SMB mounts often has broken or
 disabled locking, which makes any two writers (leases and records alike) corrupt the file;
 use a local disk, or one sweep per store there.
+
+Whose file: a store carries spmlkit's mark in its SQLite header (``PRAGMA application_id``,
+:data:`APPLICATION_ID`), written when spmlkit creates it. Opening a file that is neither
+marked nor new (no tables) nor an older spmlkit store (only ``runs`` and ``leases``) is
+refused before anything is written, so another program's database never gets spmlkit's
+tables or WAL mode.
+
+Faults: a store that cannot be used -- a full disk, a read-only file or folder, a damaged
+file, a lock held past the timeout -- raises :class:`StoreError`, a user error of one line
+naming the file, what happened and what to do (docs/bad-input.md). Every write is one
+transaction, so a fault mid-sweep leaves the runs recorded before it intact; any other
+SQLite error is a bug of ours and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -45,17 +58,67 @@ import socket
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
-from contextlib import closing
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas
+from ..errors import InputError
 from ..io import to_jsonable
 
-__all__ = ["ResultsStore", "git_commit", "package_version", "new_owner_id", "SCALAR_COLUMNS", "JSON_COLUMNS",
-           "REQUIRED_KEYS", "CLAIMED", "FINISHED", "HELD"]
+__all__ = ["ResultsStore", "StoreError", "git_commit", "package_version", "new_owner_id", "SCALAR_COLUMNS",
+           "JSON_COLUMNS", "REQUIRED_KEYS", "CLAIMED", "FINISHED", "HELD", "APPLICATION_ID"]
+
+#: spmlkit's mark in the header of every store it creates (``PRAGMA application_id``): "SPML"
+APPLICATION_ID = 0x53504D4C
+#: the tables of a store (an older spmlkit store has these and no mark)
+_OUR_TABLES = {"runs", "leases"}
+
+
+class StoreError(InputError):
+    """A results store that cannot be used as it is (full disk, read-only, damaged, another
+    program's file): one line naming the file, what happened and what to do."""
+
+
+#: SQLite faults that are the state of the user's file or disk, not our bug: the error names
+#: (or, for an error raised without one, words of its message), what happened, what to do
+_FAULTS: tuple[tuple[tuple[str, ...], tuple[str, ...], str, str], ...] = (
+    (("SQLITE_FULL",), ("database or disk is full",), "the disk is full",
+     "free space, then run the same command again (the runs recorded so far are kept; it resumes)"),
+    (("SQLITE_READONLY", "SQLITE_PERM", "SQLITE_CANTOPEN", "SQLITE_AUTH"),
+     ("readonly database", "unable to open database file", "access permission denied", "not authorized"),
+     "the file or its folder cannot be written (read-only, or not yours)",
+     "make both writable, or give a store in a writable folder (copy this one there to keep its runs)"),
+    (("SQLITE_CORRUPT", "SQLITE_NOTADB"), ("malformed", "not a database"),
+     "the file is damaged or is not a SQLite database",
+     "restore it from a backup or give another store path; spmlkit leaves this file as it is"),
+    (("SQLITE_IOERR",), ("disk i/o error",), "the disk failed to read or write it",
+     "check the disk and its free space, then run the same command again"),
+    (("SQLITE_BUSY", "SQLITE_LOCKED"), ("database is locked", "database table is locked"),
+     "another process held its lock for longer than 30 s",
+     "let that process finish and run again; keep stores on a local disk (network file systems lock unreliably)"),
+)
+
+
+def store_error(path: Path, exc: sqlite3.Error) -> StoreError | None:
+    """The one-line :class:`StoreError` for a SQLite fault of the user's file or disk; None
+    when ``exc`` is none of those (then it is our bug and keeps its traceback)."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    text = str(exc)
+    for names, words, what, todo in _FAULTS:
+        if any(name.startswith(n) for n in names) or any(w in text.lower() for w in words):
+            return StoreError(f"results store {path}: {what} (SQLite: {text}); {todo}")
+    return None
+
+
+def _rollback(con: sqlite3.Connection) -> None:
+    """Undo the open transaction, if SQLite has not already (it ends a transaction itself on a
+    full disk or an I/O error, and ROLLBACK then fails): the error that caused the rollback is
+    the one to report."""
+    if con.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            con.execute("ROLLBACK")
 
 #: scalar columns and their SQLite types, in table order
 SCALAR_COLUMNS: dict[str, str] = {
@@ -244,15 +307,43 @@ class ResultsStore:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir():
+            raise StoreError(f"results store {self.path} is a folder; give a file path, e.g. {self.path / 'results.db'}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"results store {self.path}: cannot create its folder {self.path.parent} "
+                             f"({exc.strerror or exc}); give a store in a writable folder") from exc
         cols = ",\n  ".join(f"{k} {t}" for k, t in SCALAR_COLUMNS.items())
         cols += ",\n  " + ",\n  ".join(f"{k} TEXT" for k in JSON_COLUMNS)
-        with closing(self._connect()) as con:
+        with self._connection() as con:
+            marked = self._check_ours(con)  # before any write: another program's file stays as it was
             con.execute("PRAGMA journal_mode=WAL")  # persistent: set once for the file
             con.execute(f"CREATE TABLE IF NOT EXISTS runs (\n  {cols}\n)")
             con.execute("CREATE INDEX IF NOT EXISTS runs_group ON runs (dataset, observation, method)")
             con.execute("CREATE TABLE IF NOT EXISTS leases (\n  run_id TEXT PRIMARY KEY,\n  owner TEXT NOT NULL,\n"
                         "  expires_at REAL NOT NULL,\n  claimed_at REAL NOT NULL\n)")
+            if not marked:
+                con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+    def _check_ours(self, con: sqlite3.Connection) -> bool:
+        """Refuse a file that is not a store of spmlkit's; True when it carries the mark already.
+        Accepted: a marked file, a new one (no tables: an empty file, a fresh path) and an
+        older spmlkit store (only ``runs`` and ``leases``, ``runs`` with our columns), which
+        then gets the mark."""
+        app_id = int(con.execute("PRAGMA application_id").fetchone()[0])
+        if app_id == APPLICATION_ID:
+            return True
+        tables = {r[0] for r in con.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        columns = {r[1] for r in con.execute("PRAGMA table_info(runs)")} if "runs" in tables else set()
+        ours = app_id == 0 and (not tables or (tables <= _OUR_TABLES and columns >= set(SCALAR_COLUMNS)))
+        if not ours:
+            whose = f"marked by another program (application id {app_id:#x})" if app_id else \
+                f"holds other tables ({', '.join(sorted(tables)[:6])})"
+            raise StoreError(f"results store {self.path} is not a store of spmlkit's: the SQLite file {whose}; "
+                             "spmlkit writes its runs only into its own stores, so give a new store path")
+        return False
 
     def __repr__(self) -> str:
         return f"ResultsStore({str(self.path)!r})"
@@ -262,6 +353,22 @@ class ResultsStore:
         con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         con.row_factory = sqlite3.Row
         return con
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """A connection of its own, closed after the block; a fault of the file or the disk
+        inside the block becomes one :class:`StoreError` line (:func:`store_error`)."""
+        try:
+            con = self._connect()
+            try:
+                yield con
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            error = store_error(self.path, exc)
+            if error is None:
+                raise
+            raise error from exc
 
     # ------------------------------------------------------------------ writing
 
@@ -288,14 +395,14 @@ class ResultsStore:
             return
         marks = ", ".join("?" for _ in _ALL_COLUMNS)
         sql = f"INSERT OR REPLACE INTO runs ({', '.join(_ALL_COLUMNS)}) VALUES ({marks})"
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             con.execute("BEGIN IMMEDIATE")
             try:
                 con.executemany(sql, rows)
                 if release_lease is not None:
                     con.executemany("DELETE FROM leases WHERE run_id = ? AND owner = ?", ids)
             except BaseException:
-                con.execute("ROLLBACK")
+                _rollback(con)
                 raise
             con.execute("COMMIT")
 
@@ -324,12 +431,12 @@ class ResultsStore:
         if duration <= 0:
             raise ValueError(f"lease duration must be positive, got {duration!r} s")
         now = time.time()
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             con.execute("BEGIN IMMEDIATE")
             try:
                 outcomes = [self._claim_in(con, run_id, owner, now, duration, redo_failed_until) for run_id in run_ids]
             except BaseException:
-                con.execute("ROLLBACK")
+                _rollback(con)
                 raise
             con.execute("COMMIT")
         return outcomes
@@ -360,14 +467,14 @@ class ResultsStore:
     def renew(self, owner: str, *, duration: float) -> int:
         """Extend every lease of ``owner`` to ``duration`` seconds from now; the number of
         leases renewed. A lease that is not renewed before it expires may be taken over."""
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             cur = con.execute("UPDATE leases SET expires_at = ? WHERE owner = ?", (time.time() + duration, owner))
             return cur.rowcount
 
     def release(self, owner: str, run_id: str | None = None) -> int:
         """Drop ``owner``'s lease on ``run_id`` (all of its leases when None), e.g. when a run
         is given up unfinished; the number of leases dropped. Another owner's lease stays."""
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             if run_id is None:
                 cur = con.execute("DELETE FROM leases WHERE owner = ?", (owner,))
             else:
@@ -377,14 +484,14 @@ class ResultsStore:
     def leases(self) -> list[dict[str, Any]]:
         """The current leases (``run_id``, ``owner``, ``expires_at``, ``claimed_at``), expired
         ones included, oldest claim first: who is running what right now."""
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             rows = con.execute(
                 "SELECT run_id, owner, expires_at, claimed_at FROM leases ORDER BY claimed_at").fetchall()
         return [dict(r) for r in rows]
 
     def delete(self, run_id: str) -> bool:
         """Remove a run; True if it existed."""
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             cur = con.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
             return cur.rowcount > 0
 
@@ -392,23 +499,54 @@ class ResultsStore:
 
     def get(self, run_id: str) -> dict[str, Any] | None:
         """The record of ``run_id``, or None if it is not stored."""
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             row = con.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return None if row is None else _decode(row)
 
     def has_finished(self, run_id: str) -> bool:
         """True if the run is stored with status ``ok`` or ``failed`` (a sweep skips it on
         resume; a ``running`` record left by a killed worker is run again)."""
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             row = con.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return row is not None and row["status"] in ("ok", "failed")
 
+    def configs(self, *, status: Iterable[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(run_id, config)`` of every record with one of these statuses, read a thousand rows
+        at a time, so that asking which of a grid's runs are finished costs the store's size
+        in time and a thousand rows in memory. Records without a readable configuration are
+        left out (no grid can name them)."""
+        statuses = list(status)
+        sql = f"SELECT run_id, config FROM runs WHERE status IN ({', '.join('?' for _ in statuses)})"
+        with self._connection() as con:
+            cursor = con.execute(sql, statuses)
+            while rows := cursor.fetchmany(1000):
+                for row in rows:
+                    try:
+                        config = json.loads(row["config"]) if row["config"] else None
+                    except ValueError:
+                        continue
+                    if isinstance(config, dict):
+                        yield row["run_id"], {**config, "run_id": row["run_id"]}
+
+    def check(self) -> None:
+        """Read every page of the file (``PRAGMA quick_check``: a tenth of a second for 40 MB)
+        and raise :class:`StoreError` when any is damaged. A sweep asks before its first run, so
+        a damaged store is said at once rather than when a record lands on a bad page hours later."""
+        with self._connection() as con:
+            problems = [str(row[0]) for row in con.execute("PRAGMA quick_check(3)")]
+        if problems != ["ok"]:
+            # one row may hold several lines, the first naming the database ("*** in database main ***")
+            lines = [line for p in problems for line in p.splitlines() if line.strip() and not line.startswith("***")]
+            first = lines[0] if lines else problems[0]
+            raise StoreError(f"results store {self.path}: the file is damaged (SQLite's check: {first}); "
+                             "restore it from a backup or give another store path; spmlkit leaves this file as it is")
+
     def __contains__(self, run_id: object) -> bool:
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             return con.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
 
     def __len__(self) -> int:
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             return int(con.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
 
     def records(self, **filters: Any) -> list[dict[str, Any]]:
@@ -436,7 +574,7 @@ class ResultsStore:
                 where.append(f"{key} = ?")
                 params.append(_scalar(key, value))
         sql = "SELECT * FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY rowid"
-        with closing(self._connect()) as con:
+        with self._connection() as con:
             return [_decode(r) for r in con.execute(sql, params).fetchall()]
 
     def to_dataframe(self, *, expand_hparams: bool = True, **filters: Any) -> pandas.DataFrame:

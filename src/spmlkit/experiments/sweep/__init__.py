@@ -14,6 +14,10 @@ A sweep file (YAML/TOML/JSON) names the grid::
     settings: {epochs: 20}            # anything else the trainer takes (TrainConfig fields for images)
     store: results.db                 # relative to the sweep file's folder
 
+An empty sweep file is refused rather than run with defaults. The grid is made one run at a
+time (:func:`iter_runs`; :func:`grid_size` counts it), so its size costs no memory; a grid of
+more than :data:`MAX_GRID_RUNS` runs is refused when the file is read.
+
 Every grid point is one *run* with a stable id (a hash of its resolved settings). Runs whose
 id is already in the store as finished are skipped, so a killed sweep resumes where it
 stopped, losing at most the runs in progress (image runs even resume from their last epoch
@@ -48,7 +52,8 @@ from __future__ import annotations
 from .claims import LEASE_SECONDS, RENEW_SECONDS
 from .execute import execute_run, execute_runs, run_config
 from .run import SweepResult, SweepTerminated, run_sweep, sigterm_stops_sweep
-from .spec import SweepSpec, expand, load_sweep, run_id
+from .spec import MAX_GRID_RUNS, SweepSpec, expand, grid_size, iter_runs, load_sweep, run_id
 
 __all__ = ["SweepSpec", "SweepResult", "SweepTerminated", "load_sweep", "expand", "run_config", "run_sweep",
-           "execute_run", "execute_runs", "sigterm_stops_sweep", "run_id", "LEASE_SECONDS", "RENEW_SECONDS"]
+           "execute_run", "execute_runs", "sigterm_stops_sweep", "run_id", "LEASE_SECONDS", "RENEW_SECONDS",
+           "iter_runs", "grid_size", "MAX_GRID_RUNS"]

@@ -15,12 +15,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ...training import RunConfig, train
 from ...training.device import num_threads
 from ..presets import resolve_config
 from ..store import git_commit, package_version
 
-__all__ = ["run_config", "execute_run", "execute_runs", "failed_record", "now"]
+__all__ = ["run_config", "execute_run", "execute_runs", "failed_record", "now", "GROUP_FALLBACK"]
 
 
 def now() -> str:
@@ -44,20 +46,34 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     return config
 
 
-def execute_run(run: dict[str, Any], runs_dir: str | None = None, threads: int | None = None) -> dict[str, Any]:
+#: what may stop a group that its runs alone survive, or that names one run's bad setting: a
+#: setting refused when the runs' parts are built (``ValueError``, every user error included;
+#: each run then fails or trains on its own) and memory (a group holds R models at once).
+#: Anything else stopping a group is a bug of ours: it is raised, with its traceback, never
+#: hidden by training the runs again one at a time (docs/architecture.md, "Many runs at once")
+GROUP_FALLBACK = (ValueError, MemoryError, torch.OutOfMemoryError)
+
+
+def execute_run(run: dict[str, Any], runs_dir: str | None = None, threads: int | None = None,
+                alone_reason: str | None = None) -> dict[str, Any]:
     """Train one run and return its results-store record (never raises: a run that fails is a
     record with its error). ``threads``: torch CPU threads while it trains, restored after, so
     a caller's process keeps its own setting; None leaves them as they are (a backend passes
-    :func:`~spmlkit.experiments.sweep.cores.threads_per_run`)."""
+    :func:`~spmlkit.experiments.sweep.cores.threads_per_run`). The record says it trained
+    alone (``group_size`` 1) and, when the caller knows, why (``alone_reason``; a sweep fills
+    it in from its claims otherwise)."""
     started, t0 = now(), time.perf_counter()
     try:
         with num_threads(threads):
             fields = _train(run, runs_dir)
     except Exception as exc:
-        return failed_record(run, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}", started, t0)
-    record = record_head(run, started)
-    record.update(fields)
-    record.update({"status": "ok", "error": None, "seconds": time.perf_counter() - t0, "finished_at": now()})
+        record = failed_record(run, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}", started, t0)
+    else:
+        record = record_head(run, started)
+        record.update(fields)
+        record.update({"status": "ok", "error": None, "seconds": time.perf_counter() - t0, "finished_at": now()})
+    if alone_reason is not None:
+        record["alone_reason"] = alone_reason
     return record
 
 
@@ -65,11 +81,12 @@ def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None,
                  threads: int | None = None) -> list[dict[str, Any]]:
     """Train runs that differ only in seed and lr as one group
     (:func:`~spmlkit.training.train_group`) and return each run's record, as
-    :func:`execute_run` would (never raises). The group shares the steps of its training,
-    nothing else: each run is still its own record with its own numbers, equal to its solo
-    run's. ``seconds`` is the group's time divided among its runs. A group that fails for any
-    reason is run again one run at a time through :func:`execute_run`, so every run gets its
-    own result or its own error."""
+    :func:`execute_run` would. The group shares the steps of its training, nothing else: each
+    run is still its own record with its own numbers, equal to its solo run's, and its
+    ``group_size`` says how many trained together. ``seconds`` is the group's time divided
+    among its runs. A group stopped by a bad setting or by memory (:data:`GROUP_FALLBACK`) is
+    run again one run at a time, so every run gets its own result or its own error, and each
+    record says so in ``alone_reason``; anything else is our bug and is raised."""
     from ...training.trainer import train_group
 
     if len(runs) == 1:
@@ -78,25 +95,28 @@ def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None,
     try:
         with num_threads(threads):
             results = train_group([run_config(run, runs_dir) for run in runs])
-    except Exception:  # noqa: BLE001 - each run then meets its own error (or none) on its own
-        return [execute_run(run, runs_dir, threads) for run in runs]
+    except GROUP_FALLBACK as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        why = f"its group of {len(runs)} runs stopped ({type(exc).__name__}: {first}), so each run trained alone"
+        return [execute_run(run, runs_dir, threads, alone_reason=why) for run in runs]
     seconds, finished = (time.perf_counter() - t0) / len(runs), now()
     records = []
     for run, res in zip(runs, results):
-        record = record_head(run, started)
+        record = record_head(run, started, group_size=len(runs))
         record.update(_result_fields(res))
         record.update({"status": "ok", "error": None, "seconds": seconds, "finished_at": finished})
         records.append(record)
     return records
 
 
-def record_head(run: dict[str, Any], started: str) -> dict[str, Any]:
-    """The keys of a run's record that describe the run rather than its results."""
+def record_head(run: dict[str, Any], started: str, group_size: int = 1) -> dict[str, Any]:
+    """The keys of a run's record that describe the run rather than its results;
+    ``group_size``: how many runs trained together with it in one loop (1: alone)."""
     return {
         "run_id": run["run_id"], "sweep": run["sweep"], "dataset": run["dataset"], "method": run["method"],
         "observation": run["observation"], "seed": run["seed"], "lr": run["lr"], "batch_size": run["batch_size"],
         "hparams": run["hparams"], "config": run, "started_at": started, "spmlkit_version": package_version(),
-        "git_commit": _process_git_commit(),
+        "git_commit": _process_git_commit(), "group_size": group_size,
     }
 
 

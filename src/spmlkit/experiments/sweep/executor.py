@@ -37,6 +37,9 @@ class Executor(ABC):
     #: two overlap; one whose start blocks (connecting to a cluster) is started after the
     #: checks, so that a refused grid costs nothing
     starts_in_background: bool = False
+    #: why a run of this executor's tasks of one run (:meth:`task_size` 1) trains alone, in
+    #: the words its record keeps (``alone_reason``): no run trains alone without saying why
+    alone_reason: str = "this backend trains one run per task"
 
     def start(self, runs_dir: str) -> None:
         """Get ready to train (start workers, connect to a cluster). ``runs_dir``: where image

@@ -44,6 +44,8 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 class InProcess(Executor):
     """``jobs=1``: every run here, one after the other, each alone (no worker to start)."""
 
+    alone_reason = "--jobs 1 trains one run at a time in the sweep's own process"
+
     def __init__(self, threads: int) -> None:
         self.threads = threads
         self._runs_dir = "runs"
@@ -81,6 +83,7 @@ class WorkerPool(Executor):
     name in a spawned worker (:func:`~spmlkit.experiments.sweep.execute.execute_runs`)."""
 
     starts_in_background = True
+    alone_reason = "few runs were left for the workers (two tasks each at most), so each task got one run"
 
     def __init__(self, jobs: int, threads: int,
                  task: Callable[[list[Run], str, int], list[Record]] = execute_runs,

@@ -224,6 +224,8 @@ class RayExecutor(Executor):
     and the same command resumes.
     """
 
+    alone_reason = "the Ray backend places each run as a task of its own"
+
     def __init__(self, options: RayOptions, threads: int) -> None:
         self.ray = import_ray()  # before any run is claimed: a missing Ray is one line
         self.options, self.threads = options, threads

@@ -23,7 +23,7 @@ from ..store import ResultsStore, new_owner_id
 from .backends import make_executor
 from .claims import LEASE_SECONDS, RENEW_SECONDS, Heartbeat, SweepState
 from .execute import now, run_config
-from .spec import SweepSpec, expand
+from .spec import SweepSpec, grid_size, in_grid, iter_runs, settings_to_check
 
 if TYPE_CHECKING:
     from .executor import Executor
@@ -121,23 +121,29 @@ def run_sweep(
         raise ValueError(f"the lease renewal interval ({renew_seconds} s) must be positive and shorter than the "
                          f"lease ({lease_seconds} s); by default leases last {LEASE_SECONDS:g} s, renewed every "
                          f"{RENEW_SECONDS:g} s")
-    store = ResultsStore(store_path or spec.store)
-    started_at = now()
-    runs_dir = str(Path(store.path).parent / f"{spec.name}-runs")
+    store_file = Path(store_path or spec.store)
+    runs_dir = str(store_file.parent / f"{spec.name}-runs")
     # an executor that starts in the background overlaps its start-up with the checks below
     # (docs/architecture.md, "The sweep: claims, executors, cores")
     if executor.starts_in_background:
         executor.start(runs_dir)
     try:
-        runs, unfinished = _checked_runs(spec, store, retry_failed)
-        already = len(runs) - len(unfinished)
+        _check_settings(spec)  # before the store is opened: a refused sweep leaves no file behind
+        store = ResultsStore(store_file)
+        store.check()  # a damaged store is one line now, not after hours of runs it cannot record
+        started_at = now()
+        total = grid_size(spec)
+        finished = _finished_ids(spec, store, retry_failed)
+        already = len(finished)
         if on_start:
-            on_start(len(runs), already)
+            on_start(total, already)
         if not executor.starts_in_background:
             executor.start(runs_dir)
         owner = new_owner_id()
-        sweep = SweepState(store, owner, unfinished, max_runs, started_at if retry_failed else None, lease_seconds,
-                           Heartbeat(store, owner, lease_seconds, renew_seconds), on_result, on_skip)
+        candidates = (run for run in iter_runs(spec) if run["run_id"] not in finished)
+        sweep = SweepState(store, owner, candidates, max_runs, started_at if retry_failed else None, lease_seconds,
+                           Heartbeat(store, owner, lease_seconds, renew_seconds), on_result, on_skip,
+                           count=total - already, alone_reason=executor.alone_reason)
     except BaseException:
         executor.stop(lambda records: None)  # nothing was submitted: there is nothing to keep
         executor.close()
@@ -146,26 +152,25 @@ def run_sweep(
         _drive(sweep, executor)
     finally:
         sweep.give_up()
-    return SweepResult(total=len(runs), skipped=already + sweep.found_finished, ran=sweep.ran, failed=sweep.failed,
+    return SweepResult(total=total, skipped=already + sweep.found_finished, ran=sweep.ran, failed=sweep.failed,
                        store=Path(store.path), held=sweep.held, owner=owner)
 
 
-def _checked_runs(spec: SweepSpec, store: ResultsStore, retry_failed: bool
-                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The grid's runs, each run's settings checked (a bad setting fails here, before any run,
-    not once per run), and those of them not finished in ``store``."""
-    runs = expand(spec)
-
-    def finished(run_id: str) -> bool:
-        if retry_failed:
-            rec = store.get(run_id)
-            return rec is not None and rec["status"] == "ok"
-        return store.has_finished(run_id)
-
+def _check_settings(spec: SweepSpec) -> None:
+    """Every value of the grid checked as a run's settings (a bad setting fails here, before
+    any run, not once per run), in as many checks as the axes have values
+    (:func:`~spmlkit.experiments.sweep.spec.settings_to_check`), whatever the grid's size."""
     with user_input():
-        for run in runs:
+        for run in settings_to_check(spec):
             run_config(run)
-    return runs, [r for r in runs if not finished(r["run_id"])]
+
+
+def _finished_ids(spec: SweepSpec, store: ResultsStore, retry_failed: bool) -> set[str]:
+    """The ids of the grid's runs that ``store`` holds as finished (``ok``; ``failed`` too
+    unless they are to be retried): read from the store's finished records, so it costs the
+    store's size, never the grid's (docs/architecture.md, "Grids of any size")."""
+    statuses = ("ok",) if retry_failed else ("ok", "failed")
+    return {run_id for run_id, config in store.configs(status=statuses) if in_grid(spec, config)}
 
 
 def _drive(sweep: SweepState, executor: Executor) -> None:

@@ -3,6 +3,10 @@
 Everything here is pure data: no training, no store, no processes, so a sweep file is
 checked completely (every mistake one ``ValueError`` naming the file, the key and the fix)
 before any run is claimed, and a run's id depends only on its settings.
+
+The grid is never held in memory: :func:`iter_runs` makes its runs one at a time and
+:func:`grid_size` counts them by multiplying the axes, so a sweep of ten million runs costs
+what a sweep of ten does until its runs train (docs/architecture.md, "Grids of any size").
 """
 
 from __future__ import annotations
@@ -10,11 +14,20 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SweepSpec", "load_sweep", "expand", "run_id", "group_key"]
+__all__ = ["SweepSpec", "load_sweep", "expand", "iter_runs", "grid_size", "run_id", "group_key", "MAX_GRID_RUNS"]
+
+#: the most runs one sweep may name. A record takes a few kilobytes of store (its history,
+#: per-class APs, configuration), so 10^8 runs would need hundreds of gigabytes of store and,
+#: at a tenth of a second for the smallest run, months of one core: a grid that large is a
+#: mistake in the sweep file (an axis pasted twice, a range too fine), and saying so at once is
+#: worth more than starting it (docs/architecture.md, "Grids of any size")
+MAX_GRID_RUNS = 100_000_000
 
 _GRID_KEYS = {"name", "datasets", "methods", "seeds", "lrs", "batch_sizes", "observations", "hparams", "settings",
               "store", "val_variant", "dataset", "method"}
@@ -46,10 +59,19 @@ class SweepSpec:
         if unknown:
             raise ValueError(f"sweep {self.name!r}: hparams given for methods not in the sweep: {', '.join(unknown)}")
         for m, grid in self.hparams.items():
+            empty = sorted(k for k, v in grid.items() if isinstance(v, list) and not v)
+            if empty:
+                raise ValueError(f"sweep {self.name!r}: hparams.{m}.{empty[0]} must not be empty; give a value or "
+                                 f"a list of values")
             resolve_hparams(m, {k: (v[0] if isinstance(v, list) and v else v) for k, v in grid.items()})
         for key in ("datasets", "methods", "seeds", "lrs", "batch_sizes", "observations"):
             if not getattr(self, key):
                 raise ValueError(f"sweep {self.name!r}: {key} must not be empty")
+        size = grid_size(self)
+        if size > MAX_GRID_RUNS:
+            raise ValueError(f"sweep {self.name!r}: the grid has {size:,} runs ({_size_words(self)}), more than the "
+                             f"{MAX_GRID_RUNS:,} one sweep may hold; drop values from its lists or split it into "
+                             "several sweep files")
 
 
 #: the grid axes: a scalar or a list of these, and an example for the error message
@@ -130,6 +152,9 @@ def load_sweep(path: str | Path) -> SweepSpec:
 
     p = Path(path)
     data = load_config_file(p)
+    if not data:  # an empty file would otherwise run the defaults, which nobody asked for
+        raise ValueError(f"sweep file {p} is empty; name the grid, e.g. `datasets: [yeast]` and `methods: [an, em]` "
+                         "(see `spmlkit sweep --help`)")
     unknown = sorted(set(data) - _GRID_KEYS)
     if unknown:
         raise ValueError(f"sweep file {p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(_GRID_KEYS))}")
@@ -144,10 +169,36 @@ def load_sweep(path: str | Path) -> SweepSpec:
     return spec
 
 
-def _hparam_grid(grid: dict[str, Any]) -> list[dict[str, Any]]:
+def _hparam_axes(grid: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """A method's hyperparameter grid as sorted names and each one's values (a scalar is one value)."""
     keys = sorted(grid)
-    values = [grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys]
-    return [dict(zip(keys, combo)) for combo in itertools.product(*values)] or [{}]
+    return keys, [grid[k] if isinstance(grid[k], list) else [grid[k]] for k in keys]
+
+
+def _hparam_grid(grid: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every combination of a method's hyperparameter grid, one at a time ({} when it has none)."""
+    keys, values = _hparam_axes(grid)
+    return (dict(zip(keys, combo)) for combo in itertools.product(*values))
+
+
+def _hparam_count(grid: dict[str, Any]) -> int:
+    return math.prod(len(v) for v in _hparam_axes(grid)[1])
+
+
+def grid_size(spec: SweepSpec) -> int:
+    """How many runs ``spec`` names, counted without making them."""
+    per_method = sum(_hparam_count(spec.hparams.get(m, {})) for m in spec.methods)
+    return (len(spec.datasets) * len(spec.observations) * per_method * len(spec.lrs) * len(spec.batch_sizes)
+            * len(spec.seeds))
+
+
+def _size_words(spec: SweepSpec) -> str:
+    """The factors of :func:`grid_size`, for a message: ``1000 seeds x 100 lrs x ...``."""
+    combos = sum(_hparam_count(spec.hparams.get(m, {})) for m in spec.methods)
+    parts = [f"{len(spec.datasets)} datasets", f"{len(spec.observations)} observations",
+             f"{combos} method x hyperparameter combinations", f"{len(spec.lrs)} lrs",
+             f"{len(spec.batch_sizes)} batch sizes", f"{len(spec.seeds)} seeds"]
+    return " x ".join(parts)
 
 
 def run_id(run: dict[str, Any]) -> str:
@@ -156,18 +207,69 @@ def run_id(run: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def expand(spec: SweepSpec) -> list[dict[str, Any]]:
-    """Every run of the sweep, in a deterministic order (dataset, method, hparams, lr, bs, seed)."""
-    runs = []
+def make_run(spec: SweepSpec, dataset: str, observation: str, method: str, hparams: dict[str, Any], lr: float,
+             batch_size: int, seed: int) -> dict[str, Any]:
+    """One grid point of ``spec`` as a run, with its id."""
+    run = {"sweep": spec.name, "dataset": dataset, "method": method, "observation": observation, "seed": int(seed),
+           "lr": float(lr), "batch_size": int(batch_size), "hparams": hparams, "val_variant": spec.val_variant,
+           "settings": dict(spec.settings)}
+    run["run_id"] = run_id(run)
+    return run
+
+
+def iter_runs(spec: SweepSpec) -> Iterator[dict[str, Any]]:
+    """Every run of the sweep, made one at a time, in a deterministic order (dataset, method,
+    hparams, lr, bs, seed): memory stays that of one run whatever the grid's size."""
     for dataset, observation, method in itertools.product(spec.datasets, spec.observations, spec.methods):
         for hp in _hparam_grid(spec.hparams.get(method, {})):
             for lr, bs, seed in itertools.product(spec.lrs, spec.batch_sizes, spec.seeds):
-                run = {"sweep": spec.name, "dataset": dataset, "method": method, "observation": observation,
-                       "seed": int(seed), "lr": float(lr), "batch_size": int(bs), "hparams": hp,
-                       "val_variant": spec.val_variant, "settings": dict(spec.settings)}
-                run["run_id"] = run_id(run)
-                runs.append(run)
-    return runs
+                yield make_run(spec, dataset, observation, method, hp, lr, bs, seed)
+
+
+def expand(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Every run of the sweep as a list (:func:`iter_runs`), for grids known to be small (a
+    benchmark's, a test's); a sweep itself never lists its grid."""
+    return list(iter_runs(spec))
+
+
+def in_grid(spec: SweepSpec, run: dict[str, Any]) -> bool:
+    """Whether ``run`` (a stored record's ``config``) is a point of ``spec``'s grid: each of its
+    values on an axis of the grid, and its id the one the grid gives that point. Asked of the
+    store's finished runs, so counting a grid's finished runs costs the store's size, not the grid's."""
+    try:
+        method, hparams = run["method"], run["hparams"]
+        keys, values = _hparam_axes(spec.hparams.get(method, {}))
+        on_axes = (run["dataset"] in spec.datasets and run["observation"] in spec.observations
+                   and method in spec.methods and run["lr"] in spec.lrs and run["batch_size"] in spec.batch_sizes
+                   and run["seed"] in spec.seeds and isinstance(hparams, dict) and sorted(hparams) == keys
+                   and all(hparams[k] in v for k, v in zip(keys, values)))
+        if not on_axes:
+            return False
+        point = make_run(spec, run["dataset"], run["observation"], method, hparams, run["lr"], run["batch_size"],
+                         run["seed"])
+    except (KeyError, TypeError, ValueError):  # a record another program or version wrote: not this grid's
+        return False
+    return point["run_id"] == run.get("run_id")
+
+
+def settings_to_check(spec: SweepSpec) -> Iterator[dict[str, Any]]:
+    """Runs that together use every value of the grid: each (dataset, observation, method,
+    hyperparameters) with the first lr, batch size and seed, then each lr, batch size and seed
+    with the first of the rest. Checking these finds every bad value of a grid of any size in
+    as many checks as the axes have values, not as the grid has runs."""
+    firsts = (spec.lrs[0], spec.batch_sizes[0], spec.seeds[0])
+    for dataset, observation, method in itertools.product(spec.datasets, spec.observations, spec.methods):
+        for hp in _hparam_grid(spec.hparams.get(method, {})):
+            yield make_run(spec, dataset, observation, method, hp, *firsts)
+    method = spec.methods[0]
+    first_hp = next(_hparam_grid(spec.hparams.get(method, {})))
+    head = (spec.datasets[0], spec.observations[0], method, first_hp)
+    for lr in spec.lrs[1:]:
+        yield make_run(spec, *head, lr, firsts[1], firsts[2])
+    for bs in spec.batch_sizes[1:]:
+        yield make_run(spec, *head, firsts[0], bs, firsts[2])
+    for seed in spec.seeds[1:]:
+        yield make_run(spec, *head, firsts[0], firsts[1], seed)
 
 
 def group_key(run: dict[str, Any]) -> str:
