@@ -38,7 +38,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--head", choices=("linear", "mlp"), default="linear")
-    p.add_argument("--val", choices=("clean", "observed"), default="clean", help="validation labels for model selection")
+    p.add_argument("--val", choices=("clean", "observed"), default=None,
+                   help="validation labels for model selection (default: clean where the data set has full "
+                        "labels, observed for your own prepared data)")
     p.add_argument("--subset", type=int, help="use only the first N training rows (quick check)")
     p.add_argument("--jobs", type=positive_int,
                    help="parallel worker processes (default: one per CPU this process may use)")

@@ -55,7 +55,7 @@ class BenchmarkSpec:
     epochs: int = 20
     batch_size: int = 64
     head: str = "linear"
-    val_variant: str = "clean"
+    val_variant: str | None = None  # None: the dataset's own (presets.default_val_variant)
     subset: int | None = None  # first N official-train rows: for quick checks
     #: per-method hyperparameters on top of the dataset's presets (key by key), e.g. a
     #: candidate being tuned; lists are swept as in a sweep file
@@ -67,6 +67,10 @@ class BenchmarkSpec:
         for m in self.methods:
             get_method(m)
         Observation.parse(self.observation)
+        if self.val_variant is None:
+            from .presets import default_val_variant
+
+            self.val_variant = default_val_variant(self.dataset)
 
     def sweep(self, store: str | Path) -> SweepSpec:
         """The grid as a sweep: hyperparameters come from the dataset's presets, as in ``train``."""

@@ -261,6 +261,14 @@ def dataset_defaults(dataset: str) -> dict[str, Any]:
     return dict(FEATURE_DEFAULTS) if registry.is_feature_dataset(dataset) else {}
 
 
+def default_val_variant(dataset: str) -> str:
+    """The validation labels a dataset selects on when nobody says: ``clean`` where full labels
+    exist, ``observed`` for users' own data (a name ``folder``/``csv`` or a folder they prepared),
+    which brings only the labels it has (docs/protocol.md, "Your own data")."""
+    name = prepared_identity(dataset)[0] if _is_prepared_folder(dataset) else dataset
+    return dataset_defaults(name).get("val_variant", "clean")
+
+
 def resolve_config(
     values: dict[str, Any] | None = None,
     *,

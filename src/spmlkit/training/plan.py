@@ -191,8 +191,8 @@ def unbatchable_reason(config: RunConfig) -> str | None:
     try:
         feature = is_feature_run(config)
         method = resolve_hparams(config.method.name, config.method.hparams).method
-    except Exception:  # noqa: BLE001 - an unknown dataset or method is planning's error to report
-        return "the run's settings cannot be checked here"
+    except (ValueError, OSError) as exc:  # an unknown dataset or method, a missing folder: planning reports it
+        return f"the run's settings cannot be checked here ({exc})"
     for name in (method.loss, *(reg for reg, _ in method.regularizers)):
         if not losses.loss_class(name).batchable:
             return f"loss {name!r} declares that it cannot be batched"

@@ -44,7 +44,9 @@ class SweepSpec:
     observations: list[str] = field(default_factory=lambda: ["single_positive"])
     hparams: dict[str, dict[str, Any]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
-    val_variant: str = "clean"
+    #: validation labels for model selection; None: each dataset's own (clean where full labels
+    #: exist, observed for a user's prepared folder), resolved per run so a run's id names it
+    val_variant: str | None = None
     store: str = "results.db"
 
     def __post_init__(self) -> None:
@@ -211,10 +213,16 @@ def make_run(spec: SweepSpec, dataset: str, observation: str, method: str, hpara
              batch_size: int, seed: int) -> dict[str, Any]:
     """One grid point of ``spec`` as a run, with its id."""
     run = {"sweep": spec.name, "dataset": dataset, "method": method, "observation": observation, "seed": int(seed),
-           "lr": float(lr), "batch_size": int(batch_size), "hparams": hparams, "val_variant": spec.val_variant,
+           "lr": float(lr), "batch_size": int(batch_size), "hparams": hparams, "val_variant": spec.val_variant or _dataset_val_variant(dataset),
            "settings": dict(spec.settings)}
     run["run_id"] = run_id(run)
     return run
+
+
+def _dataset_val_variant(dataset: str) -> str:
+    from ..presets import default_val_variant
+
+    return default_val_variant(dataset)
 
 
 def iter_runs(spec: SweepSpec) -> Iterator[dict[str, Any]]:
