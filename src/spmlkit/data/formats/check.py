@@ -2,7 +2,7 @@
 
 Existence is a cheap ``os.path.exists`` per listed image, done by default so that a wrong
 root or a partly unpacked archive is caught at preparation time instead of hours into a
-training run. The deeper check opens every file with PIL and calls ``verify()``; it scans
+training run. The deeper check decodes every file in full, as training does; it scans
 everything and reports all bad files at the end rather than stopping at the first, because
 one unreadable JPEG in 120,000 should not cost a user a full re-run per file found.
 """
@@ -54,23 +54,24 @@ def require_images(base: Path, paths: Sequence[str], hint: str = "") -> None:
 
 
 def verify_images(base: Path, paths: Sequence[str], progress: ProgressCallback | None = None) -> list[BadImage]:
-    """Open every image with PIL and ``verify()`` it; return the ones that fail, in order.
+    """Decode every image in full, as training will; return the ones that fail, in order.
 
-    ``verify()`` reads the file's structure without decoding all pixels (fast); it catches
-    files that are not images, wrong formats and broken headers, not every truncated JPEG.
-    A failure is recorded with its exception and the scan continues.
+    Each file goes through :func:`~spmlkit.data.image_decode.decode_image`, the very function
+    that reads pixels for training, the cache and ``spmlkit predict``: PIL's ``verify()`` reads a
+    file's structure only and passed a JPEG cut off halfway, which training then could not
+    read in its first epoch. So whatever this check passes, training reads (an image too large
+    to decode fails here too). A failure is recorded with its exception and the scan continues.
     """
-    from PIL import Image  # imported here: only this optional check needs Pillow
+    from ..image_decode import decode_image
 
     bad: list[BadImage] = []
     total = len(paths)
     root = os.fspath(base)
     for done, rel in enumerate(paths, start=1):
         try:
-            with Image.open(os.path.join(root, rel)) as image:
-                image.verify()
+            decode_image(os.path.join(root, rel))
         except Exception as err:  # noqa: BLE001 - any failure to read marks the image bad
-            bad.append(BadImage(rel, f"{type(err).__name__}: {err}"))
+            bad.append(BadImage(rel, " ".join(f"{type(err).__name__}: {err}".split())))
         if progress is not None:
             progress(done, total)
     return bad

@@ -22,7 +22,8 @@ from typing import Any
 
 from .check import ProgressCallback
 from .common import existing_root, require_file
-from .csv_labels import LabelRow, check_labels, existing_files, lookalike_warnings, read_classes, read_rows, rows_list
+from .csv_labels import (LabelRow, check_labels, existing_files, lookalike_warnings, read_classes, read_rows, rows_list,
+                         value_name_checks)
 from .folder import TreeScan, scan_tree, tree_list
 from .prepared import PreparedDataset
 from .user_data import (
@@ -109,6 +110,7 @@ def read_csv_labels(
         class_names = sorted({name for row in rows for name in row.positives})
         source = f"the positives column of {labels_path}"
         warnings += lookalike_warnings(rows, labels_path)
+        value_name_checks(rows, labels_path, problems, warnings)
     check_labels(rows, labels_path, class_names, source, problems, test=False)
     found = existing_files(rows, labels_path, image_dir, problems)
     notes += [(f"CSV form: {labels_path} lists each training image (relative to {image_dir}) with its observed "
