@@ -10,6 +10,7 @@ Layout (``config.output.out``)::
                          ``spmlkit export`` load)
     result.json          the final result (test metrics, analysis, history) once finished
     tensorboard/         event files, when the run logs to TensorBoard (``loggers``)
+    .spmlkit.json        marks the folder as a run folder (:mod:`spmlkit.output_dir`), written first
 
 Both checkpoints hold only tensors, plain containers, numbers, strings, bools and None, so
 that they load with ``torch.load(..., weights_only=True)`` (:mod:`.checkpoint`): loading one
@@ -17,7 +18,9 @@ never runs code.
 
 Nothing of an earlier run is replaced without the user asking: starting a run in a folder
 that already holds one is refused unless it is resumed (``resume=True``) or replaced on
-purpose (``overwrite=True``).
+purpose (``overwrite=True``). Nothing of anyone else's is replaced at all: a folder that holds
+files spmlkit did not write, or another kind of spmlkit output, is refused even with
+``overwrite=True`` (:mod:`spmlkit.output_dir`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 import torch
 
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
+from ..output_dir import RUN, check_output_dir, claim_output_dir
 from .checkpoint import load_checkpoint, numpy_rng_state, plain_checkpoint, set_numpy_rng_state
 from .config import RESUME_FREE, RunConfig, save_config, saved_settings
 from .loop import LoopState, Run
@@ -56,10 +60,17 @@ class RunDirectory:
     def holds_a_run(self) -> bool:
         return any((self.path / name).exists() for name in _RUN_FILES)
 
+    @staticmethod
+    def holds_run_files(path: Path) -> bool:
+        """Whether an unmarked folder (:mod:`spmlkit.output_dir`) is a run folder of an spmlkit
+        older than the marker: it holds one of a run's files."""
+        return RunDirectory(path).holds_a_run()
+
     def start(self, config: RunConfig, *, resume: bool, overwrite: bool) -> dict[str, Any] | None:
         """Prepare the folder; returns the checkpoint to resume from (or None)."""
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"run folder {self.path} is an existing file; choose another --out")
+        check_output_dir(self.path, RUN, option="--out", recognise=RunDirectory.holds_run_files)
         ckpt = None
         if resume:
             ckpt = self._resume_checkpoint(config)
@@ -71,7 +82,7 @@ class RunDirectory:
                 (self.path / name).unlink(missing_ok=True)
             shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            claim_output_dir(self.path, RUN, option="--out", recognise=RunDirectory.holds_run_files)
             save_config(config, self.path / "config.yaml")
         except OSError as exc:
             raise ValueError(f"cannot write the run folder {self.path}: {exc.strerror or exc}") from None

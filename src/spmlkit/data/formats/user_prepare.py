@@ -25,7 +25,7 @@ from .common import existing_root, require_file
 from .csv_labels import (LabelRow, check_labels, existing_files, lookalike_warnings, read_classes, read_rows, rows_list,
                          value_name_checks)
 from .folder import TreeScan, scan_tree, tree_list
-from .prepared import PreparedDataset
+from .prepared import PreparedDataset, check_prepared_dir
 from .user_data import (
     LABEL_SEPARATOR,
     ImageList,
@@ -62,6 +62,8 @@ def read_folder(
     contradictory options (ValueError): there is nothing else to report then.
     """
     root = existing_root(root, _FOLDER_HINT)
+    if out is not None:
+        check_prepared_dir(out)  # a folder of someone else's files: refused before any image is read
     problems: list[str] = []
     notes: list[str] = []
     warnings: list[str] = []
@@ -99,6 +101,8 @@ def read_csv_labels(
     labels_path = require_file(Path(labels).expanduser(), "the labels file (--labels)",
                                "It lists one image per row: image,positives[,negatives].")
     image_dir = existing_root(images, _IMAGES_HINT)
+    if out is not None:
+        check_prepared_dir(out)
     problems: list[str] = []
     notes: list[str] = []
     warnings: list[str] = []
