@@ -120,11 +120,9 @@ def to_8bit(image: Any, mode: str = "RGB") -> Any:
 
     source = image.mode
     if source in _SIXTEEN_BIT or source == "I":
-        values = np.clip(np.asarray(image, dtype=np.int64), 0, 65535)
-        return Image.fromarray(((2 * values + 257) // 514).astype(np.uint8), "L").convert(mode)
+        return Image.fromarray(_by_rows(np.asarray(image), _sixteen_to_8), "L").convert(mode)
     if source == "F":
-        values = np.nan_to_num(np.asarray(image, dtype=np.float64), nan=0.0)
-        return Image.fromarray(np.rint(np.clip(values, 0.0, 1.0) * 255).astype(np.uint8), "L").convert(mode)
+        return Image.fromarray(_by_rows(np.asarray(image), _unit_to_8), "L").convert(mode)
     if source == "LAB":
         to_srgb = ImageCms.buildTransform(ImageCms.createProfile("LAB"), ImageCms.createProfile("sRGB"), "LAB", "RGB")
         return ImageCms.applyTransform(image, to_srgb).convert(mode)
@@ -139,9 +137,39 @@ def _over_white(image: Any) -> Any:
     ``(c * a + 255 * (255 - a)) / 255``."""
     from PIL import Image
 
-    pixels = np.asarray(image, dtype=np.int64)
-    colour, alpha = pixels[..., :-1], pixels[..., -1:]
-    blended = (2 * (colour * alpha + _BACKGROUND * (255 - alpha)) + 255) // 510
+    blended = _by_rows(np.asarray(image), _blend_over_white)
     if blended.shape[-1] == 1:
-        return Image.fromarray(blended[..., 0].astype(np.uint8), "L")
-    return Image.fromarray(blended.astype(np.uint8), "RGB")
+        return Image.fromarray(blended[..., 0], "L")
+    return Image.fromarray(blended, "RGB")
+
+
+_ROWS = 256  # rows per block of integer arithmetic: memory stays near the image's own size
+
+
+def _by_rows(pixels: np.ndarray, convert: Any) -> np.ndarray:
+    """uint8 ``convert(block)`` of ``pixels``, a block of rows at a time, so the wide integer or
+    float intermediates of a large image never exist for all of it at once."""
+    first = convert(pixels[:1])
+    out = np.empty((pixels.shape[0], *first.shape[1:]), dtype=np.uint8)
+    for start in range(0, pixels.shape[0], _ROWS):
+        out[start:start + _ROWS] = convert(pixels[start:start + _ROWS])
+    return out
+
+
+def _sixteen_to_8(block: np.ndarray) -> np.ndarray:
+    """0..65535 (values outside clipped) -> 0..255: ``v / 257`` rounded half up."""
+    values = np.clip(block.astype(np.int64), 0, 65535)
+    return ((2 * values + 257) // 514).astype(np.uint8)
+
+
+def _unit_to_8(block: np.ndarray) -> np.ndarray:
+    """0..1 (outside clipped, NaN as 0) -> 0..255, rounded."""
+    values = np.nan_to_num(block.astype(np.float64), nan=0.0)
+    return np.rint(np.clip(values, 0.0, 1.0) * 255).astype(np.uint8)
+
+
+def _blend_over_white(block: np.ndarray) -> np.ndarray:
+    """Colour channels of a block with alpha last, composited over white."""
+    pixels = block.astype(np.int64)
+    colour, alpha = pixels[..., :-1], pixels[..., -1:]
+    return ((2 * (colour * alpha + _BACKGROUND * (255 - alpha)) + 255) // 510).astype(np.uint8)

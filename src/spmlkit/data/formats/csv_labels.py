@@ -17,6 +17,10 @@ column, sorted, unless a classes file (one name per line; its order is the colum
 lists them; then a name outside it is an error. Row numbers in messages are the file's line
 numbers, the header being row 1, as a spreadsheet or an editor shows them.
 
+Without a classes file, a positives column of only ``0``, ``1`` and ``-1`` is a problem (label
+values where names belong) and such names beside real ones a warning; an image that is a link
+out of the images folder is a problem.
+
 A problem never stops the reading: unknown labels, missing or unreadable files, an image on
 two rows (the same path, or another path with identical bytes), a row without a positive, a
 label both positive and negative, a malformed row, all are collected with their row numbers
