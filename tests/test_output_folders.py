@@ -212,3 +212,21 @@ def test_an_earlier_run_folder_keeps_its_working_folder_paths(tmp_path, monkeypa
             torch.save(ckpt, path)
     assert main(["train", "--out", "runs/a", "--resume", "--quiet"]) == 0
     assert json.loads((folder / "result.json").read_text())["resumed_from"] == 1
+
+
+def test_path_settings_are_saved_relative_to_the_run_folder_and_read_back_from_anywhere(tmp_path, monkeypatch):
+    from spmlkit.training.run_paths import paths_from_run_folder, paths_relative_to, typed_paths
+
+    work = tmp_path / "work"
+    claim_output_dir(work / "runs" / "a", "run", option="--out")
+    monkeypatch.chdir(work)
+    typed = {"root": "./data/voc/", "prepared": "/shared/prepared", "dataset": "voc2012", "lr": 0.1}
+    values = typed_paths(typed)
+    assert values == {"root": "data/voc", "prepared": "/shared/prepared", "dataset": "voc2012", "lr": 0.1}
+    saved = paths_relative_to(values, "runs/a")
+    assert saved == {"root": "../../data/voc", "prepared": "/shared/prepared", "dataset": "voc2012", "lr": 0.1}
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")
+    assert paths_from_run_folder(saved, work / "runs" / "a") == {
+        "root": "../work/data/voc", "prepared": "/shared/prepared", "dataset": "voc2012", "lr": 0.1}
+    assert paths_relative_to(paths_from_run_folder(saved, work / "runs" / "a"), work / "runs" / "a") == saved

@@ -56,7 +56,8 @@ def read_folder(
     """Read ``root`` in the folder form (and a test list); every problem found is in ``.problems``.
 
     ``out`` is the prepared folder about to be written: when it lies inside a tree its files
-    are skipped, so preparing twice reads the same data. ``test_images`` defaults to
+    are skipped, so preparing twice reads the same data; a folder there that holds files
+    spmlkit did not write is refused at once (:func:`~.prepared.check_prepared_dir`). ``test_images`` defaults to
     ``root``. ``progress(done, total)`` follows the PIL check of every image. A folder or
     file that does not exist raises at once (:class:`~.common.DatasetNotFoundError`), as do
     contradictory options (ValueError): there is nothing else to report then.
