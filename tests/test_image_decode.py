@@ -119,10 +119,10 @@ def test_bilevel_cmyk_ycbcr_hsv_and_lab(tmp_path):
     hsv.putpixel((1, 0), (0, 0, 128))        # no saturation: grey 128
     assert np.asarray(decode_image_of(hsv))[0].tolist() == [[255, 0, 0], [128, 128, 128]]
     lab = Image.new("LAB", (2, 1))
-    lab.putpixel((0, 0), (0, 128, 128))      # L* 0: black; PIL's convert would give (0, 128, 128)
+    lab.putpixel((0, 0), (0, 128, 128))      # L* 0, a* = b* = 0 (stored with an offset of 128): black
     lab.putpixel((1, 0), (255, 128, 128))    # L* 100: white
     got = np.asarray(decode_image(_saved(lab, tmp_path / "lab.tif", "TIFF"))).astype(int)
-    assert np.abs(got - [[[0, 0, 0], [255, 255, 255]]]).max() <= 2   # a colour-management transform rounds
+    assert np.abs(got - [[[0, 0, 0], [255, 255, 255]]]).max() <= 2   # not the channels copied: (0, 128, 128)
 
 
 def test_eight_bit_rgb_and_grey_are_unchanged(tmp_path):

@@ -20,9 +20,10 @@ above 255 became 255. So each mode is brought to 8 bits by the range it is defin
   or ``L`` / ``RGB`` with a transparent colour) are composited over white, which is what an
   image viewer shows; dropping the alpha channel would show whatever colour the transparent
   pixels happen to store (often black);
-* ``LAB`` goes through a colour-management transform to sRGB (PIL's ``convert`` would copy the
-  L, a and b channels as if they were R, G and B); ``1``, ``L``, ``P``, ``CMYK``, ``YCbCr``,
-  ``HSV`` and ``RGBX`` use PIL's conversion, which is exact for them.
+* ``LAB`` goes from CIE L*a*b* to sRGB through a colour-management transform (PIL's ``ImageCms``),
+  so the result does not depend on what ``convert`` does in the installed Pillow (spmlkit
+  accepts Pillow 9 and later); ``1``, ``L``, ``P``, ``CMYK``, ``YCbCr``, ``HSV`` and ``RGBX``
+  use PIL's conversion, which is right for them.
 
 **Size.** Decoding is where memory goes: a 12,000 x 12,000 PNG is 432 MB as RGB before any
 resize, and PIL only warns (a raw ``DecompressionBombWarning``) below twice its limit.
@@ -116,14 +117,16 @@ def to_8bit(image: Any, mode: str = "RGB") -> Any:
         raise ValueError(f"mode must be 'RGB' or 'L', got {mode!r}")
     if image.mode == mode and "transparency" not in image.info:
         return image
-    from PIL import Image, ImageCms
+    from PIL import Image
 
     source = image.mode
     if source in _SIXTEEN_BIT or source == "I":
         return Image.fromarray(_by_rows(np.asarray(image), _sixteen_to_8), "L").convert(mode)
     if source == "F":
         return Image.fromarray(_by_rows(np.asarray(image), _unit_to_8), "L").convert(mode)
-    if source == "LAB":
+    if source == "LAB":  # explicitly CIE L*a*b* -> sRGB, not relying on what convert does in this Pillow
+        from PIL import ImageCms
+
         to_srgb = ImageCms.buildTransform(ImageCms.createProfile("LAB"), ImageCms.createProfile("sRGB"), "LAB", "RGB")
         return ImageCms.applyTransform(image, to_srgb).convert(mode)
     if source in _ALPHA_MODES or "transparency" in image.info:
