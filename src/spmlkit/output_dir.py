@@ -16,6 +16,13 @@ Anything else (another kind of spmlkit output, or files spmlkit did not write) i
 :class:`ForeignFolderError`, one line naming the folder, a few of its files and the option to
 change. Nothing is written or removed before the check passes. ``check_output_dir`` runs the
 same test without writing, so a command can refuse before hours of work rather than after.
+
+Using it for another command's output (``spmlkit report --out``, say)::
+
+    from spmlkit.output_dir import REPORT, claim_output_dir
+
+    claim_output_dir(out, REPORT, option="--out",
+                     recognise=lambda folder: set(os.listdir(folder)) <= REPORT_FILES)  # reports of old versions
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["FEATURES", "MARKER", "PREPARED", "REPORT", "RUN", "ForeignFolderError", "check_output_dir", "claim_output_dir", "output_kind"]
+__all__ = ["FEATURES", "MARKER", "PREPARED", "REPORT", "RUN", "ForeignFolderError", "check_output_dir",
+           "claim_output_dir", "output_kind"]
 
 MARKER = ".spmlkit.json"
 """The file that says a folder is spmlkit's output, and of which kind."""
