@@ -215,3 +215,20 @@ def test_prepare_check_finds_a_truncated_jpeg_and_training_then_names_it(tmp_pat
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(broken) in err and "bad_images.txt" in err
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+def test_the_check_decodes_in_threads_and_reports_in_list_order(tmp_path):
+    names = []
+    for i in range(12):
+        path = tmp_path / f"{i:02d}.png"
+        if i % 5 == 2:
+            path.write_bytes(b"not an image")
+        else:
+            Image.new("RGB", (40 + i, 30), (i, 2 * i, 3 * i)).save(path)
+        names.append(path.name)
+    calls: list[tuple[int, int]] = []
+    bad = verify_images(tmp_path, names, lambda done, total: calls.append((done, total)), workers=3)
+    assert [b.path for b in bad] == ["02.png", "07.png"]
+    assert all(b.reason.startswith("UnidentifiedImageError: cannot identify image file") for b in bad)
+    assert calls == [(k, 12) for k in range(1, 13)]
+    assert verify_images(tmp_path, names, workers=1) == bad

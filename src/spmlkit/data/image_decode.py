@@ -36,6 +36,7 @@ any other larger image, and a JPEG still too large at 1/8, is refused with
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -48,6 +49,7 @@ MAX_PIXELS = 89_478_485
 """The most pixels spmlkit decodes from one image: PIL's default limit (about 9,459 x 9,459), so
 the bound is one users of PIL already know. An RGB image of that size is 268 MB decoded."""
 
+_HEADER_LOCK = threading.Lock()  # opening reads a header only; decoding runs outside the lock
 _JPEG_SCALES = (2, 4, 8)
 _BACKGROUND = 255  # transparent pixels are composited over white
 _ALPHA_MODES = {"RGBA": "RGBA", "LA": "LA", "PA": "RGBA", "RGBa": "RGBA", "La": "LA"}
@@ -84,7 +86,7 @@ def header_of(path: str | Path | BinaryIO) -> Any:
     """
     from PIL import Image
 
-    with warnings.catch_warnings():
+    with _HEADER_LOCK, warnings.catch_warnings():  # the warning filters are global: one thread at a time
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             return Image.open(path)
