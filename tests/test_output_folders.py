@@ -230,3 +230,19 @@ def test_path_settings_are_saved_relative_to_the_run_folder_and_read_back_from_a
     assert paths_from_run_folder(saved, work / "runs" / "a") == {
         "root": "../work/data/voc", "prepared": "/shared/prepared", "dataset": "voc2012", "lr": 0.1}
     assert paths_relative_to(paths_from_run_folder(saved, work / "runs" / "a"), work / "runs" / "a") == saved
+
+
+def test_an_image_run_on_a_relative_prepared_folder_resumes_from_elsewhere(tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    _photos(project / "photos")
+    monkeypatch.chdir(project)
+    assert main(["prepare", "folder", "--root", "photos", "--out", "prep"]) == 0
+    run = ["--prepared", "prep", "--method", "an", "--backbone", "small:cnn", "--no-pretrained", "--image-size", "16",
+           "--epochs", "2", "--batch-size", "4", "--device", "cpu", "--num-workers", "0", "--quiet"]
+    assert main(["train", *run, "--out", "runs/a", "--stop-after", "1"]) == 0
+    assert yaml.safe_load((project / "runs" / "a" / "config.yaml").read_text())["data"]["prepared"] == "../../prep"
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--out", str(project / "runs" / "a"), "--resume", "--quiet"]) == 0
+    result = json.loads((project / "runs" / "a" / "result.json").read_text())
+    assert result["resumed_from"] == 1 and len(result["history"]) == 2
+    assert result["config"]["data"]["prepared"] == "project/prep"   # read back relative to where it resumed
