@@ -105,9 +105,9 @@ def test_cli_errors_are_one_clear_line(capsys):
 
 def test_cli_train_prints_epochs(tmp_path, capsys):
     code = main(["train", "--method", "em_apl", "--epochs", "3", "--subset", "300", "--hparam", "alpha=0.2",
-                 "--hparam", "warmup_epochs=1", "--device", "cpu", "--out", str(tmp_path)])
+                 "--hparam", "warmup_epochs=1", "--device", "cpu", "--out", str(tmp_path / "run")])
     assert code == 0
-    res = json.loads((tmp_path / "result.json").read_text())
+    res = json.loads((tmp_path / "run" / "result.json").read_text())
     assert res["config"]["method"]["hparams"] == {"alpha": 0.2, "warmup_epochs": 1}
     # APL's rounds follow epochs 1 and 2 (not the last); each takes floor(0.9 * U_c / 2 rounds) of
     # every class's U_c unobserved training entries (theta 0.9, APL's default)

@@ -48,6 +48,7 @@ def test_written_files_and_meta(tmp_path):
     _write_small(out, reference_counts=(2, 1))
     # No temporary files left behind, and no bad_images.txt without a check=True scan.
     assert sorted(p.name for p in out.iterdir()) == [
+        ".spmlkit.json",   # the output-folder marker (spmlkit.output_dir)
         "meta.json",
         "test_images.txt",
         "test_labels.npy",

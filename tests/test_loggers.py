@@ -98,7 +98,7 @@ def test_a_logger_registered_by_name_receives_every_epoch(tmp_path, registry):
 
 def test_a_resumed_run_logs_the_epochs_it_trains_and_may_add_a_logger(tmp_path, registry):
     registry.register_logger("recorder", Recorder)
-    config = resolve_config({**YEAST, "epochs": 4, "out": str(tmp_path)})
+    config = resolve_config({**YEAST, "epochs": 4, "out": str(tmp_path / "run")})
     train(config, stop_after=2)
     config.output.loggers = ["recorder"]  # loggers do not change the numbers: resuming with one is allowed
     train(config, resume=True)
@@ -108,7 +108,7 @@ def test_a_resumed_run_logs_the_epochs_it_trains_and_may_add_a_logger(tmp_path, 
 
 def test_a_logger_is_closed_when_the_run_stops_early(tmp_path, registry):
     registry.register_logger("recorder", Recorder)
-    train(resolve_config({**YEAST, "out": str(tmp_path), "loggers": ["recorder"]}), stop_after=1)
+    train(resolve_config({**YEAST, "out": str(tmp_path / "run"), "loggers": ["recorder"]}), stop_after=1)
     (logger,) = Recorder.instances
     assert [step for step, _ in logger.records] == [1] and logger.closed == 1
 
@@ -120,7 +120,7 @@ def test_a_logger_from_an_entry_point(tmp_path, registry, monkeypatch):
     monkeypatch.setattr(importlib.metadata, "entry_points",
                         lambda **kw: [point] if kw.get("group") == loggers.ENTRY_POINT_GROUP else real(**kw))
     assert "from-a-package" in registry.available_loggers()
-    train(resolve_config({**YEAST, "epochs": 2, "loggers": ["from-a-package"], "out": str(tmp_path)}))
+    train(resolve_config({**YEAST, "epochs": 2, "loggers": ["from-a-package"], "out": str(tmp_path / "run")}))
     assert [step for step, _ in Recorder.instances[-1].records] == [1, 2]
 
 

@@ -77,11 +77,11 @@ def test_every_method_writes_safe_checkpoints_and_resumes_exactly(tmp_path, meth
 
 def test_image_run_checkpoints_load_safely(tmp_path):
     train(resolve_config({**MOSAIC, "method": "em_apl", "epochs": 2, "hparams": {"warmup_epochs": 1},
-                          "out": str(tmp_path)}))
+                          "out": str(tmp_path / "run")}))
     for name in ("last.pt", "best.pt"):
-        ckpt = torch.load(tmp_path / name, map_location="cpu", weights_only=True)
+        ckpt = torch.load(tmp_path / "run" / name, map_location="cpu", weights_only=True)
         assert ckpt["config"]["method"]["name"] == "em_apl"
-    assert load_checkpoint(tmp_path / "best.pt")["transform"]["kind"] == "grey"
+    assert load_checkpoint(tmp_path / "run" / "best.pt")["transform"]["kind"] == "grey"
 
 
 def test_the_numpy_random_state_round_trips_through_plain_data():

@@ -38,7 +38,7 @@ def test_resume_reaches_the_same_result_as_an_uninterrupted_run(tmp_path):
 
 
 def test_resume_refuses_a_changed_config(tmp_path):
-    cfg = {**BASE, "method": "an", "epochs": 2, "out": str(tmp_path)}
+    cfg = {**BASE, "method": "an", "epochs": 2, "out": str(tmp_path / "run")}
     train(config_from_dict(cfg), stop_after=1)
     with pytest.raises(ValueError, match="different settings.*lr"):
         train(config_from_dict({**cfg, "lr": 0.1}), resume=True)
@@ -133,10 +133,10 @@ def test_config_layers_preset_then_file_then_command_line(tmp_path):
 
 def test_linear_init_then_fine_tune_with_role(tmp_path):
     cfg = config_from_dict({**BASE, "method": "role", "epochs": 1, "linear_init_epochs": 2, "linear_init_lr": 0.01,
-                            "out": str(tmp_path)})
+                            "out": str(tmp_path / "run")})
     res = train(cfg)
     assert res.finished and len(res.history) == 1   # phase 1 is not an epoch of the run's history
-    ckpt = load_checkpoint(tmp_path / "best.pt")
+    ckpt = load_checkpoint(tmp_path / "run" / "best.pt")
     phi = ckpt["components"]["loss"]["estimator.phi"]
     # the estimator starts phase 2 from phase 1 through the clamped logit: bounded by logit(1 - 1e-5)
     assert phi.abs().max() <= np.log((1 - 1e-5) / 1e-5) + 1e-3

@@ -48,7 +48,8 @@ def test_benchmark_folders_are_written_exactly_as_before(tmp_path):
     meta = json.loads((tmp_path / "b" / "meta.json").read_text())
     assert meta["files"] == BENCHMARK_HASHES
     assert "observation" not in meta and "observed_per_image" not in meta
-    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["meta.json", *sorted(BENCHMARK_HASHES)]
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [".spmlkit.json", "meta.json",
+                                                                  *sorted(BENCHMARK_HASHES)]
     ds = load_prepared(tmp_path / "b")
     assert ds.observed is None and ds.train_labels.dtype == np.uint8
 
@@ -56,7 +57,7 @@ def test_benchmark_folders_are_written_exactly_as_before(tmp_path):
 def test_user_data_without_a_test_set_round_trips(tmp_path):
     written = _user(tmp_path / "u")
     names = sorted(p.name for p in (tmp_path / "u").iterdir())
-    assert names == ["bad_images.txt", "meta.json", "train_images.txt", "train_observed.npy"]
+    assert names == [".spmlkit.json", "bad_images.txt", "meta.json", "train_images.txt", "train_observed.npy"]
     meta = json.loads((tmp_path / "u" / "meta.json").read_text())
     assert meta["dataset"] == "folder" and meta["observation"] == "given"
     assert meta["counts"] == {"train": 5, "test": 0}

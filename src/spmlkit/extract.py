@@ -10,6 +10,8 @@ full label matrices:
     <out>/train_features.npy     [N_train, D]  official train list (split later by the protocol)
     <out>/test_features.npy      [N_test, D]
     <out>/train_labels.npy, test_labels.npy   uint8 0/1
+    <out>/.spmlkit.json          marks the folder as spmlkit's (spmlkit.output_dir): a folder holding
+                                 other files is refused, never written into
 
 :func:`load_feature_dir` reads it back as a :class:`~spmlkit.data.tabular.TabularDataset`
 (memory-mapped), so ``spmlkit train --features DIR`` and ``spmlkit benchmark --dataset DIR``
@@ -26,9 +28,10 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .data.feature_dir import FEATURES_KIND, FORMAT_VERSION
+from .data.feature_dir import FEATURES_KIND, FORMAT_VERSION, is_feature_dir
 from .errors import InputError
 from .io import atomic_write_text
+from .output_dir import FEATURES, check_output_dir, claim_output_dir
 
 __all__ = ["extract_features"]
 
@@ -60,13 +63,14 @@ def extract_features(
         raise InputError(f"{config.data.dataset} is a feature dataset already: there are no images to extract "
                          f"features from; train on it directly (spmlkit train --dataset {config.data.dataset})")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out, FEATURES, option="--features-out", recognise=_is_feature_output)  # before any work
     device = resolve_device(config.machine.device)
     data = load_image_data(config)
     if data.Y_train is None:
         raise InputError(f"{data.name}: spmlkit extract writes feature folders of benchmark datasets with full labels; "
                          "a prepared folder of your own images (observed labels only) is trained on the images "
                          "directly: spmlkit train --prepared FOLDER")
+    claim_output_dir(out, FEATURES, option="--features-out", recognise=_is_feature_output)
     torch.manual_seed(config.optimisation.seed)  # reproducible features from a randomly initialised backbone
     model = build_model(config.model.backbone, len(data.class_names), pretrained=config.model.pretrained, lgconv=config.model.lgconv)
     model.to(device).eval()
@@ -101,3 +105,13 @@ def extract_features(
     }
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=1))  # written last: marks completion
     return out
+
+
+_FEATURE_FILES = frozenset({"meta.json", "train_features.npy", "test_features.npy", "train_labels.npy",
+                            "test_labels.npy", "train_features.npy.tmp", "test_features.npy.tmp"})
+
+
+def _is_feature_output(path: Path) -> bool:
+    """An unmarked folder an earlier spmlkit extracted into: a feature folder, or (stopped before its
+    ``meta.json``) nothing but the files this module writes."""
+    return is_feature_dir(path) or all(name in _FEATURE_FILES or name.startswith(".") for name in os.listdir(path))

@@ -93,12 +93,14 @@ def resolve_from_args(args: argparse.Namespace):
     """Dataset defaults < preset < config file < explicit command-line options < the run being
     resumed (``--resume``: its saved ``config.yaml``, so the run continues with its own settings)."""
     from ..experiments.presets import resolve_config
-    from ..training.config import load_config_file
+    from ..training.run_dir import RunDirectory
+    from ..training.run_paths import typed_paths
 
     values = {field: getattr(args, opt) for opt, field in _OPTIONS.items() if getattr(args, opt, None) is not None}
+    values = typed_paths(values)  # ./data/x/ -> data/x: as a resumed run's paths read back
     if args.hparam:
         values["hparams"] = dict(args.hparam)
-    file_values = load_config_file(args.config) if args.config else {}
+    file_values = RunDirectory.config_file_settings(args.config) if args.config else {}
 
     def resolve(resume_values: dict | None = None):
         config = resolve_config(values, preset=args.preset, file_values=file_values,
@@ -111,7 +113,7 @@ def resolve_from_args(args: argparse.Namespace):
     config = resolve()
     saved = Path(config.output.out) / "config.yaml"
     if getattr(args, "resume", False) and saved.is_file():
-        config = resolve(load_config_file(saved))
+        config = resolve(RunDirectory(saved.parent).saved_settings())  # its paths: relative to the run folder
     return config
 
 

@@ -284,9 +284,9 @@ def export_png(mosaic: DigitsMosaic, out_dir: str | Path) -> Path:
         from PIL import Image
     except ImportError as err:
         raise ImportError("export_png needs Pillow; install it with `pip install pillow`") from err
-    from .formats.prepared import write_prepared
+    from .formats.prepared import claim_prepared_dir, write_prepared
 
-    out = Path(out_dir)
+    out = claim_prepared_dir(out_dir)  # marked before its images are written: they are part of it
     width = max(5, len(str(max(len(mosaic.train_images), len(mosaic.test_images)) - 1)))
     names: dict[str, list[str]] = {}
     for split in ("train", "test"):

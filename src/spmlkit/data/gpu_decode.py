@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 
 from ..transfer import to_device
+from .image_decode import MAX_PIXELS, decode_image, header_of
 from .images import ImageTransform, UnreadableImageError
 
 __all__ = ["Encoded", "EncodedImages", "GpuDecoder", "nvjpeg_takes"]
@@ -80,14 +81,12 @@ class EncodedImages:
         return [self._one(self.paths[int(i)]) for i in rows]
 
     def _one(self, path: Path) -> Encoded:
-        from PIL import Image
-
         try:
             data = path.read_bytes()
-            with Image.open(io.BytesIO(data)) as img:  # reads the header only
-                if nvjpeg_takes(img):
+            with header_of(io.BytesIO(data)) as img:  # reads the header only
+                if nvjpeg_takes(img) and img.size[0] * img.size[1] <= MAX_PIXELS:  # larger: decoded reduced by PIL
                     return torch.frombuffer(bytearray(data), dtype=torch.uint8), True
-                image = img.convert("RGB")
+            image = decode_image(path, "RGB")  # PIL's way: every mode by its range, memory bounded
         except Exception as exc:  # PIL raises many types for broken files, OSError for missing ones
             raise UnreadableImageError.of(path, exc) from exc
         return torch.from_numpy(self.transform.resize(image)), False
@@ -141,11 +140,8 @@ class GpuDecoder:
 
     def _pil(self, data: Tensor, path: Path) -> Tensor:
         """uint8 ``[3, H, W]`` of an image nvJPEG refused, decoded by PIL (or its one-line error)."""
-        from PIL import Image
-
         try:
-            with Image.open(io.BytesIO(data.numpy().tobytes())) as img:
-                rgb = np.array(img.convert("RGB"))
+            rgb = np.array(decode_image(io.BytesIO(data.numpy().tobytes()), "RGB"))
         except Exception as exc:  # PIL raises many types for broken files
             raise UnreadableImageError.of(path, exc) from exc
         return torch.from_numpy(rgb).permute(2, 0, 1).to(self.device)

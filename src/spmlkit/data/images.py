@@ -41,6 +41,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 from ..cpus import usable_cpus
 from ..errors import InputError
+from .image_decode import decode_image
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -180,13 +181,12 @@ class ImageTransform:
     def read(self, path: str | Path) -> np.ndarray:
         """uint8 ``[S, S, c]`` pixels of the image file ``path`` (decoded by PIL, colour, resize).
 
-        Raises :class:`UnreadableImageError` naming the file when PIL cannot read it.
+        Every colour mode is read by its real range and memory stays bounded
+        (:func:`~spmlkit.data.image_decode.decode_image`). Raises :class:`UnreadableImageError`
+        naming the file when PIL cannot read it or it is too large.
         """
-        from PIL import Image
-
         try:
-            with Image.open(path) as img:
-                image = img.convert("L" if self.grey else "RGB")
+            image = decode_image(path, "L" if self.grey else "RGB")
         except Exception as exc:  # PIL raises many types for broken files
             raise UnreadableImageError.of(Path(path), exc) from exc
         return self.resize(image)

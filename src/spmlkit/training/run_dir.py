@@ -2,7 +2,8 @@
 
 Layout (``config.output.out``)::
 
-    config.yaml          the resolved configuration (the run can be repeated from it)
+    config.yaml          the resolved configuration (the run can be repeated from it); its
+                         relative paths are relative to the run folder (:mod:`.run_paths`)
     metrics.csv/.json    one row per finished epoch
     last.pt              everything needed to resume: written atomically after every epoch
     best.pt              the best validation epoch: model, label state, config, class names,
@@ -10,6 +11,7 @@ Layout (``config.output.out``)::
                          ``spmlkit export`` load)
     result.json          the final result (test metrics, analysis, history) once finished
     tensorboard/         event files, when the run logs to TensorBoard (``loggers``)
+    .spmlkit.json        marks the folder as a run folder (:mod:`spmlkit.output_dir`), written first
 
 Both checkpoints hold only tensors, plain containers, numbers, strings, bools and None, so
 that they load with ``torch.load(..., weights_only=True)`` (:mod:`.checkpoint`): loading one
@@ -17,7 +19,9 @@ never runs code.
 
 Nothing of an earlier run is replaced without the user asking: starting a run in a folder
 that already holds one is refused unless it is resumed (``resume=True``) or replaced on
-purpose (``overwrite=True``).
+purpose (``overwrite=True``). Nothing of anyone else's is replaced at all: a folder that holds
+files spmlkit did not write, or another kind of spmlkit output, is refused even with
+``overwrite=True`` (:mod:`spmlkit.output_dir`).
 """
 
 from __future__ import annotations
@@ -29,15 +33,20 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
+from ..output_dir import RUN, check_output_dir, claim_output_dir, output_kind
 from .checkpoint import load_checkpoint, numpy_rng_state, plain_checkpoint, set_numpy_rng_state
-from .config import RESUME_FREE, RunConfig, save_config, saved_settings
+from .config import RESUME_FREE, RunConfig, flat_settings, load_config_file, saved_settings
 from .loop import LoopState, Run
 from .run_data import feature_scaling
+from .run_paths import absolute_paths, paths_from_run_folder, paths_relative_to
 
 __all__ = ["RunDirectory", "feature_spec"]
 
+_CONFIG_HEADER = ("# spmlkit run configuration. Relative paths (root, prepared, a feature folder as dataset) are "
+                  "relative to this folder.\n")
 _RUN_FILES = ("config.yaml", "last.pt", "best.pt", "metrics.csv", "metrics.json", "result.json")
 
 
@@ -56,10 +65,23 @@ class RunDirectory:
     def holds_a_run(self) -> bool:
         return any((self.path / name).exists() for name in _RUN_FILES)
 
+    @staticmethod
+    def holds_run_files(path: Path) -> bool:
+        """Whether an unmarked folder (:mod:`spmlkit.output_dir`) is a run folder of an spmlkit
+        older than the marker: its ``config.yaml`` (a run writes it first) is spmlkit's, with a
+        dataset and a method. File names alone prove nothing: ``last.pt`` and ``config.yaml``
+        are common names in anyone's experiments."""
+        try:
+            values = saved_settings(yaml.safe_load((path / "config.yaml").read_text()))
+        except (OSError, ValueError, AttributeError, yaml.YAMLError):
+            return False
+        return "dataset" in values and "method" in values
+
     def start(self, config: RunConfig, *, resume: bool, overwrite: bool) -> dict[str, Any] | None:
         """Prepare the folder; returns the checkpoint to resume from (or None)."""
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"run folder {self.path} is an existing file; choose another --out")
+        check_output_dir(self.path, RUN, option="--out", recognise=RunDirectory.holds_run_files)
         ckpt = None
         if resume:
             ckpt = self._resume_checkpoint(config)
@@ -71,20 +93,42 @@ class RunDirectory:
                 (self.path / name).unlink(missing_ok=True)
             shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            save_config(config, self.path / "config.yaml")
+            claim_output_dir(self.path, RUN, option="--out", recognise=RunDirectory.holds_run_files)
+            atomic_write_text(self.path / "config.yaml", _CONFIG_HEADER + yaml.safe_dump(self.saved_config(config),
+                                                                                          sort_keys=False))
         except OSError as exc:
             raise ValueError(f"cannot write the run folder {self.path}: {exc.strerror or exc}") from None
         return ckpt
+
+    def saved_config(self, config: RunConfig) -> dict[str, Any]:
+        """``config`` in sections as this folder saves it (``config.yaml``, checkpoints): relative
+        paths relative to the run folder (:mod:`.run_paths`), so it resumes from anywhere."""
+        return RunConfig(**paths_relative_to(config.flat(), self.path)).to_dict()
+
+    def saved_settings(self) -> dict[str, Any]:
+        """The flat settings of this folder's ``config.yaml``, its paths resolved against the folder
+        (what ``--resume`` continues with, from whatever folder it is typed in)."""
+        return paths_from_run_folder(saved_settings(load_config_file(self.path / "config.yaml")), self.path)
+
+    @staticmethod
+    def config_file_settings(path: str | Path) -> dict[str, Any]:
+        """The flat settings of a config file (``--config``). A run's own ``config.yaml`` has its
+        paths relative to the run folder, and they are read so (repeating a run from anywhere);
+        any other file's paths are the working folder's, as the user wrote them."""
+        path = Path(path)
+        values = flat_settings(load_config_file(path), where=f"config file {path}")
+        if path.name == "config.yaml" and output_kind(path.parent) == RUN:
+            return paths_from_run_folder(values, path.parent)
+        return values
 
     def _resume_checkpoint(self, config: RunConfig) -> dict[str, Any]:
         if not self.last.is_file():
             raise FileNotFoundError(f"--resume: no checkpoint at {self.last}; start the run without --resume")
         ckpt = load_checkpoint(self.last)
         defaults = RunConfig().flat()  # a setting added since the run started counts as its default
-        held = saved_settings(ckpt["config"])  # nested, or flat from an earlier version
+        held = absolute_paths(paths_from_run_folder(saved_settings(ckpt["config"]), self.path))  # nested or flat
         saved = {k: held.get(k, defaults[k]) for k in defaults if k not in RESUME_FREE}
-        now = {k: v for k, v in config.flat().items() if k not in RESUME_FREE}
+        now = {k: v for k, v in absolute_paths(config.flat()).items() if k not in RESUME_FREE}
         diff = sorted(k for k in now if saved.get(k) != now[k])
         if diff:
             raise ValueError(f"--resume: the run in {self.path} was started with different settings "
@@ -100,14 +144,15 @@ class RunDirectory:
                    extra_best: dict[str, Any]) -> None:
         """After every epoch: ``best.pt`` if this epoch is the best, ``last.pt``, the metrics."""
         ls = run.loop
+        saved = self.saved_config(config)
         if ls.best_epoch == ls.epoch:
-            atomic_torch_save(plain_checkpoint({**ls.best_snapshot, "config": config.to_dict(), "epoch": ls.epoch,
+            atomic_torch_save(plain_checkpoint({**ls.best_snapshot, "config": saved, "epoch": ls.epoch,
                                                 "val_map": ls.best_val_map, **extra_best}, "best.pt"), self.best)
         atomic_torch_save(plain_checkpoint({
             "model": run.model.state_dict(), "optimizer": optimizer.state_dict(),
             "components": run.components.state_dict(), "label_state": run.state.state_dict(),
             "generator": run.generator.get_state(), "torch_rng": torch.get_rng_state(),
-            "numpy_rng": numpy_rng_state(), "config": config.to_dict(), "loop": ls.progress(),
+            "numpy_rng": numpy_rng_state(), "config": saved, "loop": ls.progress(),
             **({} if run.recipe is None else {"recipe": run.recipe.state_dict()}),
         }, "last.pt"), self.last)
         self.write_metrics(ls.history)

@@ -40,6 +40,7 @@ from .prepared import (
     PreparedDataset,
     PreparedFormatError,
     PreparedMismatchError,
+    check_prepared_dir,
     load_prepared,
     recorded_variant,
     write_prepared,
@@ -159,6 +160,7 @@ def prepare(
     """
     if cache_size is not None and (not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 1):
         raise ValueError(f"cache_size must be a positive number of pixels, got {cache_size!r} (--cache-size)")
+    check_prepared_dir(out)  # refused before the dataset is read, not after
     parsed = parse(dataset, root, **options)
     all_images = parsed.train.images + parsed.test.images
     if check_exists and not parsed.images_checked:

@@ -17,6 +17,10 @@ column, sorted, unless a classes file (one name per line; its order is the colum
 lists them; then a name outside it is an error. Row numbers in messages are the file's line
 numbers, the header being row 1, as a spreadsheet or an editor shows them.
 
+Without a classes file, a positives column of only ``0``, ``1`` and ``-1`` is a problem (label
+values where names belong) and such names beside real ones a warning; an image that is a link
+out of the images folder is a problem.
+
 A problem never stops the reading: unknown labels, missing or unreadable files, an image on
 two rows (the same path, or another path with identical bytes), a row without a positive, a
 label both positive and negative, a malformed row, all are collected with their row numbers
@@ -38,10 +42,10 @@ from pathlib import Path
 import numpy as np
 
 from .common import require_file
-from .user_data import LABEL_SEPARATOR, ImageList, closest
+from .user_data import LABEL_SEPARATOR, ImageList, closest, link_outside
 
 __all__ = ["COLUMNS", "DELIMITERS", "LabelRow", "check_labels", "existing_files", "lookalike_warnings", "read_classes",
-           "read_rows", "rows_list"]
+           "read_rows", "rows_list", "value_name_checks"]
 
 COLUMNS: tuple[str, ...] = ("image", "positives", "negatives")
 """The header names a labels file may use; ``negatives`` is optional."""
@@ -185,12 +189,43 @@ def lookalike_warnings(rows: list[LabelRow], path: Path) -> list[str]:
     return warnings
 
 
+_VALUE_NAMES = frozenset({"0", "1", "-1"})
+
+
+def value_name_checks(rows: list[LabelRow], path: Path, problems: list[str], warnings: list[str]) -> None:
+    """Names ``0``, ``1``, ``-1`` in the positives column: label values where label names belong.
+
+    A table exported with one 0/1 column per label, squeezed into the positives column, reads as
+    classes named "0" and "1"; a model would learn "the class called 1". When the column holds
+    nothing else that is a problem; beside real names it is a warning. A classes file that
+    lists such names (digits can be class names) says they are meant, and this check is skipped.
+    """
+    names = {name for row in rows for name in row.positives}
+    values = sorted(names & _VALUE_NAMES, key=int)
+    if not values:
+        return
+    shown = ", ".join(repr(v) for v in values)
+    if names <= _VALUE_NAMES:
+        problems.append(f"{path}: the positives column holds only {shown}: label values, not label names; write the "
+                        f"names of the labels observed for each image (e.g. cat{LABEL_SEPARATOR}dog), or list the "
+                        "classes in a --classes file if these are really their names")
+    else:
+        where = ", ".join(str(row.number) for row in rows if set(row.positives) & _VALUE_NAMES)
+        warnings.append(f"{path}: the positives column names {shown} beside real label names (rows {where}); they look "
+                        "like label values and became classes of their own: write label names there, or list the "
+                        "classes in a --classes file")
+
+
 def existing_files(rows: list[LabelRow], path: Path, folder: Path, problems: list[str]) -> dict[LabelRow, Path]:
     """The file of each row whose image exists (by row); a missing one is a problem naming the row."""
     found: dict[LabelRow, Path] = {}
     for row in rows:
         file = folder / row.image
-        if file.is_file():
+        target = link_outside(file, folder) if file.is_file() else None
+        if target is not None:
+            problems.append(f"{path} row {row.number}: image {row.image!r} is a link to {target}, outside the images "
+                            f"folder {folder}; copy the image into that folder, or pass a folder that holds it")
+        elif file.is_file():
             found[row] = file
         else:
             what = "is a folder, not an image" if file.is_dir() else f"is not in {folder}"

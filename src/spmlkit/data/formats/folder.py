@@ -16,6 +16,8 @@ together with an optional test list.
 - A label folder without any image is a problem (named); entries whose name starts with
   ``.`` and the ``spmlkit-prepared`` folder (where prepared folders go by default) are not
   labels; images directly in ``ROOT`` have no label and are ignored with a warning.
+- An image reached through a symbolic link that leads out of ``ROOT`` is a problem: the
+  prepared folder must hold data that lies under the folder the user named.
 - Rows are sorted by path, so the same tree always gives the same rows and hence the same
   train/validation split.
 
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .user_data import IMAGE_SUFFIXES, PREPARED_FOLDER, ImageList, count, is_image_name
+from .user_data import IMAGE_SUFFIXES, PREPARED_FOLDER, ImageList, count, is_image_name, link_outside
 
 __all__ = ["TreeScan", "scan_tree", "tree_list"]
 
@@ -75,6 +77,7 @@ def scan_tree(folder: Path, what: str, skip: list[Path], problems: list[str]) ->
         if entry.is_dir():
             images: list[Path] = []
             others: list[Path] = []
+            outside: list[Path] = []  # links out of the tree: problems, never read
             for path in sorted(entry.rglob("*")):
                 if path.is_symlink() and not path.exists():  # a dangling link: counted, never silently lost
                     others.append(path)
@@ -82,9 +85,15 @@ def scan_tree(folder: Path, what: str, skip: list[Path], problems: list[str]) ->
                 if not path.is_file() or _inside(path, skip):
                     continue
                 hidden = any(part.startswith(".") for part in path.relative_to(entry).parts)
+                target = link_outside(path, folder) if is_image_name(path) and not hidden else None
+                if target is not None:
+                    outside.append(path)
+                    problems.append(f"{path}: a link to {target}, outside the {what} folder {folder}; copy the image "
+                                    "into the folder, or remove the link")
+                    continue
                 (images if is_image_name(path) and not hidden else others).append(path)
             scan.ignored += others
-            if not images:
+            if not images and not outside:
                 verb = "is" if len(others) == 1 else "are"
                 found = f" (only {count(len(others), 'file')} that {verb} not an image)" if others else ""
                 problems.append(f"{entry}: the {what} folder of label {entry.name!r} holds no image{found}; put "

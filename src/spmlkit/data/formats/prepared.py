@@ -16,6 +16,9 @@ Layout of ``out/`` (format version 1)::
     bad_images.txt     only after a check=True run: "path<TAB>reason" per unreadable image
     image_cache/       only after ``prepare --cache-size S``: the images pre-resized to S x S
                        (:mod:`spmlkit.data.formats.image_cache`), recorded as ``meta["image_cache"]``
+    .spmlkit.json      the marker of an output folder (:mod:`spmlkit.output_dir`): written first,
+                       it says the folder is a prepared dataset, so that a folder of the user's
+                       own files is never written into (``--out`` is refused there instead)
 
 Users' own data (``spmlkit prepare folder`` / ``spmlkit prepare csv``; docs/protocol.md,
 "Your own data") has no full train labels: it records what was observed instead, and may
@@ -70,6 +73,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -82,12 +86,16 @@ import numpy as np
 from .check import BadImage
 from .common import AnnotationError, DatasetNotFoundError, PrepareError
 from ...io import atomic_write_bytes
+from ...output_dir import PREPARED, check_output_dir, claim_output_dir
 
 __all__ = [
     "FORMAT_VERSION",
     "PreparedDataset",
     "PreparedFormatError",
     "PreparedMismatchError",
+    "check_prepared_dir",
+    "claim_prepared_dir",
+    "is_prepared_dir",
     "load_prepared",
     "record_image_cache",
     "recorded_variant",
@@ -252,7 +260,7 @@ def write_prepared(
             raise ValueError("train_observed must contain only -1 (negative), 0 (unknown) and 1 (positive)")
         observed = np.ascontiguousarray(raw, dtype=np.int8)
 
-    out.mkdir(parents=True, exist_ok=True)
+    claim_prepared_dir(out)  # before anything is removed: never a file of someone else's
     (out / META).unlink(missing_ok=True)  # an interrupted run must not leave a loadable mix
     payloads = {"train_images.txt": _list_bytes(train_list)}
     if observed is not None:
@@ -325,6 +333,31 @@ def write_prepared(
         bad_images=bad or [],
         observed=observed,
     )
+
+
+def is_prepared_dir(path: Path) -> bool:
+    """Whether ``path`` (unmarked, docs/bad-input.md) holds a prepared dataset an earlier spmlkit
+    wrote: its ``meta.json`` says ``created_by: spmlkit``, or (a preparation interrupted before
+    ``meta.json``) it holds nothing but the files this module writes."""
+    try:
+        meta = json.loads((path / META).read_text(encoding="utf-8"))
+        if isinstance(meta, dict) and str(meta.get("created_by", "")).startswith("spmlkit"):
+            return True
+    except (OSError, ValueError):
+        pass
+    own = _DATA_FILES | {BAD_IMAGES, "image_cache"}
+    return all(name in own or (name.startswith(".") and name.endswith(".tmp")) for name in os.listdir(path))
+
+
+def check_prepared_dir(out: str | Path) -> None:
+    """Refuse at once an ``out`` that holds files spmlkit did not write (:mod:`spmlkit.output_dir`):
+    called before a dataset is read, so the refusal comes before minutes of reading images."""
+    check_output_dir(out, PREPARED, option="--out", recognise=is_prepared_dir)
+
+
+def claim_prepared_dir(out: str | Path) -> Path:
+    """Create and mark ``out`` as a prepared dataset, or refuse it as :func:`check_prepared_dir` does."""
+    return claim_output_dir(out, PREPARED, option="--out", recognise=is_prepared_dir)
 
 
 def _read_meta(out: Path) -> dict[str, Any]:

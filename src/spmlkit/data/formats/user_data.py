@@ -48,6 +48,7 @@ __all__ = [
     "count",
     "default_user_out",
     "is_image_name",
+    "link_outside",
     "unreadable_images",
     "write_user_data",
 ]
@@ -252,6 +253,18 @@ def default_user_out(base: str | Path, dataset: str) -> Path:
     the folder reader skips ``spmlkit-prepared``, so preparing again never mistakes it for a label.
     """
     return Path(base) / PREPARED_FOLDER / dataset
+
+
+def link_outside(file: Path, folder: Path) -> Path | None:
+    """Where ``file`` really is when a symbolic link (of it or a folder above it) leads out of
+    ``folder`` (a resolved path), else None.
+
+    The prepared folder records image paths relative to the images folder and training reads
+    them there; a link out of it makes the data depend on files the user never handed over
+    (and lets a labels file reach any file on the machine), so such an image is a problem.
+    """
+    target = file.resolve()
+    return None if target == folder or folder in target.parents else target
 
 
 def is_image_name(path: Path) -> bool:

@@ -22,9 +22,10 @@ from typing import Any
 
 from .check import ProgressCallback
 from .common import existing_root, require_file
-from .csv_labels import LabelRow, check_labels, existing_files, lookalike_warnings, read_classes, read_rows, rows_list
+from .csv_labels import (LabelRow, check_labels, existing_files, lookalike_warnings, read_classes, read_rows, rows_list,
+                         value_name_checks)
 from .folder import TreeScan, scan_tree, tree_list
-from .prepared import PreparedDataset
+from .prepared import PreparedDataset, check_prepared_dir
 from .user_data import (
     LABEL_SEPARATOR,
     ImageList,
@@ -55,12 +56,15 @@ def read_folder(
     """Read ``root`` in the folder form (and a test list); every problem found is in ``.problems``.
 
     ``out`` is the prepared folder about to be written: when it lies inside a tree its files
-    are skipped, so preparing twice reads the same data. ``test_images`` defaults to
+    are skipped, so preparing twice reads the same data; a folder there that holds files
+    spmlkit did not write is refused at once (:func:`~.prepared.check_prepared_dir`). ``test_images`` defaults to
     ``root``. ``progress(done, total)`` follows the PIL check of every image. A folder or
     file that does not exist raises at once (:class:`~.common.DatasetNotFoundError`), as do
     contradictory options (ValueError): there is nothing else to report then.
     """
     root = existing_root(root, _FOLDER_HINT)
+    if out is not None:
+        check_prepared_dir(out)  # a folder of someone else's files: refused before any image is read
     problems: list[str] = []
     notes: list[str] = []
     warnings: list[str] = []
@@ -98,6 +102,8 @@ def read_csv_labels(
     labels_path = require_file(Path(labels).expanduser(), "the labels file (--labels)",
                                "It lists one image per row: image,positives[,negatives].")
     image_dir = existing_root(images, _IMAGES_HINT)
+    if out is not None:
+        check_prepared_dir(out)
     problems: list[str] = []
     notes: list[str] = []
     warnings: list[str] = []
@@ -109,6 +115,7 @@ def read_csv_labels(
         class_names = sorted({name for row in rows for name in row.positives})
         source = f"the positives column of {labels_path}"
         warnings += lookalike_warnings(rows, labels_path)
+        value_name_checks(rows, labels_path, problems, warnings)
     check_labels(rows, labels_path, class_names, source, problems, test=False)
     found = existing_files(rows, labels_path, image_dir, problems)
     notes += [(f"CSV form: {labels_path} lists each training image (relative to {image_dir}) with its observed "
