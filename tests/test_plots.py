@@ -115,11 +115,14 @@ def test_densities(store: ResultsStore, tmp_path: Path) -> None:
     assert fig.get_supylabel() == "density"
     assert [ax.get_xlabel() for ax in fig.axes] == ["predicted probability p"] * 3
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [
-        "unobserved positives (bars, in the method's colour)", "unobserved negatives"]
-    # bars are densities: area under the positive histogram is 1, in the method's colour
-    bars = list(fig.axes[1].containers[0])  # the BarContainer of the positives
-    assert sum(b.get_height() * b.get_width() for b in bars) == pytest.approx(1.0)
-    assert to_hex(bars[0].get_facecolor()) == plots.method_color("em")
+        "unobserved positives (filled, in the method's colour)", "unobserved negatives"]
+    # the filled steps are densities: area under the positive histogram is 1, in the method's colour
+    positives, negatives = fig.axes[1].patches  # two StepPatches: filled positives, dashed negatives
+    values, edges = positives.get_data().values, positives.get_data().edges
+    assert np.sum(values * np.diff(edges)) == pytest.approx(1.0)
+    np.testing.assert_allclose(edges, BINS)
+    assert to_hex(positives.get_facecolor()) == plots.method_color("em") and positives.get_fill()
+    assert not negatives.get_fill() and negatives.get_linestyle() == "--"
     one = plots.plot_unobserved_densities(recs, class_index=2)
     assert "class 'bird'" in one.get_suptitle()
     files = plots.save(fig, tmp_path / "a" / "densities")

@@ -70,6 +70,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--metric", default="test_map", help="metric column to tabulate (default test_map)")
     p.add_argument("--formats", type=csv_list(str), default=_FORMATS, help="table formats (md,tex,csv)")
     p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into --out even where it holds files of the report's names that spmlkit did not write")
     p.set_defaults(func=run_report)
 
     p = sub.add_parser("presets", help="list the presets and the published numbers they target")
@@ -124,7 +126,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
         spec = bm.BenchmarkSpec(dataset=args.dataset, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                                 observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
                                 head=args.head, val_variant=args.val, subset=args.subset)
-        out = _output_folder(args.out)
+        folder = open_report_folder(args.out, overwrite=args.overwrite)
+        out = folder.path
     screen = console()
     t0 = time.perf_counter()
     jobs = args.jobs if args.jobs is not None else default_jobs([spec.dataset])  # a typed --jobs is used as given
@@ -218,21 +221,28 @@ def run_report(args: argparse.Namespace) -> int:
     from ..errors import user_input
     from ..experiments.plots import make_all_figures
     from ..experiments.report_files import write_tables
+    from ..experiments.report_folder import open_report_folder
 
     with user_input():
         bad = sorted(set(args.formats) - set(_FORMATS))
         if bad:
             raise ValueError(f"--formats: unknown format(s) {', '.join(bad)}; choose from {', '.join(_FORMATS)}")
         ok = _finished_runs(Path(args.store))
-        out = _output_folder(args.out)
+        folder = open_report_folder(args.out, overwrite=args.overwrite)
+        out = folder.path
     screen = console()
     written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
     for title, markdown in tables:
         screen.print(f"[bold]{title}[/bold]")
         screen.print(markdown)
     if not args.no_figures:
-        written += make_all_figures(ok, out / "figures")
-    screen.print(f"wrote {len(written)} files to {out}")
+        def note(line: str) -> None:  # a figure the runs cannot feed: said in one line, the report goes on
+            screen.print(f"note: {line}", markup=False, soft_wrap=True)
+
+        written += make_all_figures(ok, out / "figures", on_skip=note)
+    removed = folder.finish(written)
+    gone = f"; removed {len(removed)} file(s) of the previous report that this one does not write" if removed else ""
+    screen.print(f"wrote {len(written)} files to {out}{gone}")
     return 0
 
 
@@ -249,17 +259,6 @@ def _finished_runs(store_path: Path):
     if ok.empty:
         raise ValueError(f"{store_path} holds no finished runs to report")
     return ok
-
-
-def _output_folder(path: str) -> Path:
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is an existing file; give a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
-    return out
 
 
 def run_presets(args: argparse.Namespace) -> int:
