@@ -126,8 +126,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         spec = bm.BenchmarkSpec(dataset=args.dataset, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                                 observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
                                 head=args.head, val_variant=args.val, subset=args.subset)
-        folder = open_report_folder(args.out, overwrite=args.overwrite)
-        out = folder.path
+        out = _output_folder(args.out)
     screen = console()
     t0 = time.perf_counter()
     jobs = args.jobs if args.jobs is not None else default_jobs([spec.dataset])  # a typed --jobs is used as given
@@ -259,6 +258,17 @@ def _finished_runs(store_path: Path):
     if ok.empty:
         raise ValueError(f"{store_path} holds no finished runs to report")
     return ok
+
+
+def _output_folder(path: str) -> Path:
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is an existing file; give a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
+    return out
 
 
 def run_presets(args: argparse.Namespace) -> int:
