@@ -296,3 +296,29 @@ def test_report_command_over_label_free_methods(tmp_path: Path, capsys: pytest.C
     assert (tmp_path / "rep" / "table.md").is_file()
     assert sorted(p.name for p in (tmp_path / "rep" / "figures").glob("*.png")) == sorted(
         f"{s}_yeast_single_positive.png" for s in PER_DATASET if s != "pseudo_labels")
+
+
+@pytest.mark.parametrize("n_methods", [2, 26])
+def test_ap_gain_with_many_classes_stays_in_bounds(tmp_path: Path, n_methods: int) -> None:
+    """CUB's 312 classes: bars (2 methods) or a heat map (26) within the bounds, class names
+    left out rather than written on top of each other."""
+    rng = np.random.default_rng(0)
+
+    def run(method: str) -> dict[str, Any]:
+        return {"run_id": method, "status": "ok", "dataset": "cub", "observation": "single_positive",
+                "method": method, "test_ap": list(rng.uniform(0, 1, 312))}
+
+    an = [run("an")]
+    others = [run(m) for m in BENCHMARK_METHODS if m != "an"][:n_methods]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plots.plot_classwise_ap_gain(others, an)
+        fig.set_dpi(DPI)
+        (png,) = plots.save(fig, tmp_path / "gain", ("png",))
+        assert layout_problems(fig, drawn=True) == []
+    w, h = png_size(png)
+    assert MIN_SIDE_PX <= min(w, h) and max(w, h) <= MAX_SIDE_PX and max(w, h) / min(w, h) <= MAX_ASPECT, (w, h)
+    assert not any(t.get_text().startswith("class ") for ax in fig.axes for t in ax.get_xticklabels())
+    xlabel = fig.axes[1 if n_methods == 2 else 0].get_xlabel()
+    assert xlabel == ("class (sorted by gain; 312 classes)" if n_methods == 2
+                      else "class (312, sorted by mean gain over the methods)")
