@@ -78,9 +78,8 @@ def test_a_report_folder_is_reused_and_the_previous_reports_files_removed(
     # the store has no histories, analyses or per-class APs: each figure is a note, not a crash
     assert printed.count("note: figure ") == 2 * 5 + 1  # 5 figures x 2 observations, and the sensitivity
     assert "note: figure training_curves (yeast, full) skipped: no run record has a history" in printed
-    two_tables = sorted(p.name for p in rep.iterdir())
-    assert two_tables == sorted([MARKER, "selected_configs.csv"] + [f"table_{o}.{x}" for o in ("full", "single_positive")
-                                                                   for x in ("md", "tex", "csv")])
+    tables = [f"table_{o}.{x}" for o in ("full", "single_positive") for x in ("md", "tex", "csv")]
+    assert sorted(p.name for p in rep.iterdir()) == sorted([MARKER, "selected_configs.csv", *tables])
     (rep / "notes.txt").write_text("mine")  # a person's file added to the report folder stays
     assert main(["report", "--store", stores[1], "--out", str(rep), "--no-figures"]) == 0
     assert "removed 6 file(s) of the previous report" in capsys.readouterr().out
