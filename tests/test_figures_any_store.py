@@ -328,3 +328,25 @@ def test_ap_gain_with_many_classes_stays_in_bounds(tmp_path: Path, n_methods: in
     xlabel = fig.axes[1 if n_methods == 2 else 0].get_xlabel()
     assert xlabel == ("class (sorted by gain; 312 classes)" if n_methods == 2
                       else "class (312, sorted by mean gain over the methods)")
+
+
+def test_missing_values_draw_without_warnings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A method whose every per-class AP is NaN (no test positives), NaN per-class distances
+    and NaN validation scores in the history: drawn as gaps and "nan", never a warning."""
+    def holes(method: str, lr: float) -> dict[str, Any]:
+        r = real_like(method, 0, lr)
+        if method == "em":
+            r["test_ap"] = [float("nan")] * C
+            r["analysis"]["wasserstein_per_class"] = [float("nan")] * (C - 2) + [0.1, 0.2]
+            for h in r["history"][::2]:
+                h["val_map"] = float("nan")
+        return r
+
+    store = ResultsStore(tmp_path / "r.db")
+    store.add_many(holes(m, lr) for m in ["an", "em", "gr", "hill", "focal", "asl"] for lr in (1e-3, 1e-2))
+    figures, notes = render_all(store, tmp_path / "f", monkeypatch)
+    assert notes[0].startswith("figure pseudo_labels") and len(figures) == 5
+    heat = figures["ap_gain_vs_an_yeast_single_positive"].axes[0]  # 5 methods: a heat map
+    rows = [t.get_text() for t in heat.get_yticklabels()]
+    assert [r.split(" (")[0] for r in rows] == ["Focal", "ASL", "Hill", "EM", "GR"] and rows[3] == "EM (+nan)"
+    assert np.ma.getmaskarray(heat.images[0].get_array())[3].all()  # EM's row is blank (masked NaN)

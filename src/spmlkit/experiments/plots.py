@@ -242,6 +242,13 @@ def _mean_vector(records: Sequence[Record], get: Any) -> np.ndarray:
         return np.array([np.nanmean(col) if np.isfinite(col).any() else np.nan for col in stack.T])
 
 
+def _finite_mean(values: np.ndarray) -> float:
+    """Mean of the finite values; NaN without numpy's "mean of empty slice" warning when
+    there are none (a method whose every per-class AP is missing)."""
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else math.nan
+
+
 def _class_names(records: Sequence[Record], num_classes: int) -> list[str]:
     for r in records:
         names = r.get("class_names")
@@ -494,7 +501,7 @@ def plot_classwise_ap_gain(records_method: Sequence[Record], records_an: Sequenc
                 ax.set_xticks(np.arange(gain.size))
                 ax.set_xticklabels([names[i] for i in order], rotation=90, fontsize=6 if gain.size > 30 else 8)
             ax.set_ylabel("AP gain (AP points)", fontsize="small")
-            ax.set_title(f"{display_name(method)} vs AN (mean gain {np.nanmean(gain):+.2f})", fontsize="medium")
+            ax.set_title(f"{display_name(method)} vs AN (mean gain {_finite_mean(gain):+.2f})", fontsize="medium")
         axes[-1].set_xlabel(f"class (sorted by gain; {ap_an.size} classes)")
     fig.suptitle(f"Class-wise test AP gain over AN ({context})")
     return fig
@@ -517,7 +524,7 @@ def _ap_gain_heatmap(gains: dict[str, np.ndarray], names: Sequence[str], with_na
     ax = fig.subplots()
     image = ax.imshow(matrix[:, order], aspect="auto", cmap="RdBu", vmin=-span, vmax=span, interpolation="nearest")
     ax.set_yticks(np.arange(len(gains)))
-    ax.set_yticklabels([f"{display_name(m)} ({np.nanmean(g):+.2f})" for m, g in gains.items()], fontsize=7)
+    ax.set_yticklabels([f"{display_name(m)} ({_finite_mean(g):+.2f})" for m, g in gains.items()], fontsize=7)
     if with_names:
         ax.set_xticks(np.arange(n_cls))
         ax.set_xticklabels([names[i] for i in order], rotation=90, fontsize=6 if n_cls > 30 else 8)
