@@ -554,7 +554,7 @@ def plot_pseudo_labels(records: Sequence[Record]) -> Figure:
     if acc.empty and count.empty:
         raise NothingToPlot(
             "no method here keeps a label state (no pseudo-label accuracy, no pseudo-negative or correction "
-            "counts); em_apl, ll_ct, ll_cp, splc, opml_sp and role do"
+            "counts); em_apl, ll_cp and opml_sp do"
         )
     context = _context(ok)
     methods = _ordered_methods(set(acc["method"]) | set(count["method"]))
