@@ -85,9 +85,12 @@ def legend_texts(ax: Any) -> list[str]:
 
 
 def check_labelled(fig: Figure) -> None:
+    """A figure says what it shows: a title (its own or the figure's) and axis labels
+    (the panel's or the figure's shared ones)."""
+    assert fig.get_suptitle() or all(ax.get_title() for ax in fig.axes), "a figure has a title"
+    shared = fig.get_supxlabel() or fig.get_supylabel()
     for ax in fig.axes:
-        assert ax.get_title(), "every panel has a title"
-        assert ax.get_xlabel() or ax.get_ylabel()
+        assert ax.get_xlabel() or ax.get_ylabel() or shared, "every panel's axes are labelled"
 
 
 def test_method_color() -> None:
@@ -105,14 +108,21 @@ def test_densities(store: ResultsStore, tmp_path: Path) -> None:
     recs = chosen(store, "an") + chosen(store, "em") + chosen(store, "gr")
     fig = plots.plot_unobserved_densities(recs)
     check_labelled(fig)
-    assert [ax.get_title().split(" (")[0] for ax in fig.axes] == ["AN", "EM", "GR"]
+    assert [ax.get_title().split("\n")[0] for ax in fig.axes] == ["AN", "EM", "GR"]
+    # the pooled W1 (mean over the two seeds) under the name: 0.1 + 0.4 quality, EM's quality is 0.6
+    assert fig.axes[1].get_title() == "EM\nW1 = 0.340"
     assert "all classes pooled" in fig.get_suptitle()
-    assert fig.axes[0].get_ylabel() == "density" and fig.axes[0].get_xlabel() == "predicted probability p"
-    assert legend_texts(fig.axes[1]) == ["unobserved positives", "unobserved negatives"]
-    # bars are densities: area under the positive histogram is 1, in the method's colour
-    bars = list(fig.axes[1].containers[0])  # the BarContainer of the positives
-    assert sum(b.get_height() * b.get_width() for b in bars) == pytest.approx(1.0)
-    assert to_hex(bars[0].get_facecolor()) == plots.method_color("em")
+    assert fig.get_supylabel() == "density"
+    assert [ax.get_xlabel() for ax in fig.axes] == ["predicted probability p"] * 3
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "unobserved positives (filled, in the method's colour)", "unobserved negatives"]
+    # the filled steps are densities: area under the positive histogram is 1, in the method's colour
+    positives, negatives = fig.axes[1].patches  # two StepPatches: filled positives, dashed negatives
+    values, edges = positives.get_data().values, positives.get_data().edges
+    assert np.sum(values * np.diff(edges)) == pytest.approx(1.0)
+    np.testing.assert_allclose(edges, BINS)
+    assert to_hex(positives.get_facecolor()) == plots.method_color("em") and positives.get_fill()
+    assert not negatives.get_fill() and negatives.get_linestyle() == "--"
     one = plots.plot_unobserved_densities(recs, class_index=2)
     assert "class 'bird'" in one.get_suptitle()
     files = plots.save(fig, tmp_path / "a" / "densities")
@@ -146,8 +156,8 @@ def test_wasserstein_and_ap_gain(store: ResultsStore) -> None:
     ap_an = np.mean([r["test_ap"] for r in an], axis=0)
     np.testing.assert_allclose(heights, np.sort(100 * (ap_gr - ap_an))[::-1])
     assert [t.get_text() for t in ax.get_xticklabels()] == [NAMES[i] for i in np.argsort(-(ap_gr - ap_an))]
-    assert ax.get_ylabel() == "AP gain over AN (AP points)"
-    assert legend_texts(ax)[0].startswith("GR (mean gain")
+    assert ax.get_ylabel() == "AP gain (AP points)"
+    assert ax.get_title() == f"GR vs AN (mean gain {np.mean(100 * (ap_gr - ap_an)):+.2f})"
 
 
 def test_pseudo_labels_and_training_curves(store: ResultsStore) -> None:
@@ -155,7 +165,8 @@ def test_pseudo_labels_and_training_curves(store: ResultsStore) -> None:
     fig = plots.plot_pseudo_labels(recs)
     check_labelled(fig)
     acc_ax, count_ax = fig.axes
-    assert legend_texts(acc_ax) == ["EM+APL"]  # AN and EM have no label state
+    assert acc_ax.get_legend() is None  # the legend sits beside the row, right of the last panel
+    assert legend_texts(count_ax) == ["EM+APL"]  # AN and EM have no label state
     assert acc_ax.get_ylabel() == "accuracy of pseudo-labels (%)" and acc_ax.get_xlabel() == "epoch"
     line = acc_ax.get_lines()[0]
     # mean over seeds 0 and 1 of (0.99 - 0.01 e + 0.002 s), in percent
@@ -167,7 +178,7 @@ def test_pseudo_labels_and_training_curves(store: ResultsStore) -> None:
     fig2 = plots.plot_training_curves(recs)
     check_labelled(fig2)
     loss_ax, val_ax = fig2.axes
-    assert legend_texts(loss_ax) == ["AN", "EM", "EM+APL"] == legend_texts(val_ax)
+    assert legend_texts(val_ax) == ["AN", "EM", "EM+APL"] and loss_ax.get_legend() is None
     assert val_ax.get_ylabel() == "validation mAP (%)"
     # colours agree across figures
     assert loss_ax.get_lines()[2].get_color() == line.get_color() == plots.method_color("em_apl")
@@ -182,7 +193,7 @@ def test_sensitivity(store: ResultsStore) -> None:
     fig = plots.plot_sensitivity(df, "alpha")
     check_labelled(fig)
     ax = fig.axes[0]
-    assert ax.get_xscale() == "log" and ax.get_xlabel() == "hyperparameter alpha"
+    assert ax.get_xscale() == "log" and ax.get_xlabel() == "hyperparameter alpha (log scale)"
     assert ax.get_ylabel() == "test mAP (%)"
     assert legend_texts(ax) == ["EM+APL"]
     line = ax.get_lines()[0]

@@ -79,6 +79,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--metric", default="test_map", help="metric column to tabulate (default test_map)")
     p.add_argument("--formats", type=csv_list(str), default=_FORMATS, help="table formats (md,tex,csv)")
     p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into --out even where it holds files of the report's names that spmlkit did not write")
     p.set_defaults(func=run_report)
 
     p = sub.add_parser("presets", help="list the presets and the published numbers they target")
@@ -277,21 +279,28 @@ def run_report(args: argparse.Namespace) -> int:
     from ..errors import user_input
     from ..experiments.plots import make_all_figures
     from ..experiments.report_files import write_tables
+    from ..experiments.report_folder import open_report_folder
 
     with user_input():
         bad = sorted(set(args.formats) - set(_FORMATS))
         if bad:
             raise ValueError(f"--formats: unknown format(s) {', '.join(bad)}; choose from {', '.join(_FORMATS)}")
         ok = _finished_runs(Path(args.store))
-        out = _output_folder(args.out)
+        folder = open_report_folder(args.out, overwrite=args.overwrite)
+        out = folder.path
     screen = console()
     written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
     for title, markdown in tables:
         screen.print(f"[bold]{title}[/bold]")
         screen.print(markdown)
     if not args.no_figures:
-        written += make_all_figures(ok, out / "figures")
-    screen.print(f"wrote {len(written)} files to {out}")
+        def note(line: str) -> None:  # a figure the runs cannot feed: said in one line, the report goes on
+            screen.print(f"note: {line}", markup=False, soft_wrap=True)
+
+        written += make_all_figures(ok, out / "figures", on_skip=note)
+    removed = folder.finish(written)
+    gone = f"; removed {len(removed)} file(s) of the previous report that this one does not write" if removed else ""
+    screen.print(f"wrote {len(written)} files to {out}{gone}")
     return 0
 
 

@@ -15,12 +15,19 @@ or a runs DataFrame, returns a :class:`matplotlib.figure.Figure` and leaves savi
 :func:`save`. Figures are built on the Agg canvas directly, never through ``pyplot``: no
 window opens, no global figure registry fills up in a long sweep. A method has the same
 colour in every figure (:func:`method_color`), so figures can be read side by side.
+
+A figure holds 1 to 30 methods readably (:mod:`.figure_layout`: lines in groups of at most
+six per panel, one panel per method wrapped into a grid, sizes within fixed bounds), and a
+figure the records cannot feed raises :class:`NothingToPlot`, which
+:func:`make_all_figures` turns into a one-line note instead of stopping the report
+(docs/figures.md, "What each figure needs").
 """
 
 from __future__ import annotations
 
 import colorsys
 import hashlib
+import io
 import math
 import os
 import re
@@ -30,15 +37,20 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from ..io import atomic_write_bytes
+from .figure_layout import DPI, LINE_STYLES, bottom_panels, grid_shape, method_groups, new_figure, panel_grid
 from .published import DATASET_LABELS, METHOD_LABELS, display_name
 from .report import select_and_aggregate
 
 __all__ = [
     "METHOD_COLORS",
+    "NothingToPlot",
     "make_all_figures",
     "method_color",
     "plot_classwise_ap_gain",
@@ -85,6 +97,18 @@ METHOD_COLORS: dict[str, str] = {
 
 _POS_STYLE = {"alpha": 0.45}
 _NEG_COLOR = "#636363"
+#: above this many methods the Wasserstein scatter and the AP gain get one panel / one row
+#: per method instead of sharing one axes (their points and bars hide each other)
+_SHARED_AXES_MAX = 4
+#: class names are written along an axis up to this many classes; beyond, they overlap
+_MAX_CLASS_TICKS = 60
+
+
+class NothingToPlot(ValueError):
+    """The records hold nothing this figure shows: no method with a label state for the
+    pseudo-label curves, no AN runs for a comparison with AN, no analysis pass, no swept
+    hyperparameter. :func:`make_all_figures` skips the figure with a one-line note; a direct
+    call gets the error, whose message says what the figure needs."""
 
 
 def method_color(name: str) -> str:
@@ -99,25 +123,19 @@ def method_color(name: str) -> str:
 
 
 def save(fig: Figure, path_without_ext: str | os.PathLike, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
-    """Write ``fig`` as ``<path>.<fmt>`` for each format (parent folders are created)."""
+    """Write ``fig`` as ``<path>.<fmt>`` for each format (parent folders are created), each
+    file atomically (:func:`~spmlkit.io.atomic_write_bytes`): a report stopped half-way
+    leaves whole figures, never a truncated PNG."""
     base = Path(path_without_ext)
-    base.parent.mkdir(parents=True, exist_ok=True)
     out = []
     for fmt in formats:
-        path = base.with_name(f"{base.name}.{fmt}")
-        fig.savefig(path, format=fmt, dpi=150)  # constrained layout already fits the labels
-        out.append(path)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=fmt, dpi=DPI)  # constrained layout already fits the labels
+        out.append(atomic_write_bytes(base.with_name(f"{base.name}.{fmt}"), buffer.getvalue()))
     return out
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _new_figure(ncols: int = 1, nrows: int = 1, width: float = 5.0, height: float = 3.8) -> tuple[Figure, np.ndarray]:
-    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    return fig, axes
 
 
 def _ordered_methods(methods: Iterable[str]) -> list[str]:
@@ -149,7 +167,7 @@ def _context(records: Sequence[Record]) -> str:
 
 def _require(records: Sequence[Record], what: str, hint: str) -> None:
     if not records:
-        raise ValueError(f"no run record has {what}; {hint}")
+        raise NothingToPlot(f"no run record has {what}; {hint}")
 
 
 def _method_and_an_runs(
@@ -224,6 +242,13 @@ def _mean_vector(records: Sequence[Record], get: Any) -> np.ndarray:
         return np.array([np.nanmean(col) if np.isfinite(col).any() else np.nan for col in stack.T])
 
 
+def _finite_mean(values: np.ndarray) -> float:
+    """Mean of the finite values; NaN without numpy's "mean of empty slice" warning when
+    there are none (a method whose every per-class AP is missing)."""
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else math.nan
+
+
 def _class_names(records: Sequence[Record], num_classes: int) -> list[str]:
     for r in records:
         names = r.get("class_names")
@@ -269,7 +294,7 @@ def _pseudo_label_count(entry: dict[str, Any]) -> float | None:
     return sum(vals) if vals else None
 
 
-def _plot_band(ax: Any, frame: pd.DataFrame, method: str, scale: float = 1.0, **kw: Any) -> None:
+def _plot_band(ax: Axes, frame: pd.DataFrame, method: str, scale: float = 1.0, **kw: Any) -> None:
     """Mean over runs per epoch as a line, ± std (ddof = 0) as a band."""
     sub = frame[frame["method"] == method]
     if sub.empty:
@@ -279,14 +304,22 @@ def _plot_band(ax: Any, frame: pd.DataFrame, method: str, scale: float = 1.0, **
     x = stats.index.to_numpy(dtype=float)
     m = stats["mean"].to_numpy() * scale
     s = stats["std"].fillna(0.0).to_numpy() * scale
-    color = method_color(method)
-    ax.plot(x, m, color=color, label=display_name(method), marker="o" if len(x) < 15 else None, ms=3, **kw)
+    color = kw.pop("color", method_color(method))
+    label = kw.pop("label", display_name(method))
+    ax.plot(x, m, color=color, label=label, marker="o" if len(x) < 15 else None, ms=3, **kw)
     if (stats["count"] > 1).any():
         ax.fill_between(x, m - s, m + s, color=color, alpha=0.18, linewidth=0)
 
 
+def _legend_beside(ax: Axes, **kw: Any) -> None:
+    """A legend to the right of ``ax``, outside it, so it never covers a line or a point
+    (constrained layout makes room for it); nothing when ``ax`` drew no labelled artist."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize="small", borderaxespad=0.0, **kw)
+
+
 class _EpochPanel(NamedTuple):
-    """One panel of a per-epoch figure: a long table from :func:`_epoch_frame`, the factor
+    """One column of a per-epoch figure: a long table from :func:`_epoch_frame`, the factor
     applied to its values (100: fractions shown as percent), the title and the y label."""
 
     frame: pd.DataFrame
@@ -295,23 +328,37 @@ class _EpochPanel(NamedTuple):
     ylabel: str
 
 
-def _epoch_figure(methods: Sequence[str], panels: Sequence[_EpochPanel], title: str) -> Figure:
-    """Panels side by side, one band per method (:func:`_plot_band`) against the epoch.
+#: the reference drawn in every group of a grouped per-epoch or sensitivity figure
+_REFERENCE = "an"
 
-    The epoch axis gets integer ticks; a panel gets a legend only when some method drew in
-    it, so an empty panel carries no empty legend box.
+
+def _epoch_figure(methods: Sequence[str], panels: Sequence[_EpochPanel], title: str) -> Figure:
+    """One column per panel, one row per group of at most six methods (small multiples:
+    26 lines in one axes are unreadable), one band per method (:func:`_plot_band`) against
+    the epoch, a legend beside each row.
+
+    Columns share their y axis, so rows compare at a glance; with several rows, AN is drawn
+    thin and dotted in each row that does not hold it, as the common reference. The epoch
+    axis gets integer ticks; a row gets a legend only when some method drew in it.
     """
-    fig, axes = _new_figure(ncols=len(panels), width=5.0, height=3.8)
-    for m in methods:
-        for ax, panel in zip(axes[0], panels):
-            _plot_band(ax, panel.frame, m, scale=panel.scale)
+    groups = method_groups(methods)
+    several = len(groups) > 1
+    fig = new_figure(width=4.4 * len(panels) + 1.9, height=2.6 * len(groups) + 0.8)
+    axes = np.asarray(fig.subplots(len(groups), len(panels), squeeze=False, sharex=True, sharey="col"))
+    for row, group in zip(axes, groups):
+        for ax, panel in zip(row, panels):
+            for i, m in enumerate(group):
+                _plot_band(ax, panel.frame, m, scale=panel.scale, linestyle=LINE_STYLES[i % len(LINE_STYLES)])
+            if several and _REFERENCE not in group and _REFERENCE in methods:
+                _plot_band(ax, panel.frame, _REFERENCE, scale=panel.scale, linestyle=":", linewidth=1.0,
+                           label=f"{display_name(_REFERENCE)} (reference)")
+            ax.set_ylabel(panel.ylabel, fontsize="small")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _legend_beside(row[-1])
     for ax, panel in zip(axes[0], panels):
         ax.set_title(panel.title)
-        ax.set_ylabel(panel.ylabel)
+    for ax in axes[-1]:
         ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
     fig.suptitle(title)
     return fig
 
@@ -323,40 +370,46 @@ def plot_unobserved_densities(
     records: Sequence[Record], class_index: int | None = None, *, log_y: bool = False
 ) -> Figure:
     """Densities of predicted probabilities on unobserved training labels, positives vs
-    negatives, one panel per method (EM Fig. 2c/4b, GR Fig. 3).
+    negatives, one panel per method (EM Fig. 2c/4b, GR Fig. 3), wrapped into a grid.
 
     Uses ``analysis.hist_pos`` / ``hist_neg`` (counts per class and bin, at the best epoch),
     summed over seeds, for one class or all classes pooled; each histogram is normalised to
     a density (area 1), so the two groups compare despite their very different sizes. A
     method that separates hidden positives from hidden negatives shows two distant humps;
     AN squeezes both towards 0. The panel title gives the pooled Wasserstein distance
-    (mean over seeds) when stored.
+    (mean over seeds) when stored. One legend above the grid explains the two marks.
     """
     recs = [r for r in records if r.get("analysis") and r["analysis"].get("hist_pos") is not None]
     _require(recs, "analysis histograms", "train with the analysis pass enabled")
     groups = _by_method(recs)
+    _require(list(groups), "a finished run with analysis histograms", "pass finished records")
     context = _context(recs)
-    fig, axes = _new_figure(ncols=len(groups), width=4.2, height=3.4)
-    for ax, (method, runs) in zip(axes[0], groups.items()):
+    nrows, ncols = grid_shape(len(groups))
+    fig = new_figure(width=max(2.9 * ncols + 0.5, 6.6), height=2.3 * nrows + 1.3)
+    axes = panel_grid(fig, len(groups), ncols, sharex=True)
+    for ax, (method, runs) in zip(axes, groups.items()):
         bins, pos, neg = _histograms(runs, class_index)
-        width = np.diff(bins)
-        bars = ax.bar(bins[:-1], _density(pos, bins), width=width, align="edge", color=method_color(method),
-                      label="unobserved positives", **_POS_STYLE)
-        steps = ax.stairs(_density(neg, bins), bins, color=_NEG_COLOR, linestyle="--", linewidth=1.4,
-                          label="unobserved negatives")
+        # filled steps, not bars: one artist per histogram instead of one per bin, which
+        # made a 26-panel figure slow to lay out
+        ax.stairs(_density(pos, bins), bins, fill=True, color=method_color(method), **_POS_STYLE)
+        ax.stairs(_density(neg, bins), bins, color=_NEG_COLOR, linestyle="--", linewidth=1.2)
         w = [float(r["analysis"]["wasserstein"]) for r in runs if _finite(r["analysis"].get("wasserstein"))]
-        ax.set_title(display_name(method) + (f" (W1 = {np.mean(w):.3f})" if w and class_index is None else ""))
-        ax.set_xlabel("predicted probability p")
+        ax.set_title(display_name(method) + (f"\nW1 = {np.mean(w):.3f}" if w and class_index is None else ""),
+                     fontsize="medium")
         ax.set_xlim(0.0, 1.0)
         if log_y:
             ax.set_yscale("log")
-        ax.legend(handles=[bars, steps], fontsize="small")
-    axes[0][0].set_ylabel("density")
+    for ax in bottom_panels(axes, ncols):
+        ax.set_xlabel("predicted probability p")
+    fig.supylabel("density")
+    handles = [Patch(color="#808080", **_POS_STYLE, label="unobserved positives (filled, in the method's colour)"),
+               Line2D([], [], color=_NEG_COLOR, linestyle="--", label="unobserved negatives")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize="small")
     which = "all classes pooled"
     if class_index is not None:
         names = _class_names(recs, len(recs[0]["analysis"]["hist_pos"]))
         which = f"class '{names[class_index]}'"
-    fig.suptitle(f"Predictions on unobserved training labels ({which}; {context})")
+    fig.suptitle(f"Predictions on unobserved training labels{' ' if ncols > 2 else chr(10)}({which}; {context})")
     return fig
 
 
@@ -365,7 +418,9 @@ def plot_wasserstein_vs_an(records_method: Sequence[Record], records_an: Sequenc
     negatives: each method against AN, one point per class, with the diagonal (EM Fig. 4a).
 
     Points above the diagonal are classes the method separates better than AN. Distances
-    come from ``analysis.wasserstein_per_class``, averaged over seeds.
+    come from ``analysis.wasserstein_per_class``, averaged over seeds. Up to four methods
+    share one axes with the legend beside it; more get one panel each (same limits), since
+    a few hundred overlapping points of 26 colours cannot be told apart.
     """
     key = "wasserstein_per_class"
     recs, an, context = _method_and_an_runs(
@@ -373,58 +428,111 @@ def plot_wasserstein_vs_an(records_method: Sequence[Record], records_an: Sequenc
         f"analysis.{key}", "pass records trained with the analysis pass",
     )
     w_an = _mean_vector(an, lambda r: r["analysis"][key])
-    fig, axes = _new_figure(width=5.0, height=4.6)
-    ax = axes[0][0]
-    top = np.nanmax(w_an) if np.isfinite(w_an).any() else 1.0
+    series = []
     for method, runs in _by_method(recs).items():
         w = _class_vector_like_an(method, runs, lambda r: r["analysis"][key], w_an)
         ok = np.isfinite(w) & np.isfinite(w_an)
-        above = int(np.sum(w[ok] > w_an[ok]))
-        ax.scatter(w_an[ok], w[ok], s=18, color=method_color(method), alpha=0.85,
-                   label=f"{display_name(method)} ({above}/{int(ok.sum())} classes above)")
-        if ok.any():
-            top = max(top, float(np.nanmax(w[ok])))
+        series.append((method, w, ok, int(np.sum(w[ok] > w_an[ok]))))
+    _require(series, "a finished method run", "pass finished records")
+    finite = [float(np.nanmax(v[ok])) for _, v, ok, _ in series if ok.any()]
+    top = max([float(np.nanmax(w_an)) if np.isfinite(w_an).any() else 0.0] + finite)
     lim = 1.05 * top if top > 0 else 1.0
-    ax.plot([0, lim], [0, lim], color="black", linewidth=0.8, linestyle=":", label="equal distance (y = x)")
-    ax.set_xlim(0, lim)
-    ax.set_ylim(0, lim)
-    ax.set_aspect("equal")
-    ax.set_xlabel("Wasserstein distance, AN")
-    ax.set_ylabel("Wasserstein distance, method")
-    ax.set_title(f"Per-class W1, unobserved positives vs negatives\n({context})")
-    ax.legend(fontsize="small")
+    title = f"Per-class W1, unobserved positives vs negatives ({context})"
+
+    def frame(ax: Axes) -> None:
+        ax.plot([0, lim], [0, lim], color="black", linewidth=0.8, linestyle=":", label="equal distance (y = x)")
+        ax.set_xlim(0, lim)
+        ax.set_ylim(0, lim)
+        ax.set_aspect("equal")
+
+    if len(series) <= _SHARED_AXES_MAX:
+        fig = new_figure(width=7.6, height=4.6)
+        ax = fig.subplots()
+        for method, w, ok, above in series:
+            ax.scatter(w_an[ok], w[ok], s=18, color=method_color(method), alpha=0.85,
+                       label=f"{display_name(method)} ({above}/{int(ok.sum())} classes above)")
+        frame(ax)
+        ax.set_xlabel("Wasserstein distance, AN")
+        ax.set_ylabel("Wasserstein distance, method")
+        ax.set_title(title.replace(" (", "\n(", 1))
+        _legend_beside(ax)
+        return fig
+    nrows, ncols = grid_shape(len(series))
+    fig = new_figure(width=2.5 * ncols + 0.6, height=2.6 * nrows + 0.9)
+    for ax, (method, w, ok, above) in zip(panel_grid(fig, len(series), ncols, sharex=True, sharey=True), series):
+        ax.scatter(w_an[ok], w[ok], s=10, color=method_color(method), alpha=0.85)
+        frame(ax)
+        ax.set_title(f"{display_name(method)}\n{above}/{int(ok.sum())} classes above", fontsize="medium")
+    fig.supxlabel("Wasserstein distance, AN")
+    fig.supylabel("Wasserstein distance, method (dotted: equal distance)")
+    fig.suptitle(title)
     return fig
 
 
 def plot_classwise_ap_gain(records_method: Sequence[Record], records_an: Sequence[Record]) -> Figure:
-    """Class-wise test AP improvement over AN, sorted, in AP points (EM Fig. 4c).
+    """Class-wise test AP improvement over AN, in AP points (EM Fig. 4c).
 
-    ``gain_c = 100 * (AP_c(method) - AP_c(AN))`` with APs averaged over seeds; bars sorted
-    from the largest gain down, one panel per method. Classes the method hurts show as
-    negative bars, which a mean over classes (the mAP) hides.
+    ``gain_c = 100 * (AP_c(method) - AP_c(AN))`` with APs averaged over seeds. Up to four
+    methods: one panel each, bars sorted from the largest gain down, as in the paper. More
+    methods: one heat-map row per method, classes in one order for all rows (by the mean
+    gain over the methods, largest first), so a column reads as one class across methods.
+    Classes a method hurts show as negative bars or red cells, which a mean over classes
+    (the mAP) hides. Class names are written up to 60 classes.
     """
     recs, an, context = _method_and_an_runs(
         records_method, records_an, lambda r: r.get("test_ap"), "test_ap", "pass finished records"
     )
     ap_an = _mean_vector(an, lambda r: r["test_ap"])
     names = _class_names(an, ap_an.size)
-    groups = _by_method(recs)
-    fig, axes = _new_figure(nrows=len(groups), width=max(6.0, 0.16 * ap_an.size + 2), height=3.6)
-    for ax, (method, runs) in zip(axes[:, 0], groups.items()):
-        ap = _class_vector_like_an(method, runs, lambda r: r["test_ap"], ap_an)
-        gain = 100.0 * (ap - ap_an)
-        order = np.argsort(-np.nan_to_num(gain, nan=-np.inf), kind="stable")
-        color = method_color(method)
-        ax.bar(np.arange(gain.size), gain[order], color=color,
-               label=f"{display_name(method)} (mean gain {np.nanmean(gain):+.2f})")
-        ax.axhline(0.0, color="black", linewidth=0.8)
-        ax.set_xticks(np.arange(gain.size))
-        ax.set_xticklabels([names[i] for i in order], rotation=90, fontsize=6 if gain.size > 30 else 8)
-        ax.set_ylabel("AP gain over AN (AP points)")
-        ax.set_title(f"{display_name(method)} vs AN")
-        ax.legend(fontsize="small")
-    axes[-1, 0].set_xlabel("class (sorted by gain)")
+    gains = {method: 100.0 * (_class_vector_like_an(method, runs, lambda r: r["test_ap"], ap_an) - ap_an)
+             for method, runs in _by_method(recs).items()}
+    _require(list(gains), "a finished method run", "pass finished records")
+    with_names = ap_an.size <= _MAX_CLASS_TICKS
+    if len(gains) > _SHARED_AXES_MAX:
+        fig = _ap_gain_heatmap(gains, names, with_names)
+    else:
+        fig = new_figure(width=0.16 * ap_an.size + 3.0, height=(3.2 if with_names else 2.4) * len(gains) + 0.6)
+        axes = panel_grid(fig, len(gains), 1)
+        for ax, (method, gain) in zip(axes, gains.items()):
+            order = np.argsort(-np.nan_to_num(gain, nan=-np.inf), kind="stable")
+            ax.bar(np.arange(gain.size), gain[order], color=method_color(method))
+            ax.axhline(0.0, color="black", linewidth=0.8)
+            if with_names:
+                ax.set_xticks(np.arange(gain.size))
+                ax.set_xticklabels([names[i] for i in order], rotation=90, fontsize=6 if gain.size > 30 else 8)
+            ax.set_ylabel("AP gain (AP points)", fontsize="small")
+            ax.set_title(f"{display_name(method)} vs AN (mean gain {_finite_mean(gain):+.2f})", fontsize="medium")
+        axes[-1].set_xlabel(f"class (sorted by gain; {ap_an.size} classes)")
     fig.suptitle(f"Class-wise test AP gain over AN ({context})")
+    return fig
+
+
+def _ap_gain_heatmap(gains: dict[str, np.ndarray], names: Sequence[str], with_names: bool) -> Figure:
+    """The AP gains of many methods as a heat map: methods down, classes across (see
+    :func:`plot_classwise_ap_gain`); a diverging colour scale centred on 0, so a gain is
+    blue and a loss red whatever their sizes, and missing APs are left blank."""
+    matrix = np.vstack(list(gains.values()))
+    finite = np.isfinite(matrix)
+    counts = finite.sum(axis=0)
+    sums = np.where(finite, matrix, 0.0).sum(axis=0)
+    col_mean = np.full(matrix.shape[1], np.nan)  # a class without any finite gain stays NaN, sorted last
+    np.divide(sums, counts, out=col_mean, where=counts > 0)
+    order = np.argsort(-np.nan_to_num(col_mean, nan=-np.inf), kind="stable")
+    span = float(np.nanmax(np.abs(matrix))) if np.isfinite(matrix).any() else 1.0
+    n_cls = matrix.shape[1]
+    fig = new_figure(width=min(3.4 + 0.24 * n_cls, 24.0), height=0.28 * len(gains) + (2.4 if with_names else 1.6))
+    ax = fig.subplots()
+    image = ax.imshow(matrix[:, order], aspect="auto", cmap="RdBu", vmin=-span, vmax=span, interpolation="nearest")
+    ax.set_yticks(np.arange(len(gains)))
+    ax.set_yticklabels([f"{display_name(m)} ({_finite_mean(g):+.2f})" for m, g in gains.items()], fontsize=7)
+    if with_names:
+        ax.set_xticks(np.arange(n_cls))
+        ax.set_xticklabels([names[i] for i in order], rotation=90, fontsize=6 if n_cls > 30 else 8)
+    else:
+        ax.set_xticks([])
+    ax.set_xlabel(f"class ({n_cls}, sorted by mean gain over the methods)")
+    ax.set_ylabel("method (mean gain)")
+    fig.colorbar(image, ax=ax, label="AP gain over AN (AP points)", shrink=0.9)
     return fig
 
 
@@ -434,20 +542,20 @@ def plot_pseudo_labels(records: Sequence[Record]) -> Figure:
 
     Accuracy is the history's ``pseudo_label_accuracy`` (fraction of pseudo-labels whose
     hard value equals the truth); the count is ``pseudo_negatives + corrections`` (whichever
-    the method reports). Methods without these keys are left out.
+    the method reports). Methods without a label state report no accuracy and a count of
+    zero at every epoch and are left out; when no method is left, :class:`NothingToPlot`.
     """
-    acc = _history_frame(records, "pseudo_label_accuracy")
-    count = _epoch_frame(records, _pseudo_label_count)
-    # methods without a label state report zero pseudo-labels at every epoch: leave them out
-    makers = set(count.loc[count["value"] > 0, "method"]) | set(acc.dropna(subset=["value"])["method"] if not acc.empty else [])
-    count = count[count["method"].isin(makers)]
-    acc = acc[acc["method"].isin(makers)] if not acc.empty else acc
-    if acc.empty and count.empty:
-        raise ValueError(
-            "no run history has pseudo_label_accuracy, pseudo_negatives or corrections; only methods "
-            "with a label state (em_apl, ll_cp, opml_sp, splc, ...) produce them"
-        )
     ok = [r for r in records if r.get("status", "ok") == "ok"]
+    acc = _history_frame(ok, "pseudo_label_accuracy")
+    count = _epoch_frame(ok, _pseudo_label_count)
+    makers = set(count.loc[count["value"] > 0, "method"]) | set(acc["method"])
+    count = count[count["method"].isin(makers)]
+    acc = acc[acc["method"].isin(makers)]
+    if acc.empty and count.empty:
+        raise NothingToPlot(
+            "no method here keeps a label state (no pseudo-label accuracy, no pseudo-negative or correction "
+            "counts); em_apl, ll_cp and opml_sp do"
+        )
     context = _context(ok)
     methods = _ordered_methods(set(acc["method"]) | set(count["method"]))
     panels = [
@@ -459,7 +567,8 @@ def plot_pseudo_labels(records: Sequence[Record]) -> Figure:
 
 def plot_training_curves(records: Sequence[Record]) -> Figure:
     """Loss on observed positives (mean ``-log p`` on the training set's observed positives)
-    and validation mAP (%) per epoch, one line per method, mean over seeds with a ± std band.
+    and validation mAP (%) per epoch, one line per method, mean over seeds with a ± std band;
+    at most six methods to a row of panels (:func:`_epoch_figure`).
 
     The positive loss shows how fast a method fits the one label it trusts; a method that
     keeps it high while val mAP rises is regularising, one whose val mAP drops while the
@@ -470,9 +579,11 @@ def plot_training_curves(records: Sequence[Record]) -> Figure:
     context = _context(ok)
     panels = [
         _EpochPanel(_history_frame(ok, "observed_pos_loss"), 1.0, "Loss on observed positives (training set)",
-                    "mean -log p on observed positives (nats)"),
+                    "-log p on observed positives (nats)"),
         _EpochPanel(_history_frame(ok, "val_map"), 100.0, "Validation mAP", "validation mAP (%)"),
     ]
+    if all(p.frame.empty for p in panels):
+        raise NothingToPlot("no run history has observed_pos_loss or val_map")
     return _epoch_figure(_ordered_methods(r["method"] for r in ok), panels, f"Training curves ({context})")
 
 
@@ -484,61 +595,81 @@ def _param_column(df: pd.DataFrame, param: str) -> str:
     raise ValueError(f"no column {param!r} (or 'hp.{param}'); sweepable columns: lr, batch_size, {', '.join(hp)}")
 
 
+#: the most panels of one sensitivity figure (facets x method groups); more: plot per dataset
+_MAX_SENSITIVITY_PANELS = 12
+
+
 def plot_sensitivity(df: pd.DataFrame, param: str, *, metric: str = "test_map") -> Figure:
     """Test mAP (%) against one swept hyperparameter, mean ± std over seeds, one line per
-    method (and dataset/observation when several are present) (EM Fig. 3a, GR Fig. 2).
-    Methods for which ``param`` takes a single value are left out.
+    method, at most six methods to a panel, one set of panels per dataset/observation when
+    several are present (EM Fig. 3a, GR Fig. 2). Methods for which ``param`` takes a single
+    value are left out.
 
     ``param`` is a runs-DataFrame column (``lr``, ``batch_size``) or a method hyperparameter
     (``alpha`` or ``hp.alpha``). When other hyperparameters were swept too, each point uses
     the configuration with the best mean validation mAP at that value of ``param``
     (:func:`~spmlkit.experiments.report.select_and_aggregate`), so the curve shows what
-    tuning the rest can reach. The x-axis is logarithmic when the positive values span more
-    than a decade.
+    tuning the rest can reach. The x-axis is logarithmic for learning rates (their grids
+    are geometric) and for any positive values spanning a decade or more. Panels share
+    their axes, and each legend sits beside its panel.
     """
     col = _param_column(df, param)
     d = df[df["status"] == "ok"] if "status" in df.columns else df
     d = d[d[col].notna()]
     if d.empty:
-        raise ValueError(f"no finished run sets {col!r}")
+        raise NothingToPlot(f"no finished run sets {col!r}")
     by = [c for c in ("dataset", "observation", "method") if c in d.columns]
     config = [c for c in ("lr", "batch_size", "hparams") if c in d.columns and c != col]
     agg = select_and_aggregate(d, by=by + [col], config_keys=config, metric=metric)
-    facets = [c for c in ("dataset", "observation") if c in agg.columns and agg[c].nunique() > 1]
-    fig, axes = _new_figure(width=5.6, height=4.0)
-    ax = axes[0][0]
-    styles = ["-", "--", ":", "-."]
-    facet_values = sorted({tuple(r[c] for c in facets) for r in agg.to_dict("records")}, key=str)
-    drawn = 0
-    for (key, sub) in agg.groupby([c for c in by if c != "method"] + ["method"], sort=False, dropna=False):
-        rec = dict(zip([c for c in by if c != "method"] + ["method"], key if isinstance(key, tuple) else (key,)))
-        if sub[col].nunique() < 2:
-            continue  # not swept for this method: a lone point is no sensitivity
-        drawn += 1
-        sub = sub.sort_values(col)
-        x = sub[col].to_numpy(dtype=float)
-        fkey = tuple(rec[c] for c in facets)
-        label = display_name(rec["method"]) + ("" if not facets else " — " + ", ".join(map(str, fkey)))
-        ax.errorbar(x, sub["mean"].to_numpy(dtype=float), yerr=sub["std"].to_numpy(dtype=float),
-                    color=method_color(rec["method"]), capsize=3, marker="o", ms=4,
-                    linestyle=styles[facet_values.index(fkey) % len(styles)], label=label)
-    if not drawn:
-        raise ValueError(f"{col!r} takes a single value within every method; sweep it to plot a sensitivity")
-    xs = agg[col].to_numpy(dtype=float)
-    pos = xs[xs > 0]
-    if pos.size and pos.size == xs.size and pos.max() / pos.min() > 10.0:
-        ax.set_xscale("log")
+    facet_cols = [c for c in by if c != "method"]
+    swept = agg.groupby(facet_cols + ["method"], sort=False, dropna=False)[col].transform("nunique") > 1
+    agg = agg[swept]  # not swept for a method: a lone point is no sensitivity
+    if agg.empty:
+        raise NothingToPlot(f"{col!r} takes a single value within every method; sweep it to plot a sensitivity")
+    facets = [c for c in facet_cols if agg[c].nunique() > 1]
+    panels: list[tuple[str, pd.DataFrame, list[str]]] = []
+    for key, part in agg.groupby(facets, sort=False) if facets else [((), agg)]:
+        key = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(str(DATASET_LABELS.get(v, v)) for v in key)
+        ordered = _ordered_methods(part["method"])
+        groups = method_groups(ordered)
+        first = 1
+        for group in groups:
+            span = f"methods {first}-{first + len(group) - 1} of {len(ordered)}" if len(groups) > 1 else ""
+            panels.append((", ".join(t for t in (label, span) if t), part, group))
+            first += len(group)
+    if len(panels) > _MAX_SENSITIVITY_PANELS:
+        raise ValueError(f"{len(panels)} panels (datasets x groups of six methods) are too many for one figure; "
+                         "plot one dataset at a time (df[df.dataset == ...])")
+    ncols = 1 if len(panels) == 1 else 2
+    nrows = math.ceil(len(panels) / ncols)
+    fig = new_figure(width=6.4 * ncols, height=3.1 * nrows + 0.8)
+    axes = panel_grid(fig, len(panels), ncols, sharex=True, sharey=True)
+    positive = bool((agg[col] > 0).all())
     pretty = col[3:] if col.startswith("hp.") else col
+    log_x = positive and (pretty == "lr" or agg[col].max() / agg[col].min() >= 10.0)
+    for ax, (label, part, group) in zip(axes, panels):
+        for i, method in enumerate(group):
+            sub = part[part["method"] == method].sort_values(col)
+            ax.errorbar(sub[col].to_numpy(dtype=float), sub["mean"].to_numpy(dtype=float),
+                        yerr=sub["std"].to_numpy(dtype=float), color=method_color(method), capsize=3, marker="o",
+                        ms=4, linestyle=LINE_STYLES[i % len(LINE_STYLES)], label=display_name(method))
+        if log_x:
+            ax.set_xscale("log")
+        ax.set_title(label, fontsize="medium")
+        _legend_beside(ax)
     unit = {"lr": "learning rate", "batch_size": "batch size (examples)"}.get(pretty, f"hyperparameter {pretty}")
-    ax.set_xlabel(unit)
     what = "test mAP" if metric == "test_map" else metric
-    ax.set_ylabel(f"{what} (%)")
+    if len(axes) == 1:
+        axes[0].set_xlabel(unit + (" (log scale)" if log_x else ""))
+        axes[0].set_ylabel(f"{what} (%)")
+    else:
+        fig.supxlabel(unit + (" (log scale)" if log_x else ""))
+        fig.supylabel(f"{what} (%)")
     context = ", ".join(
-        str(DATASET_LABELS.get(agg[c].iloc[0], agg[c].iloc[0]))
-        for c in ("dataset", "observation") if c in agg.columns and c not in facets
+        str(DATASET_LABELS.get(agg[c].iloc[0], agg[c].iloc[0])) for c in facet_cols if c not in facets
     )
-    ax.set_title(f"Sensitivity to {pretty}" + (f"\n({context})" if context else ""))
-    ax.legend(fontsize="small")
+    fig.suptitle(f"Sensitivity to {pretty}" + (f" ({context})" if context else ""))
     return fig
 
 
@@ -569,20 +700,54 @@ def _as_frame(source: Any) -> pd.DataFrame:
     raise ValueError(f"expected a runs DataFrame, a ResultsStore or a store path, got {type(source).__name__}")
 
 
+def _versus_an(plot: Callable[[Sequence[Record], Sequence[Record]], Figure]) -> Callable[[list[Record]], Figure]:
+    """A per-group drawer of a comparison with AN: the group's AN runs against the others."""
+
+    def draw(recs: list[Record]) -> Figure:
+        an = [r for r in recs if r["method"] == "an"]
+        others = [r for r in recs if r["method"] != "an"]
+        if not an:
+            raise NothingToPlot("it compares with AN and no AN run is here; add `an` to the sweep's methods")
+        if not others:
+            raise NothingToPlot("it compares other methods with AN and only AN ran here")
+        return plot(others, an)
+
+    return draw
+
+
+#: the figures drawn per (dataset, observation), by file-name stem
+_PER_DATASET: tuple[tuple[str, Callable[[list[Record]], Figure]], ...] = (
+    ("densities", plot_unobserved_densities),
+    ("wasserstein_vs_an", _versus_an(plot_wasserstein_vs_an)),
+    ("ap_gain_vs_an", _versus_an(plot_classwise_ap_gain)),
+    ("pseudo_labels", plot_pseudo_labels),
+    ("training_curves", plot_training_curves),
+)
+
+
 def make_all_figures(
-    df_or_store: Any, out_dir: str | os.PathLike, *, formats: Sequence[str] = ("png", "svg")
+    df_or_store: Any,
+    out_dir: str | os.PathLike,
+    *,
+    formats: Sequence[str] = ("png", "svg"),
+    on_skip: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Render every figure the stored runs support into ``out_dir``; return the files.
 
     Per (dataset, observation), with the configuration of each method selected on mean
     validation mAP (:func:`~spmlkit.experiments.report.select_and_aggregate`): densities,
-    Wasserstein vs AN and AP gain over AN (when AN runs exist), pseudo-labels (when a method
-    reports them) and training curves. Across configurations: a sensitivity figure for
-    every hyperparameter that takes several values within a (dataset, observation, method).
+    Wasserstein vs AN and AP gain over AN, pseudo-labels and training curves, each file
+    named after the figure, the dataset and the observation. Across configurations: a
+    sensitivity figure for every hyperparameter that takes several values within a
+    (dataset, observation, method), one per dataset and observation when the store holds
+    several. A figure the runs cannot feed (:class:`NothingToPlot`: no method with a label
+    state, no AN run, no analysis pass, ...) is skipped and ``on_skip`` gets one line saying
+    which and why; any other error is a bug and propagates.
     """
     df = _as_frame(df_or_store)
     out = Path(out_dir)
     files: list[Path] = []
+    note = on_skip or (lambda _line: None)
     if df.empty:
         return files
     ok = df[df["status"] == "ok"] if "status" in df.columns else df
@@ -599,29 +764,34 @@ def make_all_figures(
     for r in records:
         groups.setdefault((r["dataset"], r["observation"]), []).append(r)
     for (ds, obs), recs in groups.items():
-        with_hist = [r for r in recs if _analysis(r, "hist_pos") is not None]
-        if with_hist:
-            emit(plot_unobserved_densities(with_hist), "densities", ds, obs)
-        an = [r for r in recs if r["method"] == "an"]
-        others = [r for r in recs if r["method"] != "an"]
-        if an and others:
-            key = "wasserstein_per_class"
-            if any(_analysis(r, key) is not None for r in an) and any(_analysis(r, key) is not None for r in others):
-                emit(plot_wasserstein_vs_an(others, an), "wasserstein_vs_an", ds, obs)
-            if any(r.get("test_ap") for r in an) and any(r.get("test_ap") for r in others):
-                emit(plot_classwise_ap_gain(others, an), "ap_gain_vs_an", ds, obs)
-        if any(_finite(h.get(k)) for r in recs for h in (r.get("history") or [])
-               for k in ("pseudo_label_accuracy",) + _PSEUDO_COUNT_KEYS):
-            emit(plot_pseudo_labels(recs), "pseudo_labels", ds, obs)
-        if any(r.get("history") for r in recs):
-            emit(plot_training_curves(recs), "training_curves", ds, obs)
-
-    params = ["lr", "batch_size"] + sorted(c for c in ok.columns if str(c).startswith("hp."))
-    by = [c for c in ("dataset", "observation", "method") if c in ok.columns]
-    for p in params:
-        if p not in ok.columns:
-            continue
-        counts = ok[ok[p].notna()].groupby(by)[p].nunique()
-        if (counts > 1).any():
-            emit(plot_sensitivity(ok, p), "sensitivity", p[3:] if p.startswith("hp.") else p)
+        for stem, draw in _PER_DATASET:
+            try:
+                fig = draw(recs)
+            except NothingToPlot as exc:
+                note(f"figure {stem} ({ds}, {obs}) skipped: {exc}")
+                continue
+            emit(fig, stem, ds, obs)
+    _sensitivity_figures(ok, emit, note)
     return files
+
+
+def _sensitivity_figures(ok: pd.DataFrame, emit: Callable[..., None], note: Callable[[str], None]) -> None:
+    """A sensitivity figure per swept hyperparameter, and per (dataset, observation) when
+    the runs hold several (their file names then say which); a note when nothing is swept."""
+    params = [p for p in ["lr", "batch_size"] + sorted(c for c in ok.columns if str(c).startswith("hp."))
+              if p in ok.columns]
+    by = [c for c in ("dataset", "observation", "method") if c in ok.columns]
+    facet_cols = [c for c in by if c != "method"]
+    facets = list(ok.groupby(facet_cols, sort=False)) if facet_cols else [((), ok)]
+    drawn = False
+    for p in params:
+        name = p[3:] if p.startswith("hp.") else p
+        for key, part in facets:
+            if not (part[part[p].notna()].groupby(by)[p].nunique() > 1).any():
+                continue
+            key = key if isinstance(key, tuple) else (key,)
+            emit(plot_sensitivity(part, p), "sensitivity", name, *(key if len(facets) > 1 else ()))
+            drawn = True
+    if not drawn:
+        note("figure sensitivity skipped: no learning rate, batch size or method hyperparameter takes several "
+             "values within a method; sweep one (e.g. lrs: [0.001, 0.01]) to get it")

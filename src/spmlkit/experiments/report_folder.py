@@ -1,0 +1,101 @@
+"""The folder ``spmlkit report --out`` writes into: spmlkit's own, or refused.
+
+A report writes files with plain names (``table.md``, ``selected_configs.csv``,
+``figures/``). Writing them into a folder where a person keeps files of those names would
+replace that person's work without a word, so (docs/figures.md, "The report folder"):
+
+- A folder spmlkit's report wrote carries a small marker file, :data:`MARKER`, listing the
+  files of the last report. A new report into it replaces that report: it rewrites the
+  files and then removes the ones the new report no longer writes (a figure of a method
+  the store no longer holds), so the folder never mixes two reports. Only files the
+  marker lists are ever removed.
+- An unmarked folder that holds none of the report's names is used and marked: other
+  files in it are left alone.
+- An unmarked folder that holds any of the report's names is refused with one line naming
+  the folder, the files, and the two ways out: ``--overwrite`` or another ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..io import atomic_write_json
+
+__all__ = ["MARKER", "ReportFolder", "open_report_folder"]
+
+#: the marker file of a report folder written by spmlkit
+MARKER = ".spmlkit-report.json"
+#: what the marker says it is, so a JSON file of the same name that is not ours is no marker
+_KIND = "spmlkit report"
+#: names a report writes at the top of its folder (tables per observation: table_<obs>.*)
+_REPORT_NAME = re.compile(r"(table(_[A-Za-z0-9_]+)?\.(md|tex|csv)|selected_configs\.csv|thresholds\.(csv|md)|figures)")
+
+
+@dataclass
+class ReportFolder:
+    """An output folder checked by :func:`open_report_folder`: ``path``, and the files the
+    previous report in it wrote (relative to ``path``; empty for a new folder)."""
+
+    path: Path
+    previous: list[str] = field(default_factory=list)
+
+    def finish(self, written: Iterable[Path]) -> list[str]:
+        """Record the files this report wrote in the marker and remove the previous
+        report's files it did not write again; returns the removed names."""
+        root = self.path.resolve()
+        now = sorted({Path(f).resolve().relative_to(root).as_posix() for f in written})
+        removed = []
+        for name in sorted(set(self.previous) - set(now)):
+            stale = (root / name).resolve()
+            if stale.is_relative_to(root) and stale.is_file():  # a hand-edited marker reaches nothing outside
+                stale.unlink()
+                removed.append(name)
+        _write_marker(self.path, now)
+        return removed
+
+
+def _read_marker(folder: Path) -> list[str] | None:
+    """The files the marker of ``folder`` lists, or None when there is no marker of ours."""
+    try:
+        data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("written_by") != _KIND:
+        return None
+    files = data.get("files")
+    return [str(f) for f in files] if isinstance(files, list) else []
+
+
+def _write_marker(folder: Path, files: list[str]) -> None:
+    atomic_write_json(folder / MARKER, {"written_by": _KIND, "spmlkit_version": __version__,
+                                        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files})
+
+
+def open_report_folder(path: str | Path, *, overwrite: bool = False) -> ReportFolder:
+    """Check ``path`` as a report's output folder, create and mark it; see the module's
+    docstring for what is refused. Raises ``ValueError`` (a user error) with one line."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is an existing file; give a folder")
+    previous = _read_marker(out) if out.is_dir() else None
+    if out.is_dir() and previous is None and not overwrite:
+        clashes = sorted(p.name for p in out.iterdir() if _REPORT_NAME.fullmatch(p.name))
+        if clashes:
+            shown = ", ".join(clashes[:4]) + (f" and {len(clashes) - 4} more" if len(clashes) > 4 else "")
+            raise ValueError(f"--out {out} holds {shown}, which spmlkit's report did not write; pass --overwrite "
+                             "to replace them, or give another folder with --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
+    try:  # marked before anything is written, so a report stopped half-way still leaves spmlkit's folder
+        _write_marker(out, previous or [])
+    except OSError as exc:
+        raise ValueError(f"cannot write into the output folder {out}: {exc.strerror or exc}") from None
+    return ReportFolder(out, previous or [])
