@@ -51,10 +51,11 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=run_prepare)
 
     p = sub.add_parser("extract", help="extract backbone features once (memory-mapped) for feature runs")
-    add_run_options(p)
-    p.add_argument("--features-out", required=True, help="output folder for the features")
-    p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
-    p.add_argument("--quiet", action="store_true")
+    add_run_options(p, extract=True)
+    p.add_argument("--features-out", required=True, metavar="DIR", help="output folder for the features")
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                   help="how the features are stored (default: float32; float16 halves the file)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_extract)
 
     p = sub.add_parser("predict", help="score images with a trained run")

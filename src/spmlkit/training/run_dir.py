@@ -17,7 +17,11 @@ never runs code.
 
 Nothing of an earlier run is replaced without the user asking: starting a run in a folder
 that already holds one is refused unless it is resumed (``resume=True``) or replaced on
-purpose (``overwrite=True``).
+purpose (``overwrite=True``). A run that fails before its first epoch is saved (no backbone
+weights offline, a Ctrl-C during the first epoch) has nothing to resume: it takes its
+``config.yaml`` (and a folder it made) away again (:meth:`RunDirectory.discard_unstarted`), and a
+folder that holds nothing but a ``config.yaml`` (a process killed outright) is replaced by the next
+start without ``--overwrite``. Each refusal names the one option that gets out.
 """
 
 from __future__ import annotations
@@ -39,11 +43,15 @@ from .run_data import feature_scaling
 __all__ = ["RunDirectory", "feature_spec"]
 
 _RUN_FILES = ("config.yaml", "last.pt", "best.pt", "metrics.csv", "metrics.json", "result.json")
+#: what a run writes from its first finished epoch on: a folder without any of them holds no work
+_WORK_FILES = _RUN_FILES[1:]
 
 
 class RunDirectory:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._made: list[Path] = []  # the folders start() created, outermost first
+
 
     @property
     def last(self) -> Path:
@@ -54,32 +62,71 @@ class RunDirectory:
         return self.path / "best.pt"
 
     def holds_a_run(self) -> bool:
-        return any((self.path / name).exists() for name in _RUN_FILES)
+        """Whether the folder holds work of a run: an epoch's checkpoint, metrics or a result (a
+        ``config.yaml`` alone is a start that never finished an epoch, and is not kept)."""
+        return any((self.path / name).exists() for name in _WORK_FILES)
 
-    def start(self, config: RunConfig, *, resume: bool, overwrite: bool) -> dict[str, Any] | None:
-        """Prepare the folder; returns the checkpoint to resume from (or None)."""
+    def finished_epochs(self) -> int:
+        """How many epochs the run in this folder finished, from its ``metrics.json`` (0: none)."""
+        try:
+            return len(json.loads((self.path / "metrics.json").read_text()))
+        except (OSError, ValueError):
+            return 0
+
+    def start(self, config: RunConfig, *, resume: bool, overwrite: bool, kind: str | None = None
+              ) -> dict[str, Any] | None:
+        """Prepare the folder; returns the checkpoint to resume from (or None). ``kind`` (features |
+        images) keeps the other kind's settings out of ``config.yaml``."""
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"run folder {self.path} is an existing file; choose another --out")
         ckpt = None
         if resume:
             ckpt = self._resume_checkpoint(config)
-        elif self.holds_a_run():
-            if not overwrite:
-                raise ValueError(f"{self.path} already holds a run; continue it with --resume, replace it with "
-                                 "--overwrite, or choose another --out")
+        else:
+            if self.holds_a_run() and not overwrite:
+                raise ValueError(self._refusal())
             for name in _RUN_FILES:
                 (self.path / name).unlink(missing_ok=True)
             shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
         try:
+            self._made = [p for p in (*reversed(self.path.parents), self.path) if not p.exists()]
             self.path.mkdir(parents=True, exist_ok=True)
-            save_config(config, self.path / "config.yaml")
+            save_config(config, self.path / "config.yaml", kind)
         except OSError as exc:
             raise ValueError(f"cannot write the run folder {self.path}: {exc.strerror or exc}") from None
         return ckpt
 
+    def _refusal(self) -> str:
+        """Why a fresh start is refused, and the one option that continues or replaces the run."""
+        if (self.path / "result.json").exists():
+            return (f"{self.path} already holds a finished run; to replace it, run the same command with "
+                    "--overwrite (or write to another --out)")
+        done = self.finished_epochs()
+        epochs = f" ({done} epoch{'s' if done != 1 else ''} done)" if done else ""
+        return (f"{self.path} holds an unfinished run{epochs}; continue it with `spmlkit train --resume --out "
+                f"{self.path}` (or add --overwrite to start it afresh)")
+
+    def discard_unstarted(self) -> None:
+        """Take away what :meth:`start` wrote when the run ends before its first checkpoint: its
+        ``config.yaml``, a TensorBoard folder, and the folders it created while they are empty.
+        A run with a checkpoint is left whole (it continues with ``--resume``)."""
+        if self.last.exists():
+            return
+        (self.path / "config.yaml").unlink(missing_ok=True)
+        shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
+        for folder in reversed(self._made):
+            try:
+                folder.rmdir()  # only when empty: the user's own files are never removed
+            except OSError:
+                break
+        self._made = []
+
     def _resume_checkpoint(self, config: RunConfig) -> dict[str, Any]:
         if not self.last.is_file():
-            raise FileNotFoundError(f"--resume: no checkpoint at {self.last}; start the run without --resume")
+            why = ("it stopped before its first epoch was saved" if self.path.is_dir() and not self.holds_a_run()
+                   else "there is no run there")
+            raise FileNotFoundError(f"--resume: no checkpoint at {self.last} ({why}); run the same command without "
+                                    "--resume to start it")
         ckpt = load_checkpoint(self.last)
         defaults = RunConfig().flat()  # a setting added since the run started counts as its default
         held = saved_settings(ckpt["config"])  # nested, or flat from an earlier version
