@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from pathlib import Path
@@ -29,11 +30,13 @@ def add_parsers(sub: Any) -> None:
                    help="lr grid, selected on val (default 1e-3,3e-3,1e-2)")
     p.add_argument("--observation", default="single_positive",
                    help="single_positive | pos=K,neg=M | ratio=R | full (default single_positive)")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--head", choices=("linear", "mlp"), default="linear")
-    p.add_argument("--val", choices=("clean", "observed"), default="clean", help="validation labels for model selection")
-    p.add_argument("--subset", type=int, help="use only the first N training rows (quick check)")
+    p.add_argument("--epochs", type=int, default=20, help="epochs of every run (default 20)")
+    p.add_argument("--batch-size", type=int, default=64, help="training examples per step (default 64)")
+    p.add_argument("--head", choices=("linear", "mlp"), default="linear",
+                   help="the network on the features (default linear)")
+    p.add_argument("--val", choices=("clean", "observed"), default="clean",
+                   help="validation labels for model selection (default clean)")
+    p.add_argument("--subset", type=int, help="use only the first N training rows, for a quick check (default: all)")
     p.add_argument("--jobs", type=positive_int,
                    help="parallel worker processes (default: one per CPU this process may use)")
     p.add_argument("--out", default="spmlkit-results/benchmark",
@@ -41,15 +44,21 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_benchmark)
 
-    p = sub.add_parser("sweep", help="run a grid of methods x hyperparameters x seeds into a results store")
-    p.add_argument("config", help="sweep file (YAML/TOML/JSON), see spmlkit.experiments.sweep")
+    p = sub.add_parser("sweep", help="run a grid of methods x hyperparameters x seeds into a results store",
+                       description="Run every unfinished run of a sweep file's grid into a results store; the same "
+                                   "command resumes. The sweep file's keys: docs/sweep-files.md.")
+    p.add_argument("config", help="sweep file (YAML/TOML/JSON); every key is described in docs/sweep-files.md")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the sweep file and print its grid (its size and first runs) and exit: nothing is "
+                        "trained or written")
     p.add_argument("--jobs", type=positive_int,
                    help="parallel worker processes (default: one per CPU this process may use for feature "
                         "datasets, 1 with an image dataset); with --backend ray, the most runs at once (default: as "
                         "many as the cluster's CPUs hold)")
-    p.add_argument("--store", help="results database (default: the sweep file's `store`)")
+    p.add_argument("--store", help="results database (default: the sweep file's `store`, results.db beside it)")
     p.add_argument("--max-runs", type=positive_int, help="stop after this many runs (resume later)")
-    p.add_argument("--retry-failed", action="store_true", help="run recorded failures again")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run recorded failures again (default: a recorded failure counts as finished)")
     p.add_argument("--backend", choices=("process", "ray"), default="process",
                    help="process: worker processes on this machine (default); ray: one Ray task per run, on this "
                         "machine or a Ray cluster (pip install \"spmlkit[ray]\")")
@@ -60,20 +69,20 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--cpus-per-run", type=float, help="--backend ray: CPUs of a run (default 1)")
     p.add_argument("--max-retries", type=int, help="--backend ray: times a run whose worker died is run again "
                                                    "(default 2)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (default: one)")
     p.set_defaults(func=run_sweep)
 
     p = sub.add_parser("report", help="paper-style tables and the papers' analysis figures from a results store")
     p.add_argument("--store", required=True, help="results database written by `spmlkit sweep`")
-    p.add_argument("--out", default="report", help="output folder")
-    p.add_argument("--reference", help="show published numbers beside ours: EM, OPML, GR or PU-MLC")
+    p.add_argument("--out", default="report", help="output folder (default report)")
+    p.add_argument("--reference", help="show published numbers beside ours: EM, OPML, GR or PU-MLC (default: none)")
     p.add_argument("--metric", default="test_map", help="metric column to tabulate (default test_map)")
     p.add_argument("--formats", type=csv_list(str), default=_FORMATS, help="table formats (md,tex,csv)")
-    p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--no-figures", action="store_true", help="tables only (default: tables and figures)")
     p.set_defaults(func=run_report)
 
     p = sub.add_parser("presets", help="list the presets and the published numbers they target")
-    p.add_argument("--dataset", help="only presets of this dataset")
+    p.add_argument("--dataset", help="only presets of this dataset (default: all)")
     p.set_defaults(func=run_presets)
 
 
@@ -171,6 +180,9 @@ def run_sweep(args: argparse.Namespace) -> int:
         spec = load_sweep(args.config)
         ray_options = _ray_options(args)
     screen = console()
+    if args.dry_run:
+        with user_input():
+            return _print_grid(screen, spec, args.store or spec.store)
     where = args.store or spec.store
     # a number the user typed is used as given; Ray fills the cluster unless told otherwise
     jobs = args.jobs
@@ -196,6 +208,42 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise InputError(f"every one of the {result.ran} runs failed (the errors are listed above); fix the "
                          f"settings in {args.config}, then run again with --retry-failed")
     return 1 if result.failed else 0
+
+
+#: the runs a dry run lists before it only counts the rest
+_GRID_ROWS = 20
+
+
+def _print_grid(screen: Any, spec: Any, store: str) -> int:
+    """``sweep --dry-run``: the grid's size and how it multiplies out, its first runs (every run's
+    settings checked, as a real start does), where it would be stored; nothing is written."""
+    from rich.table import Table
+
+    from ..experiments.sweep import expand, run_config
+
+    runs = expand(spec)
+    for run in runs:
+        run_config(run)  # a bad setting fails here, as it would before the first run
+    hp = {m: len({json.dumps(r["hparams"], sort_keys=True) for r in runs if r["method"] == m}) for m in spec.methods}
+    factors = [f"{len(spec.datasets)} dataset(s)", f"{len(spec.observations)} observation(s)",
+               f"{sum(hp.values())} method/hyperparameter point(s)", f"{len(spec.lrs)} lr(s)",
+               f"{len(spec.batch_sizes)} batch size(s)", f"{len(spec.seeds)} seed(s)"]
+    screen.print(f"sweep {spec.name}: {len(runs)} runs = {' x '.join(factors)}; store {store}", soft_wrap=True)
+    if spec.settings:
+        screen.print("settings of every run: " + ", ".join(f"{k}={v}" for k, v in spec.settings.items()),
+                     soft_wrap=True, markup=False)
+    table = Table(title=f"the first {min(len(runs), _GRID_ROWS)} of {len(runs)} runs")
+    for col in ("run_id", "dataset", "observation", "method", "hparams", "lr", "batch", "seed"):
+        table.add_column(col)
+    for r in runs[:_GRID_ROWS]:
+        table.add_row(r["run_id"], r["dataset"], r["observation"], r["method"],
+                      ", ".join(f"{k}={v}" for k, v in r["hparams"].items()), f"{r['lr']:g}", str(r["batch_size"]),
+                      str(r["seed"]))
+    screen.print(table)
+    if len(runs) > _GRID_ROWS:
+        screen.print(f"... and {len(runs) - _GRID_ROWS} more runs")
+    screen.print("dry run: nothing trained or written")
+    return 0
 
 
 def _ray_options(args: argparse.Namespace) -> RayOptions | None:
