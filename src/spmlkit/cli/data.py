@@ -63,9 +63,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--images", nargs="+", required=True, help="image files and/or folders (searched recursively)")
     p.add_argument("--out", default="predictions", help="output path without suffix: writes .csv and .json")
     p.add_argument("--threshold", type=float, help="decision threshold (default: the method's, 0.5 or 0.75 for EM)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_predict)
 
 

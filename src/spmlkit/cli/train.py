@@ -54,15 +54,18 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
     data.add_argument("--preset", help="a paper's settings, e.g. em_apl/voc2012 or em_apl/yeast (`spmlkit presets` "
                                        "lists them; default: the (method, dataset) preset when one exists)")
     data.add_argument("--config", metavar="FILE",
-                      help="YAML/TOML/JSON file of settings, flat or in sections (overridden by options given here)")
+                      help="YAML/TOML/JSON file of settings, flat or in sections (overridden by options given here; "
+                           "default: none)")
     data.add_argument("--dataset", help="yeast | digits-mosaic | voc2012 | voc2007 | coco2014 | nuswide | cub, or a "
                                         f"folder written by `spmlkit extract` (default: {_default('dataset')})")
     if not extract:
         data.add_argument("--features", metavar="DIR",
-                          help="a feature folder written by `spmlkit extract` (the same as --dataset DIR)")
-    data.add_argument("--root", metavar="DIR", help="image datasets: the dataset's folder as downloaded and unpacked")
+                          help="a feature folder written by `spmlkit extract` (the same as --dataset DIR; default: none)")
+    data.add_argument("--root", metavar="DIR", help="image datasets: the dataset's folder as downloaded and unpacked "
+                                                   "(default: none)")
     data.add_argument("--prepared", metavar="DIR",
-                      help="a folder written by `spmlkit prepare` (enough on its own: it names its dataset)")
+                      help="a folder written by `spmlkit prepare`, enough on its own: it names its dataset (default: "
+                           "<root>/spmlkit-prepared/<dataset>)")
     data.add_argument("--variant", help="dataset variant, e.g. coco2014: pu_mlc (PU-MLC's image list; default: none)")
     data.add_argument("--subset", type=int, metavar="N",
                       help="only the first N rows of the official train list, for quick checks (default: all)")
