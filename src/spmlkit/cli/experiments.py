@@ -101,7 +101,8 @@ class _SweepProgress:
 
     def on_start(self, total: int, done: int) -> None:
         self.progress.update(self.task, total=total, completed=done)
-        self.screen.print(f"{self.name}: {total} runs, {done} already finished in {self.where}, {self.jobs} worker(s)")
+        self.screen.print(f"{self.name}: {total} runs, {done} already finished in {self.where}, {self.jobs} worker(s)",
+                          soft_wrap=True)
 
     def on_result(self, rec: dict[str, Any]) -> None:
         self.recorded += 1
@@ -162,7 +163,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     screen.print(table)
     screen.print("gap closed = (method - AN) / (full BCE - AN)")
     screen.print(f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
-                 f"{result.skipped} finished runs reused from {result.store})")
+                 f"{result.skipped} finished runs reused from {result.store})", soft_wrap=True)
     return 1 if tracker.failures else 0
 
 
@@ -203,7 +204,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     tracker.print_failures()
     held = f", {result.held} left to the other sweep(s) holding them" if result.held else ""
     screen.print(f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} finished{held}; "
-                 f"store: {result.store}. Next: `spmlkit report --store {result.store}`")
+                 f"store: {result.store}. Next: `spmlkit report --store {result.store}`", soft_wrap=True)
     if result.ran and result.failed == result.ran:
         raise InputError(f"every one of the {result.ran} runs failed (the errors are listed above); fix the "
                          f"settings in {args.config}, then run again with --retry-failed")
