@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._common import console, csv_list, positive_int
+from ._common import console, csv_list, positive_int, print_whole_words
 
 if TYPE_CHECKING:
     from ..experiments.sweep.ray_backend import RayOptions
@@ -101,8 +101,8 @@ class _SweepProgress:
 
     def on_start(self, total: int, done: int) -> None:
         self.progress.update(self.task, total=total, completed=done)
-        self.screen.print(f"{self.name}: {total} runs, {done} already finished in {self.where}, {self.jobs} worker(s)",
-                          soft_wrap=True)
+        print_whole_words(self.screen, f"{self.name}: {total} runs, {done} already finished in {self.where}, "
+                                       f"{self.jobs} worker(s)")
 
     def on_result(self, rec: dict[str, Any]) -> None:
         self.recorded += 1
@@ -162,8 +162,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
                       f"{r['val_map']:.2f}", r["description"], style=style)
     screen.print(table)
     screen.print("gap closed = (method - AN) / (full BCE - AN)")
-    screen.print(f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
-                 f"{result.skipped} finished runs reused from {result.store})", soft_wrap=True)
+    print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
+                              f"{result.skipped} finished runs reused from {result.store})")
     return 1 if tracker.failures else 0
 
 
@@ -203,8 +203,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         return 143 if isinstance(exc, SweepTerminated) else 130
     tracker.print_failures()
     held = f", {result.held} left to the other sweep(s) holding them" if result.held else ""
-    screen.print(f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} finished{held}; "
-                 f"store: {result.store}. Next: `spmlkit report --store {result.store}`", soft_wrap=True)
+    print_whole_words(screen, f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} "
+                              f"finished{held}; store: {result.store}. Next: `spmlkit report --store {result.store}`")
     if result.ran and result.failed == result.ran:
         raise InputError(f"every one of the {result.ran} runs failed (the errors are listed above); fix the "
                          f"settings in {args.config}, then run again with --retry-failed")
@@ -229,10 +229,10 @@ def _print_grid(screen: Any, spec: Any, store: str) -> int:
     factors = [f"{len(spec.datasets)} dataset(s)", f"{len(spec.observations)} observation(s)",
                f"{sum(hp.values())} method/hyperparameter point(s)", f"{len(spec.lrs)} lr(s)",
                f"{len(spec.batch_sizes)} batch size(s)", f"{len(spec.seeds)} seed(s)"]
-    screen.print(f"sweep {spec.name}: {len(runs)} runs = {' x '.join(factors)}; store {store}", soft_wrap=True)
+    print_whole_words(screen, f"sweep {spec.name}: {len(runs)} runs = {' x '.join(factors)}; store {store}")
     if spec.settings:
-        screen.print("settings of every run: " + ", ".join(f"{k}={v}" for k, v in spec.settings.items()),
-                     soft_wrap=True, markup=False)
+        print_whole_words(screen, "settings of every run: " + ", ".join(f"{k}={v}" for k, v in spec.settings.items()),
+                          markup=False)
     table = Table(title=f"the first {min(len(runs), _GRID_ROWS)} of {len(runs)} runs")
     for col in ("run_id", "dataset", "observation", "method", "hparams", "lr", "batch", "seed"):
         table.add_column(col)

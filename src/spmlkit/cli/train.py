@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._common import console, hparam
+from ._common import console, hparam, print_whole_words
 
 __all__ = ["add_run_options", "add_parser", "resolve_from_args", "run"]
 
@@ -273,15 +273,15 @@ def run(args: argparse.Namespace) -> int:
                   soft_wrap=True, markup=False, highlight=False)
         return 0
     epochs = config.schedule.epochs
-    out.print(f"[bold]spmlkit train[/bold]: {config.method.name} on {config.data.dataset} ({config.data.observation}), "
-              f"{epochs} epochs, batch {config.optimisation.batch_size}, lr {config.optimisation.lr:g} -> "
-              f"{config.output.out}", soft_wrap=True)
+    print_whole_words(out, f"[bold]spmlkit train[/bold]: {config.method.name} on {config.data.dataset} "
+                           f"({config.data.observation}), {epochs} epochs, batch {config.optimisation.batch_size}, "
+                           f"lr {config.optimisation.lr:g} -> {config.output.out}")
     if not args.quiet:
         for line in settings_summary(config, kind):
-            out.print(line, soft_wrap=True, markup=False, highlight=False)
+            print_whole_words(out, line, markup=False, highlight=False)
     if args.resume:
         done = RunDirectory(config.output.out).finished_epochs()
-        out.print(f"resuming {config.output.out} after epoch {done} of {epochs}", soft_wrap=True)
+        print_whole_words(out, f"resuming {config.output.out} after epoch {done} of {epochs}")
     table = Table(title=f"{config.method.name} on {config.data.dataset}")
     for col in ("epoch", "train loss", "val mAP (%)", "pseudo-labels", "images/s", "seconds"):
         table.add_column(col, justify="right")
@@ -317,8 +317,8 @@ def run(args: argparse.Namespace) -> int:
         out.print(table)
     resumed = f"resumed after epoch {res.resumed_from}; " if res.resumed_from else ""
     if not res.finished:
-        out.print(f"stopped after epoch {res.history[-1]['epoch'] if res.history else 0} as asked; continue with: "
-                  f"{resume_command(res.out)}", soft_wrap=True)
+        last = res.history[-1]["epoch"] if res.history else 0
+        print_whole_words(out, f"stopped after epoch {last} as asked; continue with: {resume_command(res.out)}")
         return 0
     if res.test_map == res.test_map:  # a labelled test set: mAP and the F1 at the method's threshold
         from ..methods import get_method
@@ -328,8 +328,8 @@ def run(args: argparse.Namespace) -> int:
         test = f"test mAP {100 * res.test_map:.2f}%" + (
             f", F1 at {t:g}: per-class {100 * f1[f'CF1@{t:g}']:.2f}%, overall {100 * f1[f'OF1@{t:g}']:.2f}%"
             if f"CF1@{t:g}" in f1 and f"OF1@{t:g}" in f1 else "")
-        out.print(f"{resumed}best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  ({_cost(res)}); "
-                  f"outputs in {res.out}", soft_wrap=True)
+        print_whole_words(out, f"{resumed}best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  "
+                               f"({_cost(res)}); outputs in {res.out}")
         return 0
     # users' data without a labelled test set: say plainly what the numbers above are, and are not
     if config.data.val_frac == 0:
@@ -338,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
         selected = "model selected on the observed labels of the validation split"
     else:
         selected = "model selected on the clean labels of the validation split"
-    out.print(f"{resumed}best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%  ({_cost(res)}); "
-              f"outputs in {res.out}", soft_wrap=True)
+    print_whole_words(out, f"{resumed}best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%  ({_cost(res)}); "
+                           f"outputs in {res.out}")
     out.print(f"no labelled test set: no clean metric exists; {selected}")
     return 0
