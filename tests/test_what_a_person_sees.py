@@ -219,7 +219,7 @@ def test_result_json_says_where_its_numbers_came_from(tmp_path, monkeypatch):
         assert record["command"] == "spmlkit train --out 'my run'"
         assert (record["spmlkit_version"], record["torch_version"], record["python_version"], record["device"]) == (
             spmlkit.__version__, torch.__version__, platform.python_version(), "cpu")
-        assert record["started_at"] <= record["ended_at"] and record["ended_at"].endswith("+00:00")
+        assert record["started_at"] <= record["finished_at"] and record["finished_at"].endswith("+00:00")
         # outside a repository the commit is left out, silently
         monkeypatch.chdir(tmp_path)
         provenance.process_git_commit.cache_clear()

@@ -72,14 +72,14 @@ def device_name(device: torch.device | str) -> str:
     return str(device)
 
 
-def run_provenance(device: torch.device | str, started_at: str, ended_at: str) -> dict[str, Any]:
+def run_provenance(device: torch.device | str, started_at: str, finished_at: str) -> dict[str, Any]:
     """The provenance fields of a run's record; ``git_commit`` only when there is a repository."""
     from .. import __version__
 
     record: dict[str, Any] = {
         "spmlkit_version": __version__, "torch_version": torch.__version__,
         "python_version": platform.python_version(), "command": command_line(), "device": device_name(device),
-        "started_at": started_at, "ended_at": ended_at,
+        "started_at": started_at, "finished_at": finished_at,
     }
     commit = process_git_commit()
     if commit is not None:

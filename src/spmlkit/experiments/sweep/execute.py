@@ -8,7 +8,6 @@ here touches the results store: records are returned, and the sweep writes them
 
 from __future__ import annotations
 
-import datetime as _dt
 import platform
 import time
 import traceback
@@ -19,7 +18,7 @@ import torch
 
 from ...training import RunConfig, train
 from ...training.device import num_threads
-from ...training.provenance import command_line, process_git_commit
+from ...training.provenance import command_line, process_git_commit, utc_now
 from ..presets import resolve_config
 from ..store import package_version
 
@@ -27,8 +26,9 @@ __all__ = ["run_config", "execute_run", "execute_runs", "failed_record", "now"]
 
 
 def now() -> str:
-    """The time stamp of records (``started_at``, ``finished_at``): UTC, to the second."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    """The time stamp of records (``started_at``, ``finished_at``): UTC, to the second, as
+    ``result.json``'s (:func:`~spmlkit.training.provenance.utc_now`)."""
+    return utc_now()
 
 
 def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
