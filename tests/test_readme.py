@@ -126,6 +126,7 @@ def _check_values(block: str, namespace: dict) -> None:
             assert eval(code.strip(), namespace) == expected, line
 
 
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("doc", DOCUMENTS, ids=lambda p: p.name)
 def test_every_python_block_runs_as_written(doc, tmp_path, monkeypatch):
     blocks = python_blocks(doc)
@@ -139,6 +140,7 @@ def test_every_python_block_runs_as_written(doc, tmp_path, monkeypatch):
             0, 1, 2, 3]
 
 
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("doc", DOCUMENTS, ids=lambda p: p.name)
 def test_every_command_runs_or_says_why_not(doc, tmp_path, monkeypatch, capsys):
     from spmlkit.cli import main
