@@ -90,13 +90,15 @@ class _SweepProgress:
     """A rich progress bar fed by a sweep's callbacks; it remembers the failed runs."""
 
     def __init__(self, screen: Any, name: str, quiet: bool, where: str, jobs: int | str):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
 
         self.screen, self.name, self.where, self.jobs = screen, name, where, jobs
         self.failures: list[dict[str, Any]] = []
         self.recorded = 0
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=screen, disable=quiet)
+                                 TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), console=screen,
+                                 disable=quiet)
         self.task = self.progress.add_task(name, total=None)
 
     def on_start(self, total: int, done: int) -> None:
