@@ -51,13 +51,15 @@ def console():
     return out if out.is_terminal else Console(width=160)
 
 
-def print_whole_words(screen: Any, text: str, **options: Any) -> None:
+def print_whole_words(screen: Any, text: str, indent: str = "", **options: Any) -> None:
     """Print ``text`` wrapped between words only, at the console's width.
 
     rich folds a word longer than the line (a long path) with a line break inside it, so it can
     no longer be copied as one path. Here the lines break at spaces, never inside a word or at a
-    hyphen; a path longer than the line stands whole on a line of its own."""
+    hyphen; a path longer than the line stands whole on a line of its own. ``indent`` starts
+    every line after the first."""
     import textwrap
 
-    lines = textwrap.wrap(text, width=screen.width, break_long_words=False, break_on_hyphens=False) or [""]
+    lines = textwrap.wrap(text, width=screen.width, break_long_words=False, break_on_hyphens=False,
+                          subsequent_indent=indent) or [""]
     screen.print("\n".join(lines), soft_wrap=True, **options)

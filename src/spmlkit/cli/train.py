@@ -278,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
                            f"lr {config.optimisation.lr:g} -> {config.output.out}")
     if not args.quiet:
         for line in settings_summary(config, kind):
-            print_whole_words(out, line, markup=False, highlight=False)
+            print_whole_words(out, line, indent="      ", markup=False, highlight=False)
     if args.resume:
         done = RunDirectory(config.output.out).finished_epochs()
         print_whole_words(out, f"resuming {config.output.out} after epoch {done} of {epochs}")
