@@ -77,6 +77,7 @@ def test_train_prints_its_settings_then_one_named_row_per_epoch(tmp_path, capsys
     assert main(["train", *QUICK, "--method", "an", "--out", str(out)]) == 0
     printed = capsys.readouterr().out.splitlines()
     history = json.loads((out / "result.json").read_text())["history"]
+    assert printed[0].startswith("spmlkit train: an on yeast (single_positive), 3 epochs, batch 64, lr 0.003, on cpu ->")
     assert "  data: dataset=yeast subset=300 observation=single_positive val_frac=0.2 val_variant=clean " \
            "standardize=True" in printed
     assert "  schedule: epochs=3 patience=none min_delta=0 stop_drop=none" in printed

@@ -262,10 +262,14 @@ def run(args: argparse.Namespace) -> int:
 
     out = console()
     out.quiet = os.environ.get("RANK", "0") != "0"  # under torchrun, one process reports
+    from ..training.device import resolve_device
+    from ..training.plan import requested_device
+
     with user_input():
         config = resolve_from_args(args)
         _check_decode(config)
         kind = _kind(config)
+        device = resolve_device(requested_device(config, kind))  # what device=auto comes to
     if args.dry_run:  # valid YAML as a whole: the settings, and what was (not) done as a comment
         out.print(yaml.safe_dump(config.to_dict(kind), sort_keys=False).rstrip(), soft_wrap=True, markup=False,
                   highlight=False)
@@ -274,8 +278,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     epochs = config.schedule.epochs
     print_whole_words(out, f"[bold]spmlkit train[/bold]: {config.method.name} on {config.data.dataset} "
-                           f"({config.data.observation}), {epochs} epochs, batch {config.optimisation.batch_size}, "
-                           f"lr {config.optimisation.lr:g} -> {config.output.out}")
+                           f"({config.data.observation}), {epochs} epoch{'s' if epochs != 1 else ''}, batch {config.optimisation.batch_size}, "
+                           f"lr {config.optimisation.lr:g}, on {device} -> {config.output.out}")
     if not args.quiet:
         for line in settings_summary(config, kind):
             print_whole_words(out, line, indent="      ", markup=False, highlight=False)
