@@ -72,3 +72,44 @@ def test_bad_fits_are_explained(yeast):
         SPMLClassifier(method="an", epochs=1).fit(big, obs)
     clf = SPMLClassifier(method="an", epochs=1).fit(yeast.X_train, obs)
     assert clf.predict_proba(yeast.X_test[:0]).shape == (0, yeast.Y_train.shape[1])
+
+
+def test_classes_and_score_refuse_observed_labels(yeast):
+    obs = protocol.observe_labels(yeast.Y_train)
+    clf = SPMLClassifier(method="an", epochs=2).fit(yeast.X_train[:400], obs[:400])
+    np.testing.assert_array_equal(clf.classes_, np.arange(yeast.Y_train.shape[1]))  # scikit-learn's multi-label form
+    with pytest.raises(ValueError, match="holds -1: these are observed labels"):
+        clf.score(yeast.X_train[:50], protocol.Observation.parse("pos=1,neg=1").apply(yeast.Y_train)[:50])
+    with pytest.raises(ValueError, match="at most one positive: these look like observed labels"):
+        clf.score(yeast.X_train[:50], obs[:50])
+    # full labels are scored: the value is the mAP of predict_proba against them
+    from spmlkit.metrics import mean_average_precision
+
+    assert clf.score(yeast.X_test, yeast.Y_test) == mean_average_precision(clf.predict_proba(yeast.X_test),
+                                                                           yeast.Y_test)
+
+
+def test_cross_val_score_trains_on_simulated_observations_and_scores_on_full_labels(yeast):
+    """scikit-learn passes one y to fit and score: full labels, the observation drawn per training fold."""
+    from sklearn.base import clone
+    from sklearn.model_selection import KFold, cross_val_score
+
+    from spmlkit.metrics import mean_average_precision
+
+    X, Y = yeast.X_train[:600], yeast.Y_train[:600]
+    clf = SPMLClassifier(method="an", epochs=2, observation="single_positive")
+    folds = KFold(3, shuffle=True, random_state=0)
+    scores = cross_val_score(clf, X, Y, cv=folds, error_score="raise")
+    expected = []
+    for tr, te in folds.split(X):
+        fitted = clone(clf).fit(X[tr], Y[tr])
+        # each fold trained on single positives drawn from its own rows, exactly the protocol's draw
+        np.testing.assert_array_equal(fitted.label_state_.observed,
+                                      protocol.observe_labels(Y[tr])[protocol.split_train_val(len(tr))[0]])
+        expected.append(mean_average_precision(fitted.predict_proba(X[te]), Y[te]))
+    np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-12)
+    assert scores.min() > Y.mean(0).mean()  # above the prior: scored on the truth, not on single positives
+    # given observed labels, cross-validation cannot score: refused, not silently wrong
+    with pytest.raises(ValueError, match="look like observed labels"):
+        cross_val_score(SPMLClassifier(method="an", epochs=1), X, protocol.observe_labels(Y), cv=folds,
+                        error_score="raise")

@@ -40,7 +40,7 @@ def test_train_never_replaces_an_earlier_run_without_being_asked(tmp_path, capsy
     first = (run / "result.json").read_text()
     assert main(["train", *QUICK, "--method", "an", "--lr", "0.01", "--out", str(run)]) == 2
     err = capsys.readouterr().err
-    assert "already holds a run" in err and "--overwrite" in err and "--resume" in err
+    assert "already holds a finished run" in err and "--overwrite" in err
     assert (run / "result.json").read_text() == first
     assert main(["train", *QUICK, "--method", "an", "--lr", "0.01", "--out", str(run), "--overwrite"]) == 0
     assert json.loads((run / "result.json").read_text())["config"]["optimisation"]["lr"] == 0.01

@@ -11,6 +11,18 @@ out a validation split of the rows (the reference split) and selects the epoch o
 against the *observed* positives of those rows, the "observed" validation variant; pass
 ``X_val``/``Y_val`` (0/1) to select on clean labels.
 
+Scoring needs the truth. :meth:`score` is the mAP against *full* 0/1 labels, and refuses
+labels that are observed ones (a -1, or one positive per row from an estimator fitted on
+given observed labels): scored against observed labels, every unobserved positive would count
+as a false positive, and the number would mean nothing. For scikit-learn's model selection
+(``cross_val_score``, ``GridSearchCV``), which pass the same ``y`` to ``fit`` and ``score``,
+give full labels and let the estimator simulate the observation on each training fold::
+
+    >>> cross_val_score(SPMLClassifier(observation="single_positive"), X, Y_full, cv=5)
+
+so each fold trains on single positives drawn from its own rows (the protocol's draw,
+docs/protocol.md, "Observed labels") and is scored against the full labels of its test rows.
+
 It is a :class:`sklearn.base.BaseEstimator`: ``get_params``, ``set_params``, ``clone`` and
 the repr come from the signature, and fitting goes through the same
 :func:`~spmlkit.training.train` as every other entry point, with the feature-run defaults
@@ -53,6 +65,7 @@ class SPMLClassifier(BaseEstimator):
         patience: int | None = None,
         threshold: float | None = None,
         seed: int = 0,
+        observation: str = "given",
     ):
         self.method = method
         self.hparams = hparams
@@ -67,6 +80,7 @@ class SPMLClassifier(BaseEstimator):
         self.patience = patience
         self.threshold = threshold
         self.seed = seed
+        self.observation = observation
 
     # -------------------------------------------------------------- fitting
     def fit(
@@ -80,11 +94,18 @@ class SPMLClassifier(BaseEstimator):
     ) -> "SPMLClassifier":
         """Fit on features ``X`` [n, d] and observed labels ``Y_observed`` [n, C] in {-1, 0, 1}.
 
-        ``Y_true`` (full 0/1 labels) is only needed by the oracle references ``bce`` and
-        ``iun`` and, when given, to report pseudo-label accuracy in ``history_``.
+        With ``observation`` other than "given" (``"single_positive"``, ``"pos=K,neg=M"``,
+        ``"ratio=R"``), ``Y_observed`` holds *full* 0/1 labels instead, and the observed labels
+        are drawn from them with the shared protocol; validation then selects on the held-out
+        rows' full labels. ``Y_true`` (full 0/1 labels) is only needed by the oracle references
+        ``bce`` and ``iun`` and, when given, to report pseudo-label accuracy in ``history_``.
         """
+        from .protocol import Observation
+
         method = get_method(self.method)
         X = self._check_X(X, "X")
+        if Observation.parse(self.observation).kind != "given":
+            return self._fit_full(X, Y_observed, method)
         obs = validate_observed(Y_observed, where="Y_observed")
         if len(obs) != len(X):
             raise ValueError(f"X has {len(X)} rows but Y_observed has {len(obs)}")
@@ -96,15 +117,31 @@ class SPMLClassifier(BaseEstimator):
             if Y_val is None:
                 raise ValueError("X_val was given without Y_val (its clean 0/1 labels)")
             data.X_val, data.Y_val = self._check_X(X_val, "X_val"), np.asarray(Y_val)
-        config = RunConfig(
+        config = self._config(observation="given", val_variant="clean" if X_val is not None else "observed")
+        return self._fitted(train(config, data=data), config, X, obs.shape[1], method,
+                            np.arange(len(X)) if X_val is not None else _train_rows(len(X), self.val_frac))
+
+    def _fit_full(self, X: np.ndarray, Y: Any, method: Any) -> "SPMLClassifier":
+        """:meth:`fit` on full labels: the observation is simulated from them, as the benchmark does."""
+        Y = _full_labels(Y, "Y (full labels, as observation=%r asks)" % self.observation)
+        if len(Y) != len(X):
+            raise ValueError(f"X has {len(X)} rows but Y has {len(Y)}")
+        data = RunData("features", "the data given to fit", tuple(f"class {c}" for c in range(Y.shape[1])), Y,
+                       X_train=X)
+        config = self._config(observation=self.observation, val_variant="clean")
+        return self._fitted(train(config, data=data), config, X, Y.shape[1], method,
+                            _train_rows(len(X), self.val_frac))
+
+    def _config(self, *, observation: str, val_variant: str) -> RunConfig:
+        return RunConfig(
             dataset="in-memory", method=self.method, hparams=dict(self.hparams or {}), head=self.head,
             hidden=self.hidden, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
-            weight_decay=self.weight_decay, seed=self.seed, patience=self.patience, observation="given",
-            val_frac=self.val_frac, val_variant="clean" if X_val is not None else "observed",
-            standardize=self.standardize,
+            weight_decay=self.weight_decay, seed=self.seed, patience=self.patience, observation=observation,
+            val_frac=self.val_frac, val_variant=val_variant, standardize=self.standardize,
         )
-        result = train(config, data=data)
-        train_rows = np.arange(len(X)) if X_val is not None else _train_rows(len(X), self.val_frac)
+
+    def _fitted(self, result: Any, config: RunConfig, X: np.ndarray, n_classes: int, method: Any,
+                train_rows: np.ndarray) -> "SPMLClassifier":
         if self.standardize:
             self.mean_, self.scale_ = feature_scaling(X[train_rows])
         else:
@@ -115,7 +152,9 @@ class SPMLClassifier(BaseEstimator):
         self.best_epoch_ = result.best_epoch
         self.label_state_ = result.label_state
         self.n_features_in_ = X.shape[1]
-        self.n_classes_ = obs.shape[1]
+        self.n_classes_ = n_classes
+        #: the label columns, as scikit-learn's multi-label estimators (OneVsRestClassifier) name them
+        self.classes_ = np.arange(n_classes)
         self.threshold_ = self.threshold if self.threshold is not None else method.threshold
         return self
 
@@ -140,10 +179,27 @@ class SPMLClassifier(BaseEstimator):
     def predict(self, X: np.ndarray) -> np.ndarray:
         return (self.predict_proba(X) >= self.threshold_).astype(np.uint8)
 
-    def score(self, X: np.ndarray, Y: np.ndarray) -> float:
-        """Mean average precision against full 0/1 labels ``Y``."""
+    def score(self, X: np.ndarray, Y: np.ndarray, sample_weight: None = None) -> float:
+        """Mean average precision (scikit-learn's AP per class, averaged) against *full* 0/1 labels ``Y``.
+
+        Observed labels are refused (``ValueError``): a -1 in ``Y``, or, for an estimator fitted on
+        given observed labels, a ``Y`` with at most one positive in every row -- what
+        ``cross_val_score`` passes when the ``y`` it was given is observed labels. Scored against
+        those, every positive nobody observed would count as a false positive. Use
+        ``observation="single_positive"`` (or another simulated observation) with full labels for
+        cross-validation; see the module docstring.
+        """
         from .metrics import mean_average_precision
 
+        self._check_fitted()
+        if sample_weight is not None:
+            raise ValueError("score takes no sample_weight: mAP weighs every class equally, every example once")
+        Y = _full_labels(Y, "score's Y")
+        if self.observation == "given" and len(Y) > 1 and (Y.sum(1) <= 1).all():
+            raise ValueError("score needs full 0/1 labels, but every row of Y has at most one positive: these look "
+                             "like observed labels (the y given to fit). Against them every unobserved positive "
+                             "counts as an error; pass full labels, or cross-validate with full labels and "
+                             "observation='single_positive'")
         return mean_average_precision(self.predict_proba(X), Y)
 
     # -------------------------------------------------------------- helpers
@@ -161,6 +217,19 @@ class SPMLClassifier(BaseEstimator):
     def _check_fitted(self) -> None:
         if not hasattr(self, "model_"):
             raise RuntimeError("this SPMLClassifier is not fitted yet; call fit(X, Y_observed) first")
+
+
+def _full_labels(Y: Any, where: str) -> np.ndarray:
+    """``Y`` as a 0/1 matrix; observed labels (with -1) and anything else refused in one line."""
+    arr = np.asarray(Y)
+    if arr.ndim != 2:
+        raise ValueError(f"{where} must be a 2-D [samples, classes] 0/1 matrix, got shape {arr.shape}")
+    if (arr == -1).any():
+        raise ValueError(f"{where} must hold full 0/1 labels, but it holds -1: these are observed labels "
+                         "(1 positive, 0 unknown, -1 negative), which cannot score or simulate anything")
+    if not np.isin(arr, (0, 1)).all():
+        raise ValueError(f"{where} must hold only 0 and 1")
+    return arr.astype(np.uint8)
 
 
 def _train_rows(n: int, val_frac: float) -> np.ndarray:

@@ -25,13 +25,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="spmlkit", description="Multi-label learning when most labels are missing (SPML and relatives)."
     )
     parser.add_argument("--version", action="version", version=f"spmlkit {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors (default: one line)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     catalogue.add_parsers(sub)
     experiments.add_parsers(sub)
     train.add_parser(sub)
     data.add_parsers(sub)
     export.add_parsers(sub)
+    for command in sub.choices.values():
+        # the global options work after the sub-command too (`spmlkit train ... --debug`); SUPPRESS
+        # keeps an absent one from resetting what was given before the sub-command
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show full tracebacks on errors (also accepted before the sub-command)")
     return parser
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["csv_list", "hparam", "console", "positive_int"]
+__all__ = ["csv_list", "hparam", "console", "positive_int", "print_whole_words"]
 
 
 def csv_list(kind: type) -> Any:
@@ -49,3 +49,17 @@ def console():
 
     out = Console()
     return out if out.is_terminal else Console(width=160)
+
+
+def print_whole_words(screen: Any, text: str, indent: str = "", **options: Any) -> None:
+    """Print ``text`` wrapped between words only, at the console's width.
+
+    rich folds a word longer than the line (a long path) with a line break inside it, so it can
+    no longer be copied as one path. Here the lines break at spaces, never inside a word or at a
+    hyphen; a path longer than the line stands whole on a line of its own. ``indent`` starts
+    every line after the first."""
+    import textwrap
+
+    lines = textwrap.wrap(text, width=screen.width, break_long_words=False, break_on_hyphens=False,
+                          subsequent_indent=indent) or [""]
+    screen.print("\n".join(lines), soft_wrap=True, **options)

@@ -52,10 +52,11 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=run_prepare)
 
     p = sub.add_parser("extract", help="extract backbone features once (memory-mapped) for feature runs")
-    add_run_options(p)
-    p.add_argument("--features-out", required=True, help="output folder for the features")
-    p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
-    p.add_argument("--quiet", action="store_true")
+    add_run_options(p, extract=True)
+    p.add_argument("--features-out", required=True, metavar="DIR", help="output folder for the features")
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                   help="how the features are stored (default: float32; float16 halves the file)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_extract)
 
     p = sub.add_parser("predict", help="score images with a trained run")
@@ -65,9 +66,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--threshold", type=float, help="decision threshold in [0, 1] (default: the one the run selected "
                                                    "on its validation split; for a run that recorded none, the "
                                                    "method's: 0.5, or 0.75 for EM)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--batch-size", type=int, default=32, help="images per forward pass (default 32)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default cpu)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_predict)
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._common import console, csv_list, positive_int
+from ._common import console, csv_list, positive_int, print_whole_words
 
 if TYPE_CHECKING:
     from ..experiments.sweep.ray_backend import RayOptions
@@ -35,13 +36,14 @@ def add_parsers(sub: Any) -> None:
                    help="lr grid, selected on val (default 1e-3,3e-3,1e-2)")
     p.add_argument("--observation", default="single_positive",
                    help="single_positive | pos=K,neg=M | ratio=R | full (default single_positive)")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--head", choices=("linear", "mlp"), default="linear")
+    p.add_argument("--epochs", type=int, default=20, help="epochs of every run (default 20)")
+    p.add_argument("--batch-size", type=int, default=64, help="training examples per step (default 64)")
+    p.add_argument("--head", choices=("linear", "mlp"), default="linear",
+                   help="the network on the features (default linear)")
     p.add_argument("--val", choices=("clean", "observed"), default=None,
                    help="validation labels for model selection (default: clean where the data set has full "
                         "labels, observed for your own prepared data)")
-    p.add_argument("--subset", type=int, help="use only the first N training rows (quick check)")
+    p.add_argument("--subset", type=int, help="use only the first N training rows, for a quick check (default: all)")
     p.add_argument("--jobs", type=positive_int,
                    help="parallel worker processes (default: one per CPU this process may use)")
     p.add_argument("--out", default="spmlkit-results/benchmark",
@@ -50,15 +52,21 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_benchmark)
 
-    p = sub.add_parser("sweep", help="run a grid of methods x hyperparameters x seeds into a results store")
-    p.add_argument("config", help="sweep file (YAML/TOML/JSON), see spmlkit.experiments.sweep")
+    p = sub.add_parser("sweep", help="run a grid of methods x hyperparameters x seeds into a results store",
+                       description="Run every unfinished run of a sweep file's grid into a results store; the same "
+                                   "command resumes. The sweep file's keys: docs/sweep-files.md.")
+    p.add_argument("config", help="sweep file (YAML/TOML/JSON); every key is described in docs/sweep-files.md")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the sweep file and print its grid (its size and first runs) and exit: nothing is "
+                        "trained or written")
     p.add_argument("--jobs", type=positive_int,
                    help="parallel worker processes (default: one per CPU this process may use for feature "
                         "datasets, 1 with an image dataset); with --backend ray, the most runs at once (default: as "
                         "many as the cluster's CPUs hold)")
-    p.add_argument("--store", help="results database (default: the sweep file's `store`)")
+    p.add_argument("--store", help="results database (default: the sweep file's `store`, results.db beside it)")
     p.add_argument("--max-runs", type=positive_int, help="stop after this many runs (resume later)")
-    p.add_argument("--retry-failed", action="store_true", help="run recorded failures again")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run recorded failures again (default: a recorded failure counts as finished)")
     p.add_argument("--backend", choices=("process", "ray"), default="process",
                    help="process: worker processes on this machine (default); ray: one Ray task per run, on this "
                         "machine or a Ray cluster (pip install \"spmlkit[ray]\")")
@@ -69,22 +77,22 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--cpus-per-run", type=float, help="--backend ray: CPUs of a run (default 1)")
     p.add_argument("--max-retries", type=int, help="--backend ray: times a run whose worker died is run again "
                                                    "(default 2)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (default: one)")
     p.set_defaults(func=run_sweep)
 
     p = sub.add_parser("report", help="paper-style tables and the papers' analysis figures from a results store")
     p.add_argument("--store", required=True, help="results database written by `spmlkit sweep`")
-    p.add_argument("--out", default="report", help="output folder")
-    p.add_argument("--reference", help="show published numbers beside ours: EM, OPML, GR or PU-MLC")
+    p.add_argument("--out", default="report", help="output folder (default report)")
+    p.add_argument("--reference", help="show published numbers beside ours: EM, OPML, GR or PU-MLC (default: none)")
     p.add_argument("--metric", default="test_map", help="metric column to tabulate (default test_map)")
     p.add_argument("--formats", type=csv_list(str), default=_FORMATS, help="table formats (md,tex,csv)")
-    p.add_argument("--no-figures", action="store_true")
+    p.add_argument("--no-figures", action="store_true", help="tables only (default: tables and figures)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into --out even where it holds files of the report's names that spmlkit did not write")
     p.set_defaults(func=run_report)
 
     p = sub.add_parser("presets", help="list the presets and the published numbers they target")
-    p.add_argument("--dataset", help="only presets of this dataset")
+    p.add_argument("--dataset", help="only presets of this dataset (default: all)")
     p.set_defaults(func=run_presets)
 
 
@@ -92,18 +100,21 @@ class _SweepProgress:
     """A rich progress bar fed by a sweep's callbacks; it remembers the failed runs."""
 
     def __init__(self, screen: Any, name: str, quiet: bool, where: str, jobs: int | str):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
 
         self.screen, self.name, self.where, self.jobs = screen, name, where, jobs
         self.failures: list[dict[str, Any]] = []
         self.recorded = 0
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=screen, disable=quiet)
+                                 TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), console=screen,
+                                 disable=quiet)
         self.task = self.progress.add_task(name, total=None)
 
     def on_start(self, total: int, done: int) -> None:
         self.progress.update(self.task, total=total, completed=done)
-        self.screen.print(f"{self.name}: {total} runs, {done} already finished in {self.where}, {self.jobs} worker(s)")
+        print_whole_words(self.screen, f"{self.name}: {total} runs, {done} already finished in {self.where}, "
+                                       f"{self.jobs} worker(s)")
 
     def on_result(self, rec: dict[str, Any]) -> None:
         self.recorded += 1
@@ -156,8 +167,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
     rows, agg = bm.summarize(runs, methods)
     paths = bm.write_outputs(out, spec, runs, rows, agg)
     _print_benchmark_table(screen, spec, rows)
-    screen.print(f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
-                 f"{result.skipped} finished runs reused from {result.store})")
+    print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
+                              f"{result.skipped} finished runs reused from {result.store})")
     return 1 if tracker.failures else 0
 
 
@@ -212,9 +223,9 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
     screen.print(ranked)
     for line in summary_lines(board):
         screen.print(line)
-    screen.print(f"wrote the tables of {len(tables)} data sets to {out}/<data set>/ and "
-                 f"{', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
-                 f"{result.skipped} finished runs reused from {result.store})")
+    print_whole_words(screen, f"wrote the tables of {len(tables)} data sets to {out}/<data set>/ and "
+                              f"{', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
+                              f"{result.skipped} finished runs reused from {result.store})")
     return 1 if tracker.failures else 0
 
 
@@ -232,6 +243,9 @@ def run_sweep(args: argparse.Namespace) -> int:
         spec = load_sweep(args.config)
         ray_options = _ray_options(args)
     screen = console()
+    if args.dry_run:
+        with user_input():
+            return _print_grid(screen, spec, args.store or spec.store)
     where = args.store or spec.store
     # a number the user typed is used as given; Ray fills the cluster unless told otherwise
     jobs = args.jobs
@@ -251,12 +265,48 @@ def run_sweep(args: argparse.Namespace) -> int:
         return 143 if isinstance(exc, SweepTerminated) else 130
     tracker.print_failures()
     held = f", {result.held} left to the other sweep(s) holding them" if result.held else ""
-    screen.print(f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} finished{held}; "
-                 f"store: {result.store}. Next: `spmlkit report --store {result.store}`")
+    print_whole_words(screen, f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} "
+                              f"finished{held}; store: {result.store}. Next: `spmlkit report --store {result.store}`")
     if result.ran and result.failed == result.ran:
         raise InputError(f"every one of the {result.ran} runs failed (the errors are listed above); fix the "
                          f"settings in {args.config}, then run again with --retry-failed")
     return 1 if result.failed else 0
+
+
+#: the runs a dry run lists before it only counts the rest
+_GRID_ROWS = 20
+
+
+def _print_grid(screen: Any, spec: Any, store: str) -> int:
+    """``sweep --dry-run``: the grid's size and how it multiplies out, its first runs (every run's
+    settings checked, as a real start does), where it would be stored; nothing is written."""
+    from rich.table import Table
+
+    from ..experiments.sweep import expand, run_config
+
+    runs = expand(spec)
+    for run in runs:
+        run_config(run)  # a bad setting fails here, as it would before the first run
+    hp = {m: len({json.dumps(r["hparams"], sort_keys=True) for r in runs if r["method"] == m}) for m in spec.methods}
+    factors = [f"{len(spec.datasets)} dataset(s)", f"{len(spec.observations)} observation(s)",
+               f"{sum(hp.values())} method/hyperparameter point(s)", f"{len(spec.lrs)} lr(s)",
+               f"{len(spec.batch_sizes)} batch size(s)", f"{len(spec.seeds)} seed(s)"]
+    print_whole_words(screen, f"sweep {spec.name}: {len(runs)} runs = {' x '.join(factors)}; store {store}")
+    if spec.settings:
+        print_whole_words(screen, "settings of every run: " + ", ".join(f"{k}={v}" for k, v in spec.settings.items()),
+                          markup=False)
+    table = Table(title=f"the first {min(len(runs), _GRID_ROWS)} of {len(runs)} runs")
+    for col in ("run_id", "dataset", "observation", "method", "hparams", "lr", "batch", "seed"):
+        table.add_column(col)
+    for r in runs[:_GRID_ROWS]:
+        table.add_row(r["run_id"], r["dataset"], r["observation"], r["method"],
+                      ", ".join(f"{k}={v}" for k, v in r["hparams"].items()), f"{r['lr']:g}", str(r["batch_size"]),
+                      str(r["seed"]))
+    screen.print(table)
+    if len(runs) > _GRID_ROWS:
+        screen.print(f"... and {len(runs) - _GRID_ROWS} more runs")
+    screen.print("dry run: nothing trained or written")
+    return 0
 
 
 def _ray_options(args: argparse.Namespace) -> RayOptions | None:

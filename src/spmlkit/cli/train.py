@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._common import console, hparam
+from ._common import console, hparam, print_whole_words
 
 __all__ = ["add_run_options", "add_parser", "resolve_from_args", "run"]
 
@@ -25,67 +25,145 @@ _OPTIONS = {
 }
 
 
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    """Options shared by `train` and `extract`; None means "not given" (presets/config decide)."""
-    p.add_argument("--preset", help="a preset, e.g. em_apl/voc2012 or em_apl/yeast (see `spmlkit presets`)")
-    p.add_argument("--config", help="YAML/TOML/JSON file of settings (overridden by options given here)")
-    p.add_argument("--dataset", help="yeast | digits-mosaic | voc2012 | voc2007 | coco2014 | nuswide | cub")
-    p.add_argument("--features", help="a feature folder written by `spmlkit extract` (same as --dataset DIR)")
-    p.add_argument("--root", help="dataset root as downloaded (image datasets)")
-    p.add_argument("--prepared", help="a folder written by `spmlkit prepare` (enough on its own)")
-    p.add_argument("--variant", help="dataset variant, e.g. coco2014: pu_mlc (PU-MLC's image list)")
-    p.add_argument("--method", help="method name (see `spmlkit methods`)")
-    p.add_argument("--hparam", type=hparam, action="append", metavar="NAME=VALUE",
-                   help="method hyperparameter, repeatable (e.g. --hparam alpha=0.2)")
-    p.add_argument("--observation", help="single_positive | pos=K,neg=M | ratio=R | full | given")
-    p.add_argument("--val", choices=("clean", "observed"), help="validation labels for model selection")
-    p.add_argument("--val-frac", type=float, help="share of the train list held out for validation (0: none)")
-    p.add_argument("--lr", type=float)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--patience", type=int, help="stop after N epochs without improvement (0: EM's rule)")
-    p.add_argument("--stop-drop", type=float, help="stop when val mAP falls this far below the best (0.02: GR)")
-    p.add_argument("--head", choices=("linear", "mlp"), help="feature runs: the head on the features")
-    p.add_argument("--subset", type=int, help="only the first N rows of the official train list")
-    p.add_argument("--backbone", help="torchvision:resnet50 | timm:<name> | small:cnn")
-    p.add_argument("--no-pretrained", dest="pretrained", action="store_false", default=None,
-                   help="do not load ImageNet weights (offline use)")
-    p.add_argument("--lgconv", action="store_true", default=None, help="PU-MLC's local-global convolutions")
-    p.add_argument("--image-size", type=int)
-    p.add_argument("--optimizer", choices=("adam", "sgd"))
-    p.add_argument("--head-lr-mult", type=float)
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--linear-init-epochs", type=int, help="LinearInit: head-only epochs on frozen features first")
-    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--amp", choices=("auto", "none", "bf16", "fp16"))
-    p.add_argument("--num-workers", type=int,
-                   help="image loader processes (default: automatic, from the CPUs available; 0: in the main "
-                        "process); results do not depend on it")
-    p.add_argument("--decode", choices=("cpu", "gpu"),
-                   help="where training JPEGs are decoded: cpu (PIL in the loader processes, the default) or gpu "
-                        "(nvJPEG, resized on the GPU; CUDA only)")
-    p.add_argument("--compile", action="store_true", default=None,
-                   help="torch.compile the model (faster steps after a compilation of a minute or more)")
-    p.add_argument("--deterministic", action="store_true", default=None,
-                   help="CUDA: deterministic algorithms and no TF32, so two runs with one seed are bit-identical "
-                        "(slower); CPU runs always are")
-    p.add_argument("--batch-statistics", choices=("global", "process"),
-                   help="under torchrun: loss statistics over the whole global batch or each process's slice "
-                        "(default: the method's; PU-MLC: process)")
-    p.add_argument("--out", help="run folder (default runs/<dataset>/<method>/seed<seed>)")
+def _default(setting: str) -> str:
+    """A setting's default as help text shows it: ``RunConfig``'s field default."""
+    from ..training.config import RunConfig
+
+    value = RunConfig().flat()[setting]
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _by_kind(setting: str) -> str:
+    """The default of a setting that feature runs and image runs set apart (lr, epochs, batch size)."""
+    from ..training.defaults import FEATURE_DEFAULTS
+
+    feature = FEATURE_DEFAULTS[setting]
+    return (f"default: {feature:g} on feature datasets, {_default(setting)} on images, or the preset's "
+            "(`spmlkit presets`)")
+
+
+#: what every `train` and `extract` default stands under: the layers of resolve_config
+_LAYERS = ("Settings resolve in this order, later winning: the defaults shown here, the dataset's own defaults, the "
+           "(method, dataset) preset when there is one, --config FILE, then the options given here.")
+
+
+def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> None:
+    """The options of `train`; `extract` (``extract=True``) takes only those that choose its data,
+    its backbone and its machine. None means "not given": presets and config files decide."""
+    data = p.add_argument_group("data")
+    data.add_argument("--preset", help="a paper's settings, e.g. em_apl/voc2012 or em_apl/yeast (`spmlkit presets` "
+                                       "lists them; default: the (method, dataset) preset when one exists)")
+    data.add_argument("--config", metavar="FILE",
+                      help="YAML/TOML/JSON file of settings, flat or in sections (overridden by options given here; "
+                           "default: none)")
+    data.add_argument("--dataset", help="yeast | digits-mosaic | voc2012 | voc2007 | coco2014 | nuswide | cub, or a "
+                                        f"folder written by `spmlkit extract` (default: {_default('dataset')})")
+    if not extract:
+        data.add_argument("--features", metavar="DIR",
+                          help="a feature folder written by `spmlkit extract` (the same as --dataset DIR; default: none)")
+    data.add_argument("--root", metavar="DIR", help="image datasets: the dataset's folder as downloaded and unpacked "
+                                                   "(default: none)")
+    data.add_argument("--prepared", metavar="DIR",
+                      help="a folder written by `spmlkit prepare`, enough on its own: it names its dataset (default: "
+                           "<root>/spmlkit-prepared/<dataset>)")
+    data.add_argument("--variant", help="dataset variant, e.g. coco2014: pu_mlc (PU-MLC's image list; default: none)")
+    data.add_argument("--subset", type=int, metavar="N",
+                      help="only the first N rows of the official train list, for quick checks (default: all)")
+    model = p.add_argument_group("network (image datasets)")
+    model.add_argument("--backbone", help="torchvision:<name> | timm:<name> | small:cnn "
+                                          f"(default: {_default('backbone')})")
+    model.add_argument("--no-pretrained", dest="pretrained", action="store_false", default=None,
+                       help="start from random weights instead of ImageNet's (nothing is downloaded; "
+                            "default: pretrained)")
+    model.add_argument("--lgconv", action="store_true", default=None,
+                       help="add PU-MLC's local-global convolutions (default: off)")
+    model.add_argument("--image-size", type=int, metavar="PIXELS",
+                       help=f"images are resized to PIXELS x PIXELS (default: {_default('image_size')})")
+    machine = p.add_argument_group("machine")
+    machine.add_argument("--device", help=f"auto | cpu | cuda | cuda:N (default: {_default('device')}: a GPU when "
+                                          "there is one for image runs, the CPU for feature runs)")
+    machine.add_argument("--num-workers", type=int, metavar="N",
+                         help="image loader processes (default: automatic, from the CPUs available; 0: in the main "
+                              "process); results do not depend on it")
+    if extract:
+        machine.add_argument("--batch-size", type=int, metavar="N",
+                             help="images per forward pass (default: the dataset's batch size, at least 64)")
+        machine.add_argument("--seed", type=int,
+                             help=f"seeds a backbone's random weights with --no-pretrained (default: {_default('seed')})")
+        return
+    method = p.add_argument_group("method")
+    method.add_argument("--method", help=f"the method to train (`spmlkit methods` lists them; default: {_default('method')}, "
+                                         "assume negative)")
+    method.add_argument("--hparam", type=hparam, action="append", metavar="NAME=VALUE",
+                        help="a method hyperparameter, repeatable, e.g. --hparam alpha=0.2 (default: the method's, or "
+                             "the preset's; `spmlkit methods` lists them)")
+    method.add_argument("--observation", help="which training labels are seen: single_positive | pos=K,neg=M | ratio=R "
+                                              f"| full | given (default: {_default('observation')})")
+    method.add_argument("--val", choices=("clean", "observed"),
+                        help=f"labels the epoch is selected on: the validation rows' clean or observed labels "
+                             f"(default: {_default('val_variant')})")
+    method.add_argument("--val-frac", type=float, metavar="FRACTION",
+                        help=f"share of the train list held out for validation, 0 for none (default: "
+                             f"{_default('val_frac')})")
+    method.add_argument("--head", choices=("linear", "mlp"),
+                        help=f"feature datasets: the network on the features (default: {_default('head')})")
+    method.add_argument("--batch-statistics", choices=("global", "process"),
+                        help="under torchrun: loss statistics over the whole global batch or each process's slice "
+                             "(default: the method's; PU-MLC: process)")
+    opt = p.add_argument_group("optimisation and schedule")
+    opt.add_argument("--lr", type=float, help=f"learning rate ({_by_kind('lr')})")
+    opt.add_argument("--batch-size", type=int, metavar="N", help=f"training examples per step ({_by_kind('batch_size')})")
+    opt.add_argument("--epochs", type=int, metavar="N", help=f"passes over the training rows ({_by_kind('epochs')})")
+    opt.add_argument("--seed", type=int, help="seeds the initial weights and the batch order; every seed sees the same "
+                                              f"split and observed labels (default: {_default('seed')})")
+    opt.add_argument("--patience", type=int, metavar="N",
+                     help="stop after N epochs without a validation gain, 0 for EM's rule (default: train every epoch)")
+    opt.add_argument("--stop-drop", type=float, metavar="DROP",
+                     help="stop when validation mAP falls this far below the best, e.g. 0.02 as GR (default: never)")
+    opt.add_argument("--optimizer", choices=("adam", "sgd"), help=f"the optimiser (default: {_default('optimizer')})")
+    opt.add_argument("--head-lr-mult", type=float, metavar="FACTOR",
+                     help=f"image runs: the head's learning rate over the backbone's (default: {_default('head_lr_mult')})")
+    opt.add_argument("--weight-decay", type=float, help=f"L2 weight decay (default: {_default('weight_decay')})")
+    opt.add_argument("--linear-init-epochs", type=int, metavar="N",
+                     help="LinearInit: N head-only epochs on frozen features first (default: "
+                          f"{_default('linear_init_epochs')})")
+    machine.add_argument("--amp", choices=("auto", "none", "bf16", "fp16"),
+                         help="mixed precision of image runs (default: auto: bf16 on a GPU, none on the CPU)")
+    machine.add_argument("--decode", choices=("cpu", "gpu"),
+                         help="where training JPEGs are decoded: cpu (PIL in the loader processes) or gpu "
+                              "(nvJPEG, resized on the GPU; CUDA only) (default: cpu)")
+    machine.add_argument("--compile", action="store_true", default=None,
+                         help="torch.compile the model: faster steps after a compilation of a minute or more "
+                              "(default: off)")
+    machine.add_argument("--deterministic", action="store_true", default=None,
+                         help="CUDA: deterministic algorithms and no TF32, so two runs with one seed are bit-identical "
+                              "(slower; default: off); CPU runs always are")
+    p.add_argument_group("output").add_argument(
+        "--out", metavar="DIR", help="the run folder (default: runs/<dataset>/<method>/seed<seed>)")
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("train", help="train one method on a feature dataset (yeast, an `extract` folder) or images")
+    p = sub.add_parser("train", help="train one method on a feature dataset (yeast, an `extract` folder) or images",
+                       description="Train one method and evaluate its selected epoch on the test list. " + _LAYERS,
+                       epilog="Examples: spmlkit train (Yeast, the default) | spmlkit train --method em_apl "
+                              "--hparam alpha=0.2 | spmlkit train --preset em_apl/voc2012 --root DIR | "
+                              "spmlkit train --dry-run")
     add_run_options(p)
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    p.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
-    p.add_argument("--stop-after", type=int, help="stop this invocation after N epochs (resume later)")
-    p.add_argument("--logger", dest="loggers", action="append", metavar="NAME",
-                   help="also log every epoch's metrics to tensorboard | mlflow | wandb | a registered logger; "
-                        "repeatable")
-    p.add_argument("--quiet", action="store_true")
+    this = p.add_argument_group("this run")
+    this.add_argument("--resume", action="store_true",
+                     help="continue the run in --out from its last finished epoch, with its own saved settings")
+    this.add_argument("--overwrite", action="store_true", help="replace a run already in --out (default: refuse)")
+    this.add_argument("--stop-after", type=int, metavar="N",
+                     help="stop this invocation after N epochs; --resume continues it (default: train to the end)")
+    this.add_argument("--logger", dest="loggers", action="append", metavar="NAME",
+                     help="also log every epoch's metrics to tensorboard | mlflow | wandb | a registered logger; "
+                          "repeatable (default: metrics.csv only)")
+    this.add_argument("--dry-run", action="store_true",
+                     help="print the resolved settings (as config.yaml would hold them) and exit: nothing is "
+                          "trained or written")
+    this.add_argument("--quiet", action="store_true",
+                     help="no settings summary, progress or epoch lines: the table of epochs and the result at the "
+                          "end only (default: all of them)")
     p.set_defaults(func=run)
 
 
@@ -98,7 +176,7 @@ def resolve_from_args(args: argparse.Namespace):
 
     values = {field: getattr(args, opt) for opt, field in _OPTIONS.items() if getattr(args, opt, None) is not None}
     values = typed_paths(values)  # ./data/x/ -> data/x: as a resumed run's paths read back
-    if args.hparam:
+    if getattr(args, "hparam", None):
         values["hparams"] = dict(args.hparam)
     file_values = RunDirectory.config_file_settings(args.config) if args.config else {}
 
@@ -172,43 +250,114 @@ def f1_summary(test_metrics: dict[str, Any], method_threshold: float) -> str:
     return f", F1 overall / per-class {', '.join(parts)}" if parts else ""
 
 
+def _kind(config: Any) -> str:
+    from ..training.run_data import is_feature_run
+
+    return "features" if is_feature_run(config) else "images"
+
+
+def settings_summary(config: Any, kind: str) -> list[str]:
+    """The resolved settings that apply to this kind of run, one line per section: what a person
+    checks before a long run starts (the whole of it is ``config.yaml``, or ``--dry-run``)."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{k}={shown(v)}" for k, v in value.items()) + "}"
+        return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    return [f"  {section}: " + " ".join(f"{k}={shown(v)}" for k, v in values.items())
+            for section, values in config.to_dict(kind).items() if section != "output"]
+
+
+def resume_command(out: str | Path) -> str:
+    """The one command that continues the run in ``out`` (its saved settings need no other option)."""
+    import shlex
+
+    return f"spmlkit train --resume --out {shlex.quote(str(out))}"
+
+
 def run(args: argparse.Namespace) -> int:
+    import sys
+
+    import yaml
     from rich.table import Table
 
     from ..errors import user_input
     from ..training import train
+    from ..training.loggers import EpochLines, EpochProgress
+    from ..training.run_dir import RunDirectory
 
     out = console()
     out.quiet = os.environ.get("RANK", "0") != "0"  # under torchrun, one process reports
+    from ..training.device import resolve_device
+    from ..training.plan import requested_device
+
     with user_input():
         config = resolve_from_args(args)
         _check_decode(config)
-    out.print(f"[bold]spmlkit train[/bold]: {config.method.name} on {config.data.dataset} ({config.data.observation}), "
-              f"{config.schedule.epochs} epochs, batch {config.optimisation.batch_size}, lr {config.optimisation.lr:g} -> {config.output.out}")
+        kind = _kind(config)
+        device = resolve_device(requested_device(config, kind))  # what device=auto comes to
+    if args.dry_run:  # valid YAML as a whole: the settings, and what was (not) done as a comment
+        out.print(yaml.safe_dump(config.to_dict(kind), sort_keys=False).rstrip(), soft_wrap=True, markup=False,
+                  highlight=False)
+        out.print(f"# dry run: nothing trained or written (the run folder would be {config.output.out})",
+                  soft_wrap=True, markup=False, highlight=False)
+        return 0
+    epochs = config.schedule.epochs
+    print_whole_words(out, f"[bold]spmlkit train[/bold]: {config.method.name} on {config.data.dataset} "
+                           f"({config.data.observation}), {epochs} epoch{'s' if epochs != 1 else ''}, batch {config.optimisation.batch_size}, "
+                           f"lr {config.optimisation.lr:g}, on {device} -> {config.output.out}")
+    if not args.quiet:
+        for line in settings_summary(config, kind):
+            print_whole_words(out, line, indent="      ", markup=False, highlight=False)
+    if args.resume:
+        done = RunDirectory(config.output.out).finished_epochs()
+        print_whole_words(out, f"resuming {config.output.out} after epoch {done} of {epochs}")
     table = Table(title=f"{config.method.name} on {config.data.dataset}")
     for col in ("epoch", "train loss", "val mAP (%)", "pseudo-labels", "images/s", "seconds"):
         table.add_column(col, justify="right")
+    lines = EpochLines()
+    progress = None if args.quiet else EpochProgress(out, epochs=epochs)
+    finished: list[int] = []
 
     def on_epoch(rec: dict[str, float]) -> None:
-        n_pseudo = rec.get("pseudo_negatives", 0) + rec.get("corrections", 0)
-        row = (str(int(rec["epoch"])), f"{rec['train_loss']:.4f}", f"{100 * rec['val_map']:.2f}", f"{int(n_pseudo)}",
-               f"{rec['images_per_second']:.0f}", f"{rec['epoch_seconds']:.2f}")
-        table.add_row(*row)
-        if not args.quiet:
-            out.print("  epoch " + " | ".join(row[:3]) + f" | {row[4]} img/s")
+        finished.append(int(rec["epoch"]))
+        table.add_row(*lines.cells(rec))
+        if progress is not None:
+            progress.finish()
+            if len(finished) == 1:
+                out.print(lines.header(), highlight=False)
+            out.print(lines.row(rec), highlight=False)
 
-    res = train(config, resume=args.resume, overwrite=args.overwrite, stop_after=args.stop_after, on_epoch=on_epoch)
-    out.print(table)
+    try:
+        res = train(config, resume=args.resume, overwrite=args.overwrite, stop_after=args.stop_after,
+                    on_epoch=on_epoch, on_epoch_start=progress and progress.start,
+                    on_step=progress and progress.advance)
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress.finish()
+        folder = RunDirectory(config.output.out)
+        if folder.last.is_file():
+            print(f"spmlkit train: interrupted after epoch {folder.finished_epochs()} of {epochs}; continue with: "
+                  f"{resume_command(config.output.out)}", file=sys.stderr)
+        else:
+            print("spmlkit train: interrupted before its first epoch was saved; nothing was kept, run the same "
+                  "command again to start", file=sys.stderr)
+        return 130
+    if progress is None:
+        out.print(table)
+    resumed = f"resumed after epoch {res.resumed_from}; " if res.resumed_from else ""
     if not res.finished:
-        out.print(f"stopped after epoch {len(res.history)} as asked; continue with --resume --out {res.out}")
+        last = res.history[-1]["epoch"] if res.history else 0
+        print_whole_words(out, f"stopped after epoch {last} as asked; continue with: {resume_command(res.out)}")
         return 0
     if res.test_map == res.test_map:  # a labelled test set: mAP and F1, each F1 named by its threshold
         from ..methods import get_method
 
         test = f"test mAP {100 * res.test_map:.2f}%" + f1_summary(res.test_metrics,
                                                                   get_method(config.method.name).threshold)
-        out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  ({_cost(res)}); "
-                  f"outputs in {res.out}")
+        print_whole_words(out, f"{resumed}best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  "
+                               f"({_cost(res)}); outputs in {res.out}")
         return 0
     # users' data without a labelled test set: say plainly what the numbers above are, and are not
     if config.data.val_frac == 0:
@@ -217,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
         selected = "model selected on the observed labels of the validation split"
     else:
         selected = "model selected on the clean labels of the validation split"
-    out.print(f"best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%  ({_cost(res)}); "
-              f"outputs in {res.out}")
+    print_whole_words(out, f"{resumed}best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%  ({_cost(res)}); "
+                           f"outputs in {res.out}")
     out.print(f"no labelled test set: no clean metric exists; {selected}")
     return 0

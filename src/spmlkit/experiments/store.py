@@ -56,7 +56,6 @@ import os
 import secrets
 import socket
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -66,6 +65,7 @@ if TYPE_CHECKING:
     import pandas
 from ..errors import InputError
 from ..io import to_jsonable
+from ..training.provenance import git_commit  # re-exported: the store's records carry it
 
 __all__ = ["ResultsStore", "StoreError", "git_commit", "package_version", "new_owner_id", "SCALAR_COLUMNS",
            "JSON_COLUMNS", "REQUIRED_KEYS", "CLAIMED", "FINISHED", "HELD", "APPLICATION_ID"]
@@ -156,20 +156,6 @@ _REAL_COLUMNS = {k for k, v in SCALAR_COLUMNS.items() if v.startswith("REAL")}
 _ALL_COLUMNS = tuple(SCALAR_COLUMNS) + JSON_COLUMNS
 _SCHEMA_KEYS = set(SCALAR_COLUMNS) | (set(JSON_COLUMNS) - {"extra"})
 _SCHEMA_KEYS_ORDERED = tuple(SCALAR_COLUMNS) + tuple(k for k in JSON_COLUMNS if k != "extra")
-
-
-def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
-    """``git rev-parse HEAD`` of the repository containing ``cwd`` (default: the current
-    directory), or None when git is missing, this is not a repository, or anything fails.
-    Never raises: provenance is nice to have, never worth a crashed run."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=False
-        )
-    except Exception:  # noqa: BLE001 - any failure just means "unknown"
-        return None
-    sha = out.stdout.strip()
-    return sha if out.returncode == 0 and sha else None
 
 
 def package_version() -> str:

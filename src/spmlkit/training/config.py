@@ -53,8 +53,9 @@ class DataConfig:
     """Which data, and the protocol applied to it (docs/protocol.md)."""
 
     #: a feature dataset (yeast, an `extract` folder) or an image dataset (voc2012 | voc2007 |
-    #: coco2014 | nuswide | cub | digits-mosaic | prepared)
-    dataset: str = "digits-mosaic"
+    #: coco2014 | nuswide | cub | digits-mosaic | prepared). The default is Yeast, the data set the
+    #: benchmark defaults to too: it ships with the installation and trains in seconds on a CPU
+    dataset: str = "yeast"
     root: str | None = _images()  # dataset root (as downloaded) for benchmark image datasets
     prepared: str | None = _images()  # folder written by `spmlkit prepare` (default: <root>/spmlkit-prepared/...)
     dataset_variant: str | None = _images()  # e.g. coco2014: None (the SPML list) or "pu_mlc"
@@ -349,9 +350,22 @@ class RunConfig:
             raise ValueError("early stopping (patience / stop_drop) needs validation data; val_frac is 0")
         _check_recipe(self)
 
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        """The nested form ``config.yaml`` holds: one mapping per section."""
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+    def to_dict(self, kind: str | None = None) -> dict[str, dict[str, Any]]:
+        """The nested form ``config.yaml`` holds: one mapping per section.
+
+        ``kind`` ("features" or "images") leaves out the settings that do not apply to that kind
+        of run (a Yeast run has no ``backbone`` or ``image_size``): what a reader of the run's
+        ``config.yaml`` sees is what the run used. Reading it back gives the same config, since
+        a setting left out is at its default (:meth:`check_source` refuses anything else)."""
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        if kind is None:
+            return out
+        other = _other_kind(kind)
+        for name, cls in SECTIONS.items():
+            for f in dataclasses.fields(cls):
+                if f.metadata.get("applies") == other:
+                    del out[name][f.name]
+        return out
 
     def flat(self) -> dict[str, Any]:
         """Every setting by its own name (the form presets, sweeps and options use)."""
@@ -359,7 +373,7 @@ class RunConfig:
 
     def check_source(self, kind: str) -> None:
         """Reject settings that do not apply to a ``kind`` ("features" or "images") run."""
-        other = "images" if kind == "features" else "features"
+        other = _other_kind(kind)
         given = []
         for name, cls in SECTIONS.items():
             section = getattr(self, name)
@@ -383,6 +397,12 @@ def _check_recipe(config: RunConfig) -> None:
     if (recipe.lgconv_bias or recipe.lgconv_gamma_init != "constant") and not config.model.lgconv:
         raise ValueError("lgconv_bias / lgconv_gamma_init change LgConv layers, but lgconv is off; set lgconv: true "
                          "(--lgconv) or remove them")
+
+
+def _other_kind(kind: str) -> str:
+    if kind not in ("features", "images"):
+        raise ValueError(f"a run's kind is 'features' or 'images', got {kind!r}")
+    return "images" if kind == "features" else "features"
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -504,10 +524,11 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def save_config(config: RunConfig, path: str | Path) -> None:
-    """``config.yaml``: the nested form, one block per section."""
+def save_config(config: RunConfig, path: str | Path, kind: str | None = None) -> None:
+    """``config.yaml``: the nested form, one block per section; with ``kind``, only the settings
+    that apply to that kind of run (:meth:`RunConfig.to_dict`)."""
     import yaml
 
     from ..io import atomic_write_text
 
-    atomic_write_text(path, yaml.safe_dump(config.to_dict(), sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(config.to_dict(kind), sort_keys=False))

@@ -34,8 +34,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from rich.progress import ProgressColumn
+from rich.text import Text
+
 __all__ = ["RunLogger", "LoggerFactory", "register_logger", "available_loggers", "check_loggers", "open_loggers",
-           "LoggerGroup", "ENTRY_POINT_GROUP"]
+           "LoggerGroup", "ENTRY_POINT_GROUP", "EpochProgress", "EpochLines"]
 
 ENTRY_POINT_GROUP = "spmlkit.loggers"
 
@@ -273,3 +276,118 @@ for _name, _cls, _module in (("tensorboard", TensorBoardLogger, "tensorboard"), 
                              ("wandb", WandbLogger, "wandb")):
     register_logger(_name, _cls)
     _NEEDS[_name] = (_module, f'"spmlkit[{_name}]"' if _name == "tensorboard" else _module)
+
+
+# ---------------------------------------------------------------------------- what a person sees
+
+
+class EpochProgress:
+    """Progress within an epoch for a person watching a run: where it is, how fast, how long left.
+
+    An epoch of ResNet-50 at 448 x 448 on a CPU lasts long enough that silence reads as a hang.
+    On a terminal (``live``) a rich progress bar shows the examples done, images per second and
+    the time left, and disappears when the epoch's line is printed. In a log (output to a file or
+    pipe, where a bar would write a carriage-return mess) a plain line is written at most every
+    ``every_seconds`` (30 s) instead: an epoch shorter than that writes nothing, so a log of a
+    fast run holds only its epoch lines. ``clock`` is injectable for tests.
+    """
+
+    def __init__(self, console: Any, *, epochs: int, live: bool | None = None, every_seconds: float = 30.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self.console, self.epochs, self.every_seconds = console, epochs, every_seconds
+        self.live = console.is_terminal if live is None else live
+        self.clock = clock or time.monotonic
+        self._bar: Any = None
+        self._task: Any = None
+        self.epoch = self.total = self.done = 0
+        self._t0 = self._last_line = 0.0
+
+    def start(self, epoch: int, examples: int) -> None:
+        """An epoch of ``examples`` training examples begins."""
+        self.epoch, self.total, self.done = epoch, examples, 0
+        self._t0 = self._last_line = self.clock()
+        if self.live:
+            self._stop_bar()
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(TextColumn(f"epoch {epoch}/{self.epochs}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("images"), _RateColumn(), TextColumn("left"), TimeRemainingColumn(),
+                                 console=self.console, transient=True)
+            self._task = self._bar.add_task("train", total=examples)
+            self._bar.start()
+
+    def advance(self, examples: int) -> None:
+        """A training step over ``examples`` examples finished."""
+        self.done += examples
+        if self._bar is not None:
+            self._bar.advance(self._task, examples)
+            return
+        now = self.clock()
+        if not self.live and now - self._last_line >= self.every_seconds:
+            self._last_line = now
+            self.console.print(self.line(now - self._t0), soft_wrap=True)
+
+    def line(self, elapsed: float) -> str:
+        """The plain progress line after ``elapsed`` seconds of the epoch."""
+        rate = self.done / elapsed if elapsed > 0 else float("nan")
+        share = self.done / self.total if self.total else float("nan")
+        left = (self.total - self.done) / rate if rate > 0 else float("nan")
+        return (f"  epoch {self.epoch}/{self.epochs}: {self.done}/{self.total} images ({100 * share:.0f}%), "
+                f"{rate:.0f} img/s, {_duration(left)} left")
+
+    def finish(self) -> None:
+        """The epoch ended (its line is about to be printed): the bar goes away."""
+        self._stop_bar()
+
+    def _stop_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``1 h 02 min``; ``?`` while unknown."""
+    if not math.isfinite(seconds):
+        return "?"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+class _RateColumn(ProgressColumn):
+    """Images per second, from rich's own moving estimate of the task's speed."""
+
+    def render(self, task: Any) -> Text:
+        return Text("? img/s" if task.speed is None else f"{task.speed:.0f} img/s")
+
+
+class EpochLines:
+    """One line per finished epoch under a header that names its columns, aligned for reading::
+
+         epoch  train loss  val mAP (%)  pseudo-labels  img/s  seconds
+             1     -0.0273        75.86              0    108     2.31
+
+    The same columns as the table at the end of ``spmlkit train`` and as ``metrics.csv``
+    (``train_loss``, ``val_map`` in percent, pseudo-negatives plus corrections,
+    ``images_per_second``, ``epoch_seconds``)."""
+
+    COLUMNS = (("epoch", 5), ("train loss", 10), ("val mAP (%)", 11), ("pseudo-labels", 13), ("img/s", 6),
+               ("seconds", 7))
+
+    def header(self) -> str:
+        return "  ".join(name.rjust(width) for name, width in self.COLUMNS)
+
+    @staticmethod
+    def cells(record: dict[str, Any]) -> tuple[str, ...]:
+        """The record's values as the columns show them."""
+        pseudo = record.get("pseudo_negatives", 0) + record.get("corrections", 0)
+        return (str(int(record["epoch"])), f"{record['train_loss']:.4f}", f"{100 * record['val_map']:.2f}",
+                f"{int(pseudo)}", f"{record['images_per_second']:.0f}", f"{record['epoch_seconds']:.2f}")
+
+    def row(self, record: dict[str, Any]) -> str:
+        return "  ".join(cell.rjust(width) for cell, (_, width) in zip(self.cells(record), self.COLUMNS))

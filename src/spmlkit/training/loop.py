@@ -117,11 +117,12 @@ class Run:
 @dataclass
 class LoopHooks:
     """Optional callbacks: a finished epoch's record (of each run), the loop state after it, a
-    finished step (its number of examples)."""
+    finished step (its number of examples), an epoch about to start (its number)."""
 
     on_epoch: Callable[[dict[str, float]], None] | None = None
     on_epoch_end: Callable[[Run], None] | None = None
     on_step: Callable[[int], None] | None = None
+    on_epoch_start: Callable[[int], None] | None = None
 
 
 @dataclass
@@ -340,6 +341,8 @@ def run_loop(group: Group, *, epochs: int, val_targets: np.ndarray, truth_train:
         runs = [run for run in group.active() if run.loop.epoch < epoch]
         if not runs:
             break
+        if hooks.on_epoch_start is not None:
+            hooks.on_epoch_start(epoch)
         t0 = time.perf_counter()
         for run in runs:
             run.components.set_epoch(epoch, epochs)

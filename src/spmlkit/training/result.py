@@ -42,6 +42,9 @@ class RunResult:
     peak_host_memory_bytes: int | None = None
     peak_gpu_memory_bytes: int | None = None
     out: Path | None = None
+    #: where the numbers came from (:func:`~spmlkit.training.provenance.run_provenance`): versions,
+    #: command line, device, start and end times, the project's git commit when there is one
+    provenance: dict[str, Any] = field(default_factory=dict)
     model: nn.Module | None = field(default=None, repr=False, compare=False)
     label_state: LabelState | None = field(default=None, repr=False, compare=False)
 
@@ -58,4 +61,4 @@ class RunResult:
                 "history": self.history, "analysis": self.analysis, "class_names": self.class_names,
                 "seconds": self.seconds, "images_per_second": self.images_per_second,
                 "stopped_early": self.stopped_early, "finished": self.finished, "resumed_from": self.resumed_from,
-                **{k: v for k, v in peaks.items() if v is not None}}
+                **{k: v for k, v in peaks.items() if v is not None}, **self.provenance}

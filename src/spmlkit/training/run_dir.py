@@ -22,6 +22,11 @@ that already holds one is refused unless it is resumed (``resume=True``) or repl
 purpose (``overwrite=True``). Nothing of anyone else's is replaced at all: a folder that holds
 files spmlkit did not write, or another kind of spmlkit output, is refused even with
 ``overwrite=True`` (:mod:`spmlkit.output_dir`).
+A run that fails before its first epoch is saved (no backbone
+weights offline, a Ctrl-C during the first epoch) has nothing to resume: it takes its
+``config.yaml`` (and a folder it made) away again (:meth:`RunDirectory.discard_unstarted`), and a
+folder that holds nothing but a ``config.yaml`` (a process killed outright) is replaced by the next
+start without ``--overwrite``. Each refusal names the one option that gets out.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import torch
 import yaml
 
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
-from ..output_dir import RUN, check_output_dir, claim_output_dir, output_kind
+from ..output_dir import MARKER, RUN, check_output_dir, claim_output_dir, output_kind
 from .checkpoint import load_checkpoint, numpy_rng_state, plain_checkpoint, set_numpy_rng_state
 from .config import RESUME_FREE, RunConfig, flat_settings, load_config_file, saved_settings
 from .loop import LoopState, Run
@@ -48,11 +53,15 @@ __all__ = ["RunDirectory", "feature_spec"]
 _CONFIG_HEADER = ("# spmlkit run configuration. Relative paths (root, prepared, a feature folder as dataset) are "
                   "relative to this folder.\n")
 _RUN_FILES = ("config.yaml", "last.pt", "best.pt", "metrics.csv", "metrics.json", "result.json")
+#: what a run writes from its first finished epoch on: a folder without any of them holds no work
+_WORK_FILES = _RUN_FILES[1:]
 
 
 class RunDirectory:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._made: list[Path] = []  # the folders start() created, outermost first
+
 
     @property
     def last(self) -> Path:
@@ -63,7 +72,9 @@ class RunDirectory:
         return self.path / "best.pt"
 
     def holds_a_run(self) -> bool:
-        return any((self.path / name).exists() for name in _RUN_FILES)
+        """Whether the folder holds work of a run: an epoch's checkpoint, metrics or a result (a
+        ``config.yaml`` alone is a start that never finished an epoch, and is not kept)."""
+        return any((self.path / name).exists() for name in _WORK_FILES)
 
     @staticmethod
     def holds_run_files(path: Path) -> bool:
@@ -77,33 +88,43 @@ class RunDirectory:
             return False
         return "dataset" in values and "method" in values
 
-    def start(self, config: RunConfig, *, resume: bool, overwrite: bool) -> dict[str, Any] | None:
-        """Prepare the folder; returns the checkpoint to resume from (or None)."""
+    def finished_epochs(self) -> int:
+        """How many epochs the run in this folder finished, from its ``metrics.json`` (0: none)."""
+        try:
+            return len(json.loads((self.path / "metrics.json").read_text()))
+        except (OSError, ValueError):
+            return 0
+
+    def start(self, config: RunConfig, *, resume: bool, overwrite: bool, kind: str | None = None
+              ) -> dict[str, Any] | None:
+        """Prepare the folder; returns the checkpoint to resume from (or None). ``kind`` (features |
+        images) keeps the other kind's settings out of ``config.yaml``."""
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"run folder {self.path} is an existing file; choose another --out")
         check_output_dir(self.path, RUN, option="--out", recognise=RunDirectory.holds_run_files)
         ckpt = None
         if resume:
             ckpt = self._resume_checkpoint(config)
-        elif self.holds_a_run():
-            if not overwrite:
-                raise ValueError(f"{self.path} already holds a run; continue it with --resume, replace it with "
-                                 "--overwrite, or choose another --out")
+        else:
+            if self.holds_a_run() and not overwrite:
+                raise ValueError(self._refusal())
             for name in _RUN_FILES:
                 (self.path / name).unlink(missing_ok=True)
             shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
         try:
+            self._made = [p for p in (*reversed(self.path.parents), self.path) if not p.exists()]
             claim_output_dir(self.path, RUN, option="--out", recognise=RunDirectory.holds_run_files)
-            atomic_write_text(self.path / "config.yaml", _CONFIG_HEADER + yaml.safe_dump(self.saved_config(config),
+            atomic_write_text(self.path / "config.yaml", _CONFIG_HEADER + yaml.safe_dump(self.saved_config(config, kind),
                                                                                           sort_keys=False))
         except OSError as exc:
             raise ValueError(f"cannot write the run folder {self.path}: {exc.strerror or exc}") from None
         return ckpt
 
-    def saved_config(self, config: RunConfig) -> dict[str, Any]:
+    def saved_config(self, config: RunConfig, kind: str | None = None) -> dict[str, Any]:
         """``config`` in sections as this folder saves it (``config.yaml``, checkpoints): relative
-        paths relative to the run folder (:mod:`.run_paths`), so it resumes from anywhere."""
-        return RunConfig(**paths_relative_to(config.flat(), self.path)).to_dict()
+        paths relative to the run folder (:mod:`.run_paths`), so it resumes from anywhere; ``kind``
+        (features | images) leaves out the other kind's settings (:meth:`RunConfig.to_dict`)."""
+        return RunConfig(**paths_relative_to(config.flat(), self.path)).to_dict(kind)
 
     def saved_settings(self) -> dict[str, Any]:
         """The flat settings of this folder's ``config.yaml``, its paths resolved against the folder
@@ -121,9 +142,39 @@ class RunDirectory:
             return paths_from_run_folder(values, path.parent)
         return values
 
+    def _refusal(self) -> str:
+        """Why a fresh start is refused, and the one option that continues or replaces the run."""
+        if (self.path / "result.json").exists():
+            return (f"{self.path} already holds a finished run; to replace it, run the same command with "
+                    "--overwrite (or write to another --out)")
+        done = self.finished_epochs()
+        epochs = f" ({done} epoch{'s' if done != 1 else ''} done)" if done else ""
+        return (f"{self.path} holds an unfinished run{epochs}; continue it with `spmlkit train --resume --out "
+                f"{self.path}` (or add --overwrite to start it afresh)")
+
+    def discard_unstarted(self) -> None:
+        """Take away what :meth:`start` wrote when the run ends before its first checkpoint: its
+        ``config.yaml``, a TensorBoard folder, and the folders it created while they are empty.
+        A run with a checkpoint is left whole (it continues with ``--resume``)."""
+        if self.last.exists():
+            return
+        (self.path / "config.yaml").unlink(missing_ok=True)
+        shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
+        if self.path in self._made:  # a folder this start made: its marker goes too, so no folder is left
+            (self.path / MARKER).unlink(missing_ok=True)
+        for folder in reversed(self._made):
+            try:
+                folder.rmdir()  # only when empty: the user's own files are never removed
+            except OSError:
+                break
+        self._made = []
+
     def _resume_checkpoint(self, config: RunConfig) -> dict[str, Any]:
         if not self.last.is_file():
-            raise FileNotFoundError(f"--resume: no checkpoint at {self.last}; start the run without --resume")
+            why = ("it stopped before its first epoch was saved" if self.path.is_dir() and not self.holds_a_run()
+                   else "there is no run there")
+            raise FileNotFoundError(f"--resume: no checkpoint at {self.last} ({why}); run the same command without "
+                                    "--resume to start it")
         ckpt = load_checkpoint(self.last)
         defaults = RunConfig().flat()  # a setting added since the run started counts as its default
         held = absolute_paths(paths_from_run_folder(saved_settings(ckpt["config"]), self.path))  # nested or flat

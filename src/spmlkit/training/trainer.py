@@ -37,6 +37,7 @@ from .linear_init import linear_init
 from .loggers import LoggerGroup, check_loggers, open_loggers
 from .loop import Group, LoopHooks, Run, StoppingRule, run_loop
 from .plan import RunPlan, plan_run, requested_device, unbatchable_reason
+from .provenance import run_provenance, utc_now
 from .recipe import Recipe, global_batch_size, prepare_parts, steps_per_epoch
 from .result import RunResult
 from .run_data import RunData, as_tensor, is_feature_run, standardize
@@ -55,6 +56,7 @@ def train(
     on_epoch: Callable[[dict[str, float]], None] | None = None,
     on_step: Callable[[int], None] | None = None,
     data: RunData | None = None,
+    on_epoch_start: Callable[[int, int], None] | None = None,
 ) -> RunResult:
     """Train ``config`` and evaluate its selected epoch on the test list.
 
@@ -63,12 +65,15 @@ def train(
     the epoch in progress); ``overwrite=True`` replaces a run already in ``out``.
     ``stop_after=N`` ends this call after N more epochs (time-sliced jobs; resume later).
     ``data`` replaces loading ``config.data.dataset`` (the estimator's in-memory arrays).
+    ``on_epoch_start(epoch, examples)`` and ``on_step(examples)`` report progress within an epoch
+    (the command line's progress bar). A run that fails or is interrupted before its first epoch
+    is saved leaves no run folder behind (:meth:`~spmlkit.training.run_dir.RunDirectory.discard_unstarted`).
     """
     if config.output.out is None and (resume or stop_after is not None):
         raise ValueError("resume and stop_after need a run folder: set out (--out)")
     if stop_after is not None and stop_after < 1:
         raise ValueError(f"stop_after must be a positive number of epochs, got {stop_after!r}")
-    t0 = time.perf_counter()
+    t0, started_at = time.perf_counter(), utc_now()
     kind = data.kind if data is not None else ("features" if is_feature_run(config) else "images")
     dist = Distributed.from_environment(requested_device(config, kind))
     try:
@@ -79,12 +84,22 @@ def train(
         run_dir = RunDirectory(config.output.out) if config.output.out else None
         with user_input():
             # rank 0 alone touches the folder; every process gets its answer (or its refusal)
-            ckpt = dist.on_main(lambda: run_dir.start(config, resume=resume, overwrite=overwrite)) if run_dir else None
+            ckpt = dist.on_main(lambda: run_dir.start(config, resume=resume, overwrite=overwrite, kind=plan.kind)
+                                ) if run_dir else None
         if not dist.is_main:
-            on_epoch = None  # one process reports
-        with num_threads(config.machine.num_threads), deterministic_cuda(config.machine.deterministic):
-            result = _train_one(plan, run_dir, ckpt, stop_after, LoopHooks(on_epoch=on_epoch, on_step=on_step), dist)
+            on_epoch = on_epoch_start = on_step = None  # one process reports
+        rows = len(plan.split.train_idx)
+        hooks = LoopHooks(on_epoch=on_epoch, on_step=on_step,
+                          on_epoch_start=None if on_epoch_start is None else lambda epoch: on_epoch_start(epoch, rows))
+        try:
+            with num_threads(config.machine.num_threads), deterministic_cuda(config.machine.deterministic):
+                result = _train_one(plan, run_dir, ckpt, stop_after, hooks, dist)
+        except BaseException:
+            if run_dir is not None and dist.is_main:
+                run_dir.discard_unstarted()
+            raise
         result.seconds = time.perf_counter() - t0
+        result.provenance = run_provenance(plan.device, started_at, utc_now())
         result.peak_host_memory_bytes, result.peak_gpu_memory_bytes = peak_memory(plan.device)
         if run_dir is not None and result.finished and dist.is_main:
             run_dir.write_result(result.to_record())
@@ -107,7 +122,7 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
         why = unbatchable_reason(config)
         if why is not None:
             raise ValueError(f"run {config.method.name} seed {config.optimisation.seed} lr {config.optimisation.lr:g} cannot train in a group: {why}")
-    t0 = time.perf_counter()
+    t0, started_at = time.perf_counter(), utc_now()
     first = plan_run(configs[0], data=data)
     reset_peak_memory(first.device)
     plans = [first, *(first.for_config(config) for config in configs[1:])]
@@ -122,8 +137,9 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
         results = _evaluate(plans, group, resumed_from=0, run_dir=None)
     seconds = (time.perf_counter() - t0) / len(configs)
     peaks = peak_memory(first.device)  # the group's: its runs share one model stack and one process
+    provenance = run_provenance(first.device, started_at, utc_now())
     for result in results:
-        result.seconds = seconds
+        result.seconds, result.provenance = seconds, dict(provenance)
         result.peak_host_memory_bytes, result.peak_gpu_memory_bytes = peaks
     return results
 
@@ -198,7 +214,8 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
         if stop_epoch is not None and stop_epoch <= done.loop.epoch < config.schedule.epochs and not done.loop.stopped_early:
             raise _StopNow()
 
-    hooks = LoopHooks(on_epoch=hooks.on_epoch, on_epoch_end=on_epoch_end, on_step=hooks.on_step)
+    hooks = LoopHooks(on_epoch=hooks.on_epoch, on_epoch_end=on_epoch_end, on_step=hooks.on_step,
+                      on_epoch_start=hooks.on_epoch_start)
     try:
         run_loop(group, epochs=config.schedule.epochs, val_targets=plan.split.val_targets, truth_train=plan.split.truth_train,
                  hooks=hooks)

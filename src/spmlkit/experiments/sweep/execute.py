@@ -8,8 +8,7 @@ here touches the results store: records are returned, and the sweep writes them
 
 from __future__ import annotations
 
-import datetime as _dt
-import functools
+import platform
 import time
 import traceback
 from pathlib import Path
@@ -19,15 +18,17 @@ import torch
 
 from ...training import RunConfig, train
 from ...training.device import num_threads
+from ...training.provenance import command_line, process_git_commit, utc_now
 from ..presets import resolve_config
-from ..store import git_commit, package_version
+from ..store import package_version
 
 __all__ = ["run_config", "execute_run", "execute_runs", "failed_record", "now", "GROUP_FALLBACK"]
 
 
 def now() -> str:
-    """The time stamp of records (``started_at``, ``finished_at``): UTC, to the second."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    """The time stamp of records (``started_at``, ``finished_at``): UTC, to the second, as
+    ``result.json``'s (:func:`~spmlkit.training.provenance.utc_now`)."""
+    return utc_now()
 
 
 def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
@@ -116,7 +117,8 @@ def record_head(run: dict[str, Any], started: str, group_size: int = 1) -> dict[
         "run_id": run["run_id"], "sweep": run["sweep"], "dataset": run["dataset"], "method": run["method"],
         "observation": run["observation"], "seed": run["seed"], "lr": run["lr"], "batch_size": run["batch_size"],
         "hparams": run["hparams"], "config": run, "started_at": started, "spmlkit_version": package_version(),
-        "git_commit": _process_git_commit(), "group_size": group_size,
+        "git_commit": process_git_commit(), "group_size": group_size, "torch_version": torch.__version__,
+        "python_version": platform.python_version(), "command": command_line(),
     }
 
 
@@ -132,13 +134,6 @@ def failed_record(run: dict[str, Any], error: str, started: str, t0: float) -> d
     return record
 
 
-@functools.lru_cache(maxsize=1)
-def _process_git_commit() -> str | None:
-    """The commit of the code this process runs, asked once: ``git rev-parse`` is a subprocess
-    (milliseconds in a process holding torch), and the code imported here cannot change."""
-    return git_commit()
-
-
 def _train(run: dict[str, Any], runs_dir: str | None) -> dict[str, Any]:
     config = run_config(run, runs_dir)
     resume = config.output.out is not None and (Path(config.output.out) / "last.pt").is_file()
@@ -152,5 +147,5 @@ def _result_fields(res: Any) -> dict[str, Any]:
     fields = {k: record[k] for k in ("history", "best_epoch", "val_map", "test_map", "test_metrics", "test_ap",
                                      "class_names", "analysis")}
     # measured only where the platform can (docs/architecture.md, "Peak memory")
-    fields.update({k: record[k] for k in ("peak_host_memory_bytes", "peak_gpu_memory_bytes") if k in record})
+    fields.update({k: record[k] for k in ("peak_host_memory_bytes", "peak_gpu_memory_bytes", "device") if k in record})
     return fields
