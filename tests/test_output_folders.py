@@ -246,3 +246,29 @@ def test_an_image_run_on_a_relative_prepared_folder_resumes_from_elsewhere(tmp_p
     result = json.loads((project / "runs" / "a" / "result.json").read_text())
     assert result["resumed_from"] == 1 and len(result["history"]) == 2
     assert result["config"]["data"]["prepared"] == "project/prep"   # read back relative to where it resumed
+
+
+def test_benchmark_refuses_an_out_folder_of_the_users_files_and_reuses_its_own(tmp_path, capsys):
+    """``benchmark --out`` writes ``table.md``, ``runs.csv``...: a folder of the user's files of those
+    names is refused before any run, byte for byte kept; a benchmark's own folder (marked, or holding
+    the ``results.db`` of an spmlkit from before the marker) is reused."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "table.md").write_text("my table")
+    (theirs / "runs.csv").write_text("my runs")
+    before = _contents(theirs)
+    small = ["--dataset", "yeast", "--methods", "an", "--seeds", "0", "--lrs", "1e-3", "--epochs", "1",
+             "--subset", "200", "--jobs", "1", "--quiet"]
+    assert main(["benchmark", *small, "--out", str(theirs)]) == 2
+    err = _one_line(capsys)
+    assert str(theirs) in err and "--out" in err
+    assert _contents(theirs) == before and not (theirs / MARKER).exists()
+
+    ours = tmp_path / "ours"
+    assert main(["benchmark", *small, "--out", str(ours)]) == 0
+    assert output_kind(ours) == "benchmark" and (ours / "table.md").is_file()
+    (ours / MARKER).unlink()  # as a benchmark folder written before the marker existed
+    capsys.readouterr()
+    assert main(["benchmark", *small, "--out", str(ours)]) == 0
+    assert output_kind(ours) == "benchmark"
+    assert "1 finished runs reused" in capsys.readouterr().out.replace("\n", " ")

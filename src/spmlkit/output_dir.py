@@ -34,7 +34,7 @@ from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["FEATURES", "MARKER", "PREPARED", "REPORT", "RUN", "ForeignFolderError", "check_output_dir",
+__all__ = ["BENCHMARK", "FEATURES", "MARKER", "PREPARED", "REPORT", "RUN", "ForeignFolderError", "check_output_dir",
            "claim_output_dir", "output_kind"]
 
 MARKER = ".spmlkit.json"
@@ -42,6 +42,7 @@ MARKER = ".spmlkit.json"
 
 #: the kinds of output folder spmlkit writes (a caller may name another)
 RUN, PREPARED, FEATURES, REPORT = "run", "prepared dataset", "feature dataset", "report"
+BENCHMARK = "benchmark"
 
 _SHOWN = 3
 

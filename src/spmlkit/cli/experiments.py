@@ -367,14 +367,18 @@ def _finished_runs(store_path: Path):
 
 
 def _output_folder(path: str) -> Path:
+    """The benchmark's ``--out``: new, empty, or a benchmark's own (its marker, or a ``results.db``
+    of an spmlkit from before the marker), never a folder of someone else's files that share the
+    benchmark's names (``table.md``, ``runs.csv``): docs/bad-input.md."""
+    from ..output_dir import BENCHMARK, claim_output_dir
+
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is an existing file; give a folder")
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        return claim_output_dir(out, BENCHMARK, option="--out", recognise=lambda folder: (folder / "results.db").is_file())
     except OSError as exc:
         raise ValueError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
-    return out
 
 
 def run_presets(args: argparse.Namespace) -> int:
