@@ -11,6 +11,7 @@ import pytest
 import yaml
 from rich.console import Console
 
+from spmlkit.output_dir import RUN, claim_output_dir
 from spmlkit.cli import build_parser, main
 from spmlkit.training import provenance
 from spmlkit.training.loggers import EpochLines, EpochProgress
@@ -140,8 +141,8 @@ def test_a_run_failing_before_its_first_checkpoint_leaves_no_folder(tmp_path, mo
 
 def test_a_folder_holding_only_a_config_is_replaced_without_overwrite(tmp_path):
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "config.yaml").write_text("data: {dataset: yeast}\n")  # a process killed before its first epoch
+    claim_output_dir(out, RUN, option="--out")  # a process killed before its first epoch: the folder's marker
+    (out / "config.yaml").write_text("data: {dataset: yeast}\n")  # and its config.yaml, nothing else
     assert main(["train", *QUICK, "--method", "an", "--out", str(out), "--quiet"]) == 0
     assert (out / "result.json").is_file()
 
@@ -308,7 +309,9 @@ def test_debug_works_after_the_sub_command(capsys):
 
 def test_train_and_benchmark_default_to_the_same_dataset():
     from spmlkit.cli.train import resolve_from_args
+    from spmlkit.training.config import DataConfig
 
     train_args = build_parser().parse_args(["train"])
     bench_args = build_parser().parse_args(["benchmark"])
-    assert resolve_from_args(train_args).data.dataset == bench_args.dataset == "yeast"
+    assert bench_args.datasets is None  # no --dataset: the benchmark takes train's default, DataConfig.dataset
+    assert resolve_from_args(train_args).data.dataset == DataConfig.dataset == "yeast"

@@ -139,10 +139,11 @@ def run_benchmark(args: argparse.Namespace) -> int:
     from ..experiments.suites import suite_datasets
     from ..experiments.sweep.cores import default_jobs
     from ..methods import METHODS
+    from ..training.config import DataConfig  # train's default dataset is the benchmark's
 
     methods = tuple(args.methods) if args.methods else tuple(METHODS)
     with user_input():
-        datasets = suite_datasets(args.suite) if args.suite else tuple(args.datasets or ("yeast",))
+        datasets = suite_datasets(args.suite) if args.suite else tuple(args.datasets or (DataConfig.dataset,))
         specs = [bm.BenchmarkSpec(dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                                   observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
                                   head=args.head, val_variant=args.val, subset=args.subset) for d in datasets]

@@ -108,9 +108,10 @@ class RunDirectory:
         else:
             if self.holds_a_run() and not overwrite:
                 raise ValueError(self._refusal())
-            for name in _RUN_FILES:
-                (self.path / name).unlink(missing_ok=True)
-            shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
+            if self.path.is_dir():  # (a path under a file is said in one line below, where it is created)
+                for name in _RUN_FILES:
+                    (self.path / name).unlink(missing_ok=True)
+                shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
         try:
             self._made = [p for p in (*reversed(self.path.parents), self.path) if not p.exists()]
             claim_output_dir(self.path, RUN, option="--out", recognise=RunDirectory.holds_run_files)
