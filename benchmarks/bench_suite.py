@@ -79,18 +79,19 @@ def time_per_dataset(args: argparse.Namespace, shapes: dict[str, tuple[int, int,
     print(f"\n1. each data set's benchmark as its own sweep ({len(args.methods)} methods x {len(args.seeds)} seeds x "
           f"{len(args.lrs)} lrs, {args.epochs} epochs, {args.jobs} worker(s)), wall s:")
     print(f"  {'data set':<10} {'train':>6} {'test':>6} {'feat':>6} {'labels':>6} {'runs':>5} {'wall s':>8} "
-          f"{'s/run':>6} {'share':>6}")
+          f"{'s/run':>6}  load average (1, 5, 15 min)")
     walls = {}
-    for spec in specs:
+    for spec in specs:  # each row as soon as its data set is done: a long suite shows progress, and load
         t0 = time.perf_counter()
         result = bm.run_benchmark(spec, out / spec.dataset, jobs=args.jobs)
-        walls[spec.dataset] = (time.perf_counter() - t0, result.total, result.failed)
+        wall = time.perf_counter() - t0
+        walls[spec.dataset] = (wall, result.total, result.failed)
+        n_train, n_test, d, c = shapes[spec.dataset]
+        note = f"  ({result.failed} runs failed)" if result.failed else ""
+        print(f"  {spec.dataset:<10} {n_train:6d} {n_test:6d} {d:6d} {c:6d} {result.total:5d} {wall:8.1f} "
+              f"{wall / result.total:6.2f}  load {load()}{note}", flush=True)
     total = sum(w for w, _, _ in walls.values())
-    for name, (wall, runs, failed) in walls.items():
-        n_train, n_test, d, c = shapes[name]
-        note = f"  ({failed} runs failed)" if failed else ""
-        print(f"  {name:<10} {n_train:6d} {n_test:6d} {d:6d} {c:6d} {runs:5d} {wall:8.1f} {wall / runs:6.2f} "
-              f"{wall / total:6.1%}{note}")
+    print("  share of the total: " + ", ".join(f"{name} {w / total:.1%}" for name, (w, _, _) in walls.items()))
     others = sum(w for name, (w, _, _) in walls.items() if name != "delicious")
     print(f"  all {len(walls)}: {total:.1f} s; without delicious ({len(walls) - ('delicious' in walls)} sets): "
           f"{others:.1f} s (target: 600 s on 2 cores)")
