@@ -11,7 +11,8 @@ What it measures, in one invocation:
    the loader's reason), the wall time of its benchmark as ``spmlkit benchmark --dataset NAME``
    runs it: every method x seed x lr, as one sweep on ``--jobs`` workers (default: one per usable
    CPU), start-up of the workers included, into a fresh store (nothing is reused). Printed with
-   its rows, features, labels, runs and share of the total, and the total of the data sets other
+   its rows, features, labels, runs, the CPU seconds it took (this process and its workers:
+   on a shared machine the wall time is only an upper bound) and share of the total, and the total of the data sets other
    than delicious, which docs/leaderboard.md, "Suites" sets against 10 minutes on 2 cores. With
    ``--whole``, also the wall time of the whole suite as one sweep, as ``spmlkit benchmark
    --suite`` runs it (one pool of workers for every data set), and the leaderboard it writes.
@@ -24,7 +25,9 @@ What it measures, in one invocation:
    each (first use of torch's kernels is not a step's cost); the medians are printed with three
    ratios to the bare step: spmlkit's training steps alone (its epochs' ``train_seconds``), its
    epochs (steps plus each epoch's validation mAP, which selects the epoch), and the whole run
-   (plus planning, the data source and the test metrics), so that what dominates is visible.
+   (plus planning, the data source and the test metrics), so that what dominates is visible; and
+   the whole run's CPU seconds over the bare loop's, which a loaded machine changes far less than
+   the wall times (the step and epoch ratios compare wall times measured minutes apart).
 
 The machine may be shared: the load average is printed before and after.
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -54,6 +58,14 @@ from spmlkit.training import RunConfig, train
 
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its finished children (a sweep's workers,
+    reaped when its pool shuts down): on a machine shared with other work, the wall time of a
+    sweep grows with the load, its CPU time hardly does."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def loadable(datasets: list[str]) -> tuple[dict[str, tuple[int, int, int, int]], dict[str, str]]:
@@ -79,19 +91,22 @@ def time_per_dataset(args: argparse.Namespace, shapes: dict[str, tuple[int, int,
     print(f"\n1. each data set's benchmark as its own sweep ({len(args.methods)} methods x {len(args.seeds)} seeds x "
           f"{len(args.lrs)} lrs, {args.epochs} epochs, {args.jobs} worker(s)), wall s:")
     print(f"  {'data set':<10} {'train':>6} {'test':>6} {'feat':>6} {'labels':>6} {'runs':>5} {'wall s':>8} "
-          f"{'s/run':>6}  load average (1, 5, 15 min)")
-    walls = {}
+          f"{'s/run':>6} {'cpu s':>7}  load average (1, 5, 15 min)")
+    walls, cpus = {}, {}
     for spec in specs:  # each row as soon as its data set is done: a long suite shows progress, and load
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         result = bm.run_benchmark(spec, out / spec.dataset, jobs=args.jobs)
-        wall = time.perf_counter() - t0
+        wall, cpus[spec.dataset] = time.perf_counter() - t0, cpu_seconds() - c0
         walls[spec.dataset] = (wall, result.total, result.failed)
         n_train, n_test, d, c = shapes[spec.dataset]
         note = f"  ({result.failed} runs failed)" if result.failed else ""
         print(f"  {spec.dataset:<10} {n_train:6d} {n_test:6d} {d:6d} {c:6d} {result.total:5d} {wall:8.1f} "
-              f"{wall / result.total:6.2f}  load {load()}{note}", flush=True)
+              f"{wall / result.total:6.2f} {cpus[spec.dataset]:7.1f}  load {load()}{note}", flush=True)
     total = sum(w for w, _, _ in walls.values())
     print("  share of the total: " + ", ".join(f"{name} {w / total:.1%}" for name, (w, _, _) in walls.items()))
+    cpu_others = sum(v for name, v in cpus.items() if name != "delicious")
+    print(f"  CPU seconds without delicious: {cpu_others:.1f}, i.e. at least {cpu_others / args.jobs:.1f} s of wall "
+          f"time on {args.jobs} dedicated cores (what a loaded machine's wall time hides)")
     others = sum(w for name, (w, _, _) in walls.items() if name != "delicious")
     print(f"  all {len(walls)}: {total:.1f} s; without delicious ({len(walls) - ('delicious' in walls)} sets): "
           f"{others:.1f} s (target: 600 s on 2 cores)")
@@ -111,34 +126,36 @@ def time_whole(args: argparse.Namespace, datasets: list[str], out: Path) -> None
           f"{len(tables)} tables and the leaderboard {wrote:.1f} s -> {paths['markdown']}")
 
 
-def bare_steps(x: np.ndarray, n_labels: int, batch: int, lr: float, steps: int) -> float:
-    """Seconds of ``steps`` bare training steps: Linear(D, C), BCE with logits, backward, Adam."""
+def bare_steps(x: np.ndarray, n_labels: int, batch: int, lr: float, steps: int) -> tuple[float, float]:
+    """(wall s, CPU s) of ``steps`` bare training steps: Linear(D, C), BCE with logits, backward, Adam."""
     torch.manual_seed(0)
     head = torch.nn.Linear(x.shape[1], n_labels)
     optimizer = torch.optim.Adam(head.parameters(), lr=lr)
     features = torch.from_numpy(np.array(x, dtype=np.float32))  # a copy: the data set's arrays are read-only
     targets = (torch.rand(len(features), n_labels) < 0.02).float()
     order = torch.randint(0, len(features), (steps, batch), generator=torch.Generator().manual_seed(0))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for idx in order:
         loss = F.binary_cross_entropy_with_logits(head(features[idx]), targets[idx])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
-def spmlkit_run(config: RunConfig) -> tuple[float, float, float, int]:
-    """(training-step s, epoch s, whole-run s, steps) of one spmlkit run of ``config``."""
+def spmlkit_run(config: RunConfig) -> tuple[float, float, float, float, int]:
+    """(training-step s, epoch s, whole-run s, whole-run CPU s, steps) of one spmlkit run of ``config``."""
     steps = [0]
 
     def count(_: int) -> None:
         steps[0] += 1
 
+    c0 = time.process_time()
     result = train(config, on_step=count)
+    cpu = time.process_time() - c0
     step_s = sum(h["train_seconds"] for h in result.history)
     epoch_s = sum(h["epoch_seconds"] for h in result.history)
-    return step_s, epoch_s, result.seconds, steps[0]
+    return step_s, epoch_s, result.seconds, cpu, steps[0]
 
 
 def step_cost(args: argparse.Namespace, name: str, ds: TabularDataset) -> None:
@@ -148,8 +165,9 @@ def step_cost(args: argparse.Namespace, name: str, ds: TabularDataset) -> None:
     print(f"\n2. cost per training step on {name} ({d} features -> {c} labels), one torch thread, median of "
           f"{args.repeats}, ms/step:")
     print(f"  {'method':<10} {'batch':>5} {'steps':>6} {'bare':>7} {'steps':>7} {'epochs':>7} {'run':>7} "
-          f"{'ratio':>6} {'ratio':>7} {'ratio':>6}")
-    print(f"  {'':<10} {'':>5} {'':>6} {'':>7} {'':>7} {'':>7} {'':>7} {'steps':>6} {'epochs':>7} {'run':>6}")
+          f"{'ratio':>6} {'ratio':>7} {'ratio':>6} {'CPU ratio':>9}")
+    print(f"  {'':<10} {'':>5} {'':>6} {'':>7} {'':>7} {'':>7} {'':>7} {'steps':>6} {'epochs':>7} {'run':>6} "
+          f"{'run':>9}")
     for method in args.step_methods:
         spec = bm.BenchmarkSpec(dataset=name, methods=(method,), seeds=(0,), lrs=(lr,), epochs=args.epochs,
                                 subset=args.subset)
@@ -157,15 +175,17 @@ def step_cost(args: argparse.Namespace, name: str, ds: TabularDataset) -> None:
         batch = config.optimisation.batch_size
         spmlkit_run(config)  # warm-up: first use of the data, the kernels, the optimiser
         bare_steps(ds.X_train, c, batch, lr, 50)
-        ours, bare = [], []
+        ours, bare, cpu_ratios = [], [], []
         for _ in range(args.repeats):  # back to back, so both sides share the machine's load of that moment
-            step_s, epoch_s, run_s, steps = spmlkit_run(config)
+            step_s, epoch_s, run_s, run_cpu, steps = spmlkit_run(config)
             ours.append((step_s / steps, epoch_s / steps, run_s / steps))
-            bare.append(bare_steps(ds.X_train, c, batch, lr, steps) / steps)
+            bare_wall, bare_cpu = bare_steps(ds.X_train, c, batch, lr, steps)
+            bare.append(bare_wall / steps)
+            cpu_ratios.append(run_cpu / bare_cpu)
         s, e, r = (statistics.median(x[i] for x in ours) * 1e3 for i in range(3))
         b = statistics.median(bare) * 1e3
         print(f"  {method:<10} {batch:5d} {steps:6d} {b:7.3f} {s:7.3f} {e:7.3f} {r:7.3f} {s / b:6.2f} {e / b:7.2f} "
-              f"{r / b:6.2f}")
+              f"{r / b:6.2f} {statistics.median(cpu_ratios):9.2f}", flush=True)
 
 
 def main() -> None:
