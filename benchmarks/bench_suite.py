@@ -26,8 +26,8 @@ What it measures, in one invocation:
    ratios to the bare step: spmlkit's training steps alone (its epochs' ``train_seconds``), its
    epochs (steps plus each epoch's validation mAP, which selects the epoch), and the whole run
    (plus planning, the data source and the test metrics), so that what dominates is visible; and
-   the whole run's CPU seconds over the bare loop's, which a loaded machine changes far less than
-   the wall times (the step and epoch ratios compare wall times measured minutes apart).
+   the same three ratios in CPU seconds (:func:`spmlkit_run` says how), which a loaded machine
+   changes far less than wall times measured minutes apart.
 
 The machine may be shared: the load average is printed before and after.
 """
@@ -143,19 +143,33 @@ def bare_steps(x: np.ndarray, n_labels: int, batch: int, lr: float, steps: int) 
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def spmlkit_run(config: RunConfig) -> tuple[float, float, float, float, int]:
-    """(training-step s, epoch s, whole-run s, whole-run CPU s, steps) of one spmlkit run of ``config``."""
-    steps = [0]
+def spmlkit_run(config: RunConfig) -> tuple[tuple[float, float, float], tuple[float, float, float], int]:
+    """One spmlkit run of ``config``: wall seconds and CPU seconds of (its training steps, its epochs,
+    the whole run), and its steps.
 
-    def count(_: int) -> None:
-        steps[0] += 1
+    The wall times are the run's own (each epoch's ``train_seconds`` and ``epoch_seconds``). The
+    CPU times come from the process clock read after every step: a gap between two steps of an
+    epoch is one step's cost, the gap before an epoch's first step also holds the previous
+    epoch's end (its validation mAP), so the steps cost ``steps x`` the mean step gap and the
+    epochs add the excess of the epoch-opening gaps, scaled from ``epochs - 1`` to ``epochs``.
+    """
+    marks: list[float] = []
+
+    def mark(_: int) -> None:
+        marks.append(time.process_time())
 
     c0 = time.process_time()
-    result = train(config, on_step=count)
-    cpu = time.process_time() - c0
-    step_s = sum(h["train_seconds"] for h in result.history)
-    epoch_s = sum(h["epoch_seconds"] for h in result.history)
-    return step_s, epoch_s, result.seconds, cpu, steps[0]
+    result = train(config, on_step=mark)
+    run_cpu = time.process_time() - c0
+    steps, epochs = len(marks), len(result.history)
+    gaps = np.diff(marks)
+    opening = np.arange(steps // epochs, steps, steps // epochs) - 1  # the gap before each later epoch's first step
+    step_gap = float(np.delete(gaps, opening).mean())
+    step_cpu = step_gap * steps
+    epoch_cpu = step_cpu + float((gaps[opening] - step_gap).sum()) * epochs / max(1, epochs - 1)
+    walls = (sum(h["train_seconds"] for h in result.history), sum(h["epoch_seconds"] for h in result.history),
+             result.seconds)
+    return walls, (step_cpu, epoch_cpu, run_cpu), steps
 
 
 def step_cost(args: argparse.Namespace, name: str, ds: TabularDataset) -> None:
@@ -165,9 +179,9 @@ def step_cost(args: argparse.Namespace, name: str, ds: TabularDataset) -> None:
     print(f"\n2. cost per training step on {name} ({d} features -> {c} labels), one torch thread, median of "
           f"{args.repeats}, ms/step:")
     print(f"  {'method':<10} {'batch':>5} {'steps':>6} {'bare':>7} {'steps':>7} {'epochs':>7} {'run':>7} "
-          f"{'ratio':>6} {'ratio':>7} {'ratio':>6} {'CPU ratio':>9}")
+          f"{'ratio':>6} {'ratio':>7} {'ratio':>6}   CPU ratio")
     print(f"  {'':<10} {'':>5} {'':>6} {'':>7} {'':>7} {'':>7} {'':>7} {'steps':>6} {'epochs':>7} {'run':>6} "
-          f"{'run':>9}")
+          f"  steps epochs   run")
     for method in args.step_methods:
         spec = bm.BenchmarkSpec(dataset=name, methods=(method,), seeds=(0,), lrs=(lr,), epochs=args.epochs,
                                 subset=args.subset)
@@ -177,15 +191,16 @@ def step_cost(args: argparse.Namespace, name: str, ds: TabularDataset) -> None:
         bare_steps(ds.X_train, c, batch, lr, 50)
         ours, bare, cpu_ratios = [], [], []
         for _ in range(args.repeats):  # back to back, so both sides share the machine's load of that moment
-            step_s, epoch_s, run_s, run_cpu, steps = spmlkit_run(config)
-            ours.append((step_s / steps, epoch_s / steps, run_s / steps))
+            walls, cpus, steps = spmlkit_run(config)
+            ours.append(tuple(w / steps for w in walls))
             bare_wall, bare_cpu = bare_steps(ds.X_train, c, batch, lr, steps)
             bare.append(bare_wall / steps)
-            cpu_ratios.append(run_cpu / bare_cpu)
+            cpu_ratios.append(tuple(v / bare_cpu for v in cpus))
         s, e, r = (statistics.median(x[i] for x in ours) * 1e3 for i in range(3))
         b = statistics.median(bare) * 1e3
+        cs, ce, cr = (statistics.median(x[i] for x in cpu_ratios) for i in range(3))
         print(f"  {method:<10} {batch:5d} {steps:6d} {b:7.3f} {s:7.3f} {e:7.3f} {r:7.3f} {s / b:6.2f} {e / b:7.2f} "
-              f"{r / b:6.2f} {statistics.median(cpu_ratios):9.2f}", flush=True)
+              f"{r / b:6.2f}   {cs:5.2f} {ce:6.2f} {cr:5.2f}", flush=True)
 
 
 def main() -> None:
