@@ -11,7 +11,8 @@ What it measures, in one invocation:
    the loader's reason), the wall time of its benchmark as ``spmlkit benchmark --dataset NAME``
    runs it: every method x seed x lr, as one sweep on ``--jobs`` workers (default: one per usable
    CPU), start-up of the workers included, into a fresh store (nothing is reused). Printed with
-   its rows, features, labels, runs and share of the total, and the total of the data sets other
+   its rows, features, labels, runs, the CPU seconds it took (this process and its workers:
+   on a shared machine the wall time is only an upper bound) and share of the total, and the total of the data sets other
    than delicious, which docs/leaderboard.md, "Suites" sets against 10 minutes on 2 cores. With
    ``--whole``, also the wall time of the whole suite as one sweep, as ``spmlkit benchmark
    --suite`` runs it (one pool of workers for every data set), and the leaderboard it writes.
@@ -24,7 +25,9 @@ What it measures, in one invocation:
    each (first use of torch's kernels is not a step's cost); the medians are printed with three
    ratios to the bare step: spmlkit's training steps alone (its epochs' ``train_seconds``), its
    epochs (steps plus each epoch's validation mAP, which selects the epoch), and the whole run
-   (plus planning, the data source and the test metrics), so that what dominates is visible.
+   (plus planning, the data source and the test metrics), so that what dominates is visible; and
+   the same three ratios in CPU seconds (:func:`spmlkit_run` says how), which a loaded machine
+   changes far less than wall times measured minutes apart.
 
 The machine may be shared: the load average is printed before and after.
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -54,6 +58,14 @@ from spmlkit.training import RunConfig, train
 
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its finished children (a sweep's workers,
+    reaped when its pool shuts down): on a machine shared with other work, the wall time of a
+    sweep grows with the load, its CPU time hardly does."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def loadable(datasets: list[str]) -> tuple[dict[str, tuple[int, int, int, int]], dict[str, str]]:
@@ -79,18 +91,22 @@ def time_per_dataset(args: argparse.Namespace, shapes: dict[str, tuple[int, int,
     print(f"\n1. each data set's benchmark as its own sweep ({len(args.methods)} methods x {len(args.seeds)} seeds x "
           f"{len(args.lrs)} lrs, {args.epochs} epochs, {args.jobs} worker(s)), wall s:")
     print(f"  {'data set':<10} {'train':>6} {'test':>6} {'feat':>6} {'labels':>6} {'runs':>5} {'wall s':>8} "
-          f"{'s/run':>6} {'share':>6}")
-    walls = {}
-    for spec in specs:
-        t0 = time.perf_counter()
+          f"{'s/run':>6} {'cpu s':>7}  load average (1, 5, 15 min)")
+    walls, cpus = {}, {}
+    for spec in specs:  # each row as soon as its data set is done: a long suite shows progress, and load
+        t0, c0 = time.perf_counter(), cpu_seconds()
         result = bm.run_benchmark(spec, out / spec.dataset, jobs=args.jobs)
-        walls[spec.dataset] = (time.perf_counter() - t0, result.total, result.failed)
+        wall, cpus[spec.dataset] = time.perf_counter() - t0, cpu_seconds() - c0
+        walls[spec.dataset] = (wall, result.total, result.failed)
+        n_train, n_test, d, c = shapes[spec.dataset]
+        note = f"  ({result.failed} runs failed)" if result.failed else ""
+        print(f"  {spec.dataset:<10} {n_train:6d} {n_test:6d} {d:6d} {c:6d} {result.total:5d} {wall:8.1f} "
+              f"{wall / result.total:6.2f} {cpus[spec.dataset]:7.1f}  load {load()}{note}", flush=True)
     total = sum(w for w, _, _ in walls.values())
-    for name, (wall, runs, failed) in walls.items():
-        n_train, n_test, d, c = shapes[name]
-        note = f"  ({failed} runs failed)" if failed else ""
-        print(f"  {name:<10} {n_train:6d} {n_test:6d} {d:6d} {c:6d} {runs:5d} {wall:8.1f} {wall / runs:6.2f} "
-              f"{wall / total:6.1%}{note}")
+    print("  share of the total: " + ", ".join(f"{name} {w / total:.1%}" for name, (w, _, _) in walls.items()))
+    cpu_others = sum(v for name, v in cpus.items() if name != "delicious")
+    print(f"  CPU seconds without delicious: {cpu_others:.1f}, i.e. at least {cpu_others / args.jobs:.1f} s of wall "
+          f"time on {args.jobs} dedicated cores (what a loaded machine's wall time hides)")
     others = sum(w for name, (w, _, _) in walls.items() if name != "delicious")
     print(f"  all {len(walls)}: {total:.1f} s; without delicious ({len(walls) - ('delicious' in walls)} sets): "
           f"{others:.1f} s (target: 600 s on 2 cores)")
@@ -110,34 +126,50 @@ def time_whole(args: argparse.Namespace, datasets: list[str], out: Path) -> None
           f"{len(tables)} tables and the leaderboard {wrote:.1f} s -> {paths['markdown']}")
 
 
-def bare_steps(x: np.ndarray, n_labels: int, batch: int, lr: float, steps: int) -> float:
-    """Seconds of ``steps`` bare training steps: Linear(D, C), BCE with logits, backward, Adam."""
+def bare_steps(x: np.ndarray, n_labels: int, batch: int, lr: float, steps: int) -> tuple[float, float]:
+    """(wall s, CPU s) of ``steps`` bare training steps: Linear(D, C), BCE with logits, backward, Adam."""
     torch.manual_seed(0)
     head = torch.nn.Linear(x.shape[1], n_labels)
     optimizer = torch.optim.Adam(head.parameters(), lr=lr)
     features = torch.from_numpy(np.array(x, dtype=np.float32))  # a copy: the data set's arrays are read-only
     targets = (torch.rand(len(features), n_labels) < 0.02).float()
     order = torch.randint(0, len(features), (steps, batch), generator=torch.Generator().manual_seed(0))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for idx in order:
         loss = F.binary_cross_entropy_with_logits(head(features[idx]), targets[idx])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
-def spmlkit_run(config: RunConfig) -> tuple[float, float, float, int]:
-    """(training-step s, epoch s, whole-run s, steps) of one spmlkit run of ``config``."""
-    steps = [0]
+def spmlkit_run(config: RunConfig) -> tuple[tuple[float, float, float], tuple[float, float, float], int]:
+    """One spmlkit run of ``config``: wall seconds and CPU seconds of (its training steps, its epochs,
+    the whole run), and its steps.
 
-    def count(_: int) -> None:
-        steps[0] += 1
+    The wall times are the run's own (each epoch's ``train_seconds`` and ``epoch_seconds``). The
+    CPU times come from the process clock read after every step: a gap between two steps of an
+    epoch is one step's cost, the gap before an epoch's first step also holds the previous
+    epoch's end (its validation mAP), so the steps cost ``steps x`` the mean step gap and the
+    epochs add the excess of the epoch-opening gaps, scaled from ``epochs - 1`` to ``epochs``.
+    """
+    marks: list[float] = []
 
-    result = train(config, on_step=count)
-    step_s = sum(h["train_seconds"] for h in result.history)
-    epoch_s = sum(h["epoch_seconds"] for h in result.history)
-    return step_s, epoch_s, result.seconds, steps[0]
+    def mark(_: int) -> None:
+        marks.append(time.process_time())
+
+    c0 = time.process_time()
+    result = train(config, on_step=mark)
+    run_cpu = time.process_time() - c0
+    steps, epochs = len(marks), len(result.history)
+    gaps = np.diff(marks)
+    opening = np.arange(steps // epochs, steps, steps // epochs) - 1  # the gap before each later epoch's first step
+    step_gap = float(np.delete(gaps, opening).mean())
+    step_cpu = step_gap * steps
+    epoch_cpu = step_cpu + float((gaps[opening] - step_gap).sum()) * epochs / max(1, epochs - 1)
+    walls = (sum(h["train_seconds"] for h in result.history), sum(h["epoch_seconds"] for h in result.history),
+             result.seconds)
+    return walls, (step_cpu, epoch_cpu, run_cpu), steps
 
 
 def step_cost(args: argparse.Namespace, name: str, ds: TabularDataset) -> None:
@@ -147,8 +179,9 @@ def step_cost(args: argparse.Namespace, name: str, ds: TabularDataset) -> None:
     print(f"\n2. cost per training step on {name} ({d} features -> {c} labels), one torch thread, median of "
           f"{args.repeats}, ms/step:")
     print(f"  {'method':<10} {'batch':>5} {'steps':>6} {'bare':>7} {'steps':>7} {'epochs':>7} {'run':>7} "
-          f"{'ratio':>6} {'ratio':>7} {'ratio':>6}")
-    print(f"  {'':<10} {'':>5} {'':>6} {'':>7} {'':>7} {'':>7} {'':>7} {'steps':>6} {'epochs':>7} {'run':>6}")
+          f"{'ratio':>6} {'ratio':>7} {'ratio':>6}   CPU ratio")
+    print(f"  {'':<10} {'':>5} {'':>6} {'':>7} {'':>7} {'':>7} {'':>7} {'steps':>6} {'epochs':>7} {'run':>6} "
+          f"  steps epochs   run")
     for method in args.step_methods:
         spec = bm.BenchmarkSpec(dataset=name, methods=(method,), seeds=(0,), lrs=(lr,), epochs=args.epochs,
                                 subset=args.subset)
@@ -156,15 +189,18 @@ def step_cost(args: argparse.Namespace, name: str, ds: TabularDataset) -> None:
         batch = config.optimisation.batch_size
         spmlkit_run(config)  # warm-up: first use of the data, the kernels, the optimiser
         bare_steps(ds.X_train, c, batch, lr, 50)
-        ours, bare = [], []
+        ours, bare, cpu_ratios = [], [], []
         for _ in range(args.repeats):  # back to back, so both sides share the machine's load of that moment
-            step_s, epoch_s, run_s, steps = spmlkit_run(config)
-            ours.append((step_s / steps, epoch_s / steps, run_s / steps))
-            bare.append(bare_steps(ds.X_train, c, batch, lr, steps) / steps)
+            walls, cpus, steps = spmlkit_run(config)
+            ours.append(tuple(w / steps for w in walls))
+            bare_wall, bare_cpu = bare_steps(ds.X_train, c, batch, lr, steps)
+            bare.append(bare_wall / steps)
+            cpu_ratios.append(tuple(v / bare_cpu for v in cpus))
         s, e, r = (statistics.median(x[i] for x in ours) * 1e3 for i in range(3))
         b = statistics.median(bare) * 1e3
+        cs, ce, cr = (statistics.median(x[i] for x in cpu_ratios) for i in range(3))
         print(f"  {method:<10} {batch:5d} {steps:6d} {b:7.3f} {s:7.3f} {e:7.3f} {r:7.3f} {s / b:6.2f} {e / b:7.2f} "
-              f"{r / b:6.2f}")
+              f"{r / b:6.2f}   {cs:5.2f} {ce:6.2f} {cr:5.2f}", flush=True)
 
 
 def main() -> None:

@@ -67,3 +67,19 @@ def test_evaluate_test_records_the_metrics_of_the_field_at_each_named_threshold(
     # every value a plain float: the trainer keeps the float entries in result.json and sweep records
     assert all(isinstance(out[f"{k}@{n}"], float) for k in DECISION_KEYS for n in ("0.5", "val_global"))
     assert all(isinstance(out[k], float) for k in RANKING_KEYS)
+
+
+@pytest.mark.parametrize("bins", [10, 50, 7])
+def test_unobserved_analysis_bins_every_edge_as_a_binary_search_would(bins):
+    # values exactly at every edge and one ulp either side of it, where floor(p * bins) can miss
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    values = np.clip(np.concatenate([edges, np.nextafter(edges, -1.0), np.nextafter(edges, 2.0)]), 0.0, 1.0)
+    probs = values[:, None]
+    truth = np.ones_like(probs, dtype=int)
+    a = unobserved_analysis(probs, truth, np.zeros_like(truth), bins=bins)
+    expected = np.bincount(np.clip(np.searchsorted(edges, values, side="right") - 1, 0, bins - 1), minlength=bins)
+    assert a["hist_pos"][0] == expected.tolist()
+    # by hand: an edge opens its bin, so a middle bin holds its edge, the ulp above it and the ulp below
+    # the next edge; bin 0 also holds 0 twice more (the ulp below 0, clipped, and the ulp above it);
+    # the last bin is closed on the right: its edge, the ulp above, 1 - ulp, 1 and 1 + ulp clipped to 1
+    assert a["hist_pos"][0] == [4] + [3] * (bins - 2) + [5]

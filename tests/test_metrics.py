@@ -411,3 +411,18 @@ def test_input_validation_messages() -> None:
         M.pseudo_label_accuracy(np.ones((4, 3), bool), s + 1, y)
     with pytest.raises(TypeError, match="real numeric"):
         M.average_precision(np.array([["a"]]), np.array([[1]]))
+
+
+def test_wasserstein_observed_values_tied_with_hidden_ones() -> None:
+    # class 0: hidden positives {0.5, 0.5}, hidden negatives {0.1, 0.9}; observed entries at 0.5 and
+    # 0.9 (ties with hidden values) only subdivide intervals:
+    # F_pos - F_neg = -1/2 on [0.1, 0.5), 1 - 1/2 on [0.5, 0.9) -> W1 = 0.5*0.4 + 0.5*0.4 = 0.4.
+    # class 1: every hidden entry is positive -> NaN. Pooled: positives {0.5, 0.5, 0.2, 0.3},
+    # negatives {0.1, 0.9}: F_pos - F_neg = -1/2 on [0.1, 0.2), -1/4 on [0.2, 0.3), 0 on [0.3, 0.5),
+    # 1/2 on [0.5, 0.9) -> W1 = 0.05 + 0.025 + 0 + 0.2 = 0.275.
+    probs = np.array([[0.5, 0.2], [0.5, 0.3], [0.1, 0.5], [0.9, 0.5], [0.5, 0.7], [0.9, 0.7]])
+    truth = np.array([[1, 1], [1, 1], [0, 0], [0, 0], [1, 1], [0, 0]])
+    observed = np.array([[0, 0], [0, 0], [0, -1], [0, -1], [1, 1], [-1, -1]])
+    got = M.unobserved_wasserstein(probs, truth, observed, per_class=True)
+    assert got[0] == pytest.approx(0.4, abs=1e-15) and np.isnan(got[1])
+    assert M.unobserved_wasserstein(probs, truth, observed) == pytest.approx(0.275, abs=1e-15)

@@ -201,6 +201,18 @@ def test_observe_labels_matches_reference_loop_random(num_pos, num_neg, seed):
     np.testing.assert_array_equal(out, reference_observe(Y, num_pos, num_neg, seed=seed))
 
 
+@pytest.mark.parametrize("num_pos, num_neg", [(1, 0), (3, 0), (-1, 0), (1, -1), (-1, 2), (0, 5), (40, 0)])
+def test_observe_labels_matches_reference_loop_wide(num_pos, num_neg):
+    # many labels, few positives (the shape of a 983-label set): the side whose draws decide
+    # nothing shuffles a scratch buffer, which must consume the stream as the index arrays do;
+    # (40, 0): no row has more than 40 positives, so no draw decides anything and none is made
+    rs = np.random.RandomState(3)
+    Y = rs.random_sample((60, 300)) < rs.uniform(0.0, 0.1, size=(60, 1))
+    Y[np.arange(60), rs.randint(0, 300, size=60)] = True
+    out = observe_labels(Y, num_pos, num_neg, seed=1200)
+    np.testing.assert_array_equal(out, reference_observe(Y, num_pos, num_neg))
+
+
 def test_observe_labels_pinned_spml_default():
     # Produced once by reference_observe(Y68) with seed 1200 (regression pin).
     expected = [

@@ -18,37 +18,46 @@ def _check_count(name: str, value: object) -> int:
     return value
 
 
-def _first_k_in_segments(rows: np.ndarray, starts: np.ndarray, k: int) -> np.ndarray:
-    """Mask of entries that are among the first ``k`` of their row's segment (k=-1: all)."""
-    if k == -1:
-        return np.ones(rows.size, dtype=bool)
-    rank = np.arange(rows.size) - starts[rows]
-    return rank < k
-
-
 @dataclass(frozen=True)
 class _RowSegments:
-    """The True entries of a boolean N x C matrix, row-major, as flat arrays cut per row.
+    """One side (positives or negatives) of every row of a boolean N x C matrix, as slices.
 
-    Row ``i`` owns ``cols[start[i]:start[i + 1]]``, ascending as ``flatnonzero`` gives them,
-    so shuffling that slice in place is the reference's ``rng.shuffle`` of the row's index
-    array, without building N small arrays. ``cols`` is int64 because the reference
-    shuffles int64 index arrays; ``rows[j]`` is the row of entry ``j``.
+    Row ``i`` owns ``cols[lo[i]:hi[i]]``. When the side's draws decide what is kept (:meth:`of`),
+    ``cols`` holds the row's column indices, ascending as ``flatnonzero`` gives them, so shuffling
+    that slice in place is the reference's ``rng.shuffle`` of the row's index array, without
+    building N small arrays; it is int64 because the reference shuffles int64 index arrays.
+    When they do not (:meth:`blank`: none kept, all kept, or no row has more than the count),
+    the shuffles must still run, for the draws they consume, but what they shuffle is never
+    read: every row shuffles the start of one small buffer of its length. ``RandomState.shuffle``
+    of a one-dimensional array makes the same draws for every array of the same length (it
+    draws positions, then swaps bytes), so the stream is the reference's either way, and the
+    ten million negative indices of a 983-label set are never written down.
     """
 
-    rows: np.ndarray
     cols: np.ndarray
-    start: np.ndarray
-    counts: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
 
     @classmethod
     def of(cls, mask: np.ndarray) -> _RowSegments:
-        """The segments of ``mask``'s True entries (the positives of ``truth``, or of ``~truth``)."""
-        rows, cols = np.nonzero(mask)  # row-major: grouped by row, columns ascending
-        counts = mask.sum(axis=1)
+        """The column indices of ``mask``'s True entries, cut per row."""
+        cols = np.nonzero(mask)[1].astype(np.int64, copy=False)  # row-major: columns ascending per row
         start = np.zeros(mask.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts, out=start[1:])
-        return cls(rows, cols.astype(np.int64), start, counts)
+        np.cumsum(mask.sum(axis=1), out=start[1:])
+        return cls(cols, start[:-1], start[1:])
+
+    @classmethod
+    def blank(cls, counts: np.ndarray) -> _RowSegments:
+        """Slices of the right lengths (``counts``) into one scratch buffer."""
+        longest = int(counts.max(initial=0))
+        return cls(np.arange(longest, dtype=np.int64), np.zeros_like(counts), counts)
+
+    def first(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, columns) of the first ``k`` entries of every row's slice (``of`` only)."""
+        keep = np.minimum(self.hi - self.lo, k)
+        rows = np.repeat(np.arange(keep.size), keep)
+        skip = np.repeat(self.lo - (np.cumsum(keep) - keep), keep)  # slice start less entries before it
+        return rows, self.cols[np.arange(rows.size) + skip]
 
 
 def _check_observe_args(
@@ -94,27 +103,32 @@ def _shuffle_rows(positives: _RowSegments, negatives: _RowSegments, seed: int) -
     the remaining calls is the reference's, so the stream is consumed identically.
     """
     shuffle = np.random.RandomState(seed).shuffle
-    bounds = zip(
-        positives.start[:-1].tolist(),
-        positives.start[1:].tolist(),
-        negatives.start[:-1].tolist(),
-        negatives.start[1:].tolist(),
-    )
+    pos, neg = positives.cols, negatives.cols
+    bounds = zip(positives.lo.tolist(), positives.hi.tolist(), negatives.lo.tolist(), negatives.hi.tolist())
     for p0, p1, n0, n1 in bounds:
         if p1 - p0 > 1:
-            shuffle(positives.cols[p0:p1])  # in place on the view
+            shuffle(pos[p0:p1])  # in place on the view
         if n1 - n0 > 1:
-            shuffle(negatives.cols[n0:n1])
+            shuffle(neg[n0:n1])
+
+
+def _side(side: np.ndarray, counts: np.ndarray, k: int) -> _RowSegments:
+    """A side's segments: its column indices when its draws decide what is kept, else a blank."""
+    return _RowSegments.of(side) if _draws_matter(k, counts) else _RowSegments.blank(counts)
 
 
 def _observed_matrix(
-    positives: _RowSegments, negatives: _RowSegments, num_pos: int, num_neg: int, shape: tuple[int, int]
+    truth: np.ndarray, positives: _RowSegments, negatives: _RowSegments, num_pos: int, num_neg: int
 ) -> np.ndarray:
     """+1 at the first ``num_pos`` (shuffled) positives of each row, -1 at its first ``num_neg`` negatives."""
-    observed = np.zeros(shape, dtype=np.int8)
-    for segments, k, value in ((positives, num_pos, 1), (negatives, num_neg, -1)):
-        keep = _first_k_in_segments(segments.rows, segments.start, k)
-        observed[segments.rows[keep], segments.cols[keep]] = value
+    observed = np.zeros(truth.shape, dtype=np.int8)
+    for is_side, segments, k, value in ((truth, positives, num_pos, 1), (~truth, negatives, num_neg, -1)):
+        if k == 0:
+            continue
+        if k == -1 or not _draws_matter(k, segments.hi - segments.lo):  # every entry of the side is kept
+            observed[is_side] = value
+        else:
+            observed[segments.first(k)] = value
     return observed
 
 
@@ -150,9 +164,12 @@ def observe_labels(
 
     Implementation: the shuffles act on slices of two flat index arrays (all positives, all
     negatives, row-major, hence each row's indices ascending as ``flatnonzero`` gives them),
-    and shuffles of length 0 or 1 are skipped because they consume no draws. The draws are
-    numpy's own ``RandomState.shuffle``, so the stream is the reference's by construction;
-    only the Python overhead per row shrinks (COCO, 82,081 x 80: about a second).
+    and shuffles of length 0 or 1 are skipped because they consume no draws. A side whose
+    draws decide nothing (the negatives when ``num_neg`` is 0 or -1) shuffles a small scratch
+    buffer of each row's length instead: the same draws, without an index array of every
+    negative. The draws are numpy's own ``RandomState.shuffle``, so the stream is the
+    reference's by construction; only the Python overhead per row shrinks (COCO, 82,081 x 80:
+    about a second).
 
     Args:
         Y: ground truth, N x C, entries 0/1 (bool, int or float).
@@ -167,13 +184,16 @@ def observe_labels(
         int8 matrix N x C with entries in {-1, 0, +1}.
     """
     truth, num_pos, num_neg, seed = _check_observe_args(Y, num_pos, num_neg, seed, on_empty)
-    positives = _RowSegments.of(truth)
+    pos_count = truth.sum(axis=1)
     if num_pos != 0 and on_empty == "raise":
-        _refuse_rows_without_positive(positives.counts)
-    negatives = _RowSegments.of(~truth)
-    if _draws_matter(num_pos, positives.counts) or _draws_matter(num_neg, negatives.counts):
+        _refuse_rows_without_positive(pos_count)
+    neg_count = truth.shape[1] - pos_count
+    if _draws_matter(num_pos, pos_count) or _draws_matter(num_neg, neg_count):
+        positives, negatives = _side(truth, pos_count, num_pos), _side(~truth, neg_count, num_neg)
         _shuffle_rows(positives, negatives, seed)
-    return _observed_matrix(positives, negatives, num_pos, num_neg, truth.shape)
+    else:  # the same rows for every random stream: nothing to draw
+        positives, negatives = _RowSegments.blank(pos_count), _RowSegments.blank(neg_count)
+    return _observed_matrix(truth, positives, negatives, num_pos, num_neg)
 
 
 def observe_ratio(Y: np.ndarray, known_ratio: float, seed: int = 0) -> np.ndarray:

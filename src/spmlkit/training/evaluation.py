@@ -65,8 +65,7 @@ def unobserved_analysis(probs: np.ndarray, truth: np.ndarray, observed: np.ndarr
     y = np.asarray(truth).astype(bool)
     unobs = np.asarray(observed) == 0
     edges = np.linspace(0.0, 1.0, bins + 1)
-    # bin index per entry, the last bin closed on the right
-    idx = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, bins - 1)
+    idx = _bin_index(p, edges)
     num_classes = p.shape[1]
     # one count per (class, bin) cell: bincount of the flat cell numbers (np.add.at counts the
     # same, several times slower; every run of a sweep pays this once)
@@ -82,3 +81,20 @@ def unobserved_analysis(probs: np.ndarray, truth: np.ndarray, observed: np.ndarr
         "wasserstein": float(pooled),
         "wasserstein_per_class": [float(v) for v in np.asarray(per_class)],
     }
+
+
+def _bin_index(p: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bin of every entry among the equal-width ``edges`` over [0, 1], the last bin closed on the right.
+
+    The same bins as ``clip(searchsorted(edges, p, 'right') - 1, 0, bins - 1)``, found by
+    arithmetic: ``floor(p * bins)`` can only miss by one where a value lies within rounding of
+    an edge (the edges are ``linspace``'s roundings of ``i / bins``), and one comparison with
+    each neighbouring edge puts those back. A binary search per entry costs about twice as much,
+    and a 983-label set has ten million entries.
+    """
+    bins = edges.size - 1
+    idx = (p * bins).astype(np.intp)
+    np.clip(idx, 0, bins - 1, out=idx)
+    idx -= (p < edges[idx]) & (idx > 0)
+    idx += (p >= edges[idx + 1]) & (idx < bins - 1)
+    return idx
