@@ -264,7 +264,7 @@ def _batch_on(batch: LabelBatch, device: torch.device | str) -> LabelBatch:
 
 
 def _backward_and_step(group: Group, loss: torch.Tensor) -> None:
-    group.optimizer.zero_grad(set_to_none=True)
+    _clear_grads(group.optimizer)
     if group.scaler is not None:
         group.scaler.scale(loss).backward()
         group.scaler.step(group.optimizer)
@@ -272,6 +272,16 @@ def _backward_and_step(group: Group, loss: torch.Tensor) -> None:
     else:
         loss.backward()
         group.optimizer.step()
+
+
+def _clear_grads(optimizer: torch.optim.Optimizer) -> None:
+    """What ``optimizer.zero_grad(set_to_none=True)`` does -- every parameter's gradient becomes
+    None -- as a plain loop. The method wraps each call in a profiler range and a
+    ``torch._dynamo`` guard; on a batched feature group, whose steps take a few milliseconds,
+    those wrappers cost more than the assignments (docs/architecture.md, "Many runs at once")."""
+    for param_group in optimizer.param_groups:
+        for p in param_group["params"]:
+            p.grad = None
 
 
 def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndarray,
