@@ -100,17 +100,21 @@ def test_new_empty_and_older_spmlkit_stores_are_accepted_and_marked(tmp_path: Pa
             assert con.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID == 0x53504D4C
 
 
+def _command_over(tmp_path: Path, store: Path, command: str) -> list[str]:
+    """The arguments of ``command`` (sweep, report or benchmark) reading ``store`` (``<tmp>/out/results.db``)."""
+    (tmp_path / "s.yaml").write_text(QUICK)
+    return {"sweep": ["sweep", str(tmp_path / "s.yaml"), "--store", str(store), "--jobs", "1", "--quiet"],
+            "report": ["report", "--store", str(store), "--out", str(tmp_path / "rep")],
+            "benchmark": ["benchmark", "--methods", "an", "--seeds", "0", "--lrs", "0.01", "--epochs", "1",
+                          "--subset", "200", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet"]}[command]
+
+
 @pytest.mark.parametrize("command", ["sweep", "report", "benchmark"])
 def test_a_foreign_sqlite_file_is_one_line_in_every_command(tmp_path: Path, capsys, command: str) -> None:
     (tmp_path / "out").mkdir()
     store = tmp_path / "out" / "results.db"
     before = _foreign_file(store)
-    (tmp_path / "s.yaml").write_text(QUICK)
-    args = {"sweep": ["sweep", str(tmp_path / "s.yaml"), "--store", str(store), "--jobs", "1", "--quiet"],
-            "report": ["report", "--store", str(store), "--out", str(tmp_path / "rep")],
-            "benchmark": ["benchmark", "--methods", "an", "--seeds", "0", "--lrs", "0.01", "--epochs", "1",
-                          "--subset", "200", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet"]}[command]
-    assert main(args) == 2
+    assert main(_command_over(tmp_path, store, command)) == 2
     _one_line(capsys.readouterr().err, f"spmlkit {command}: error: results store {store} is not a store of "
                                        "spmlkit's", "give a new store path")
     assert store.read_bytes() == before
@@ -124,12 +128,7 @@ def test_a_store_with_8_kb_overwritten_is_one_line_and_stays_as_it_is(tmp_path: 
     (tmp_path / "out").mkdir()
     store = tmp_path / "out" / "results.db"
     before = _damaged_store(store)
-    (tmp_path / "s.yaml").write_text(QUICK)
-    args = {"sweep": ["sweep", str(tmp_path / "s.yaml"), "--store", str(store), "--jobs", "1", "--quiet"],
-            "report": ["report", "--store", str(store), "--out", str(tmp_path / "rep")],
-            "benchmark": ["benchmark", "--methods", "an", "--seeds", "0", "--lrs", "0.01", "--epochs", "1",
-                          "--subset", "200", "--jobs", "1", "--out", str(tmp_path / "out"), "--quiet"]}[command]
-    assert main(args) == 2
+    assert main(_command_over(tmp_path, store, command)) == 2
     _one_line(capsys.readouterr().err, f"spmlkit {command}: error: results store {store}: the file is damaged",
               "database disk image is malformed", "restore it from a backup")
     assert store.read_bytes() == before  # nothing repaired, overwritten or appended
