@@ -3,48 +3,30 @@
 :func:`load_run_data` turns ``config.data.dataset`` into a :class:`RunData`: full labels of the
 official train list (which the protocol splits into train/val and observes) and of the
 test list, the class names, and how to build the run's :class:`DataSource` and model. A
-feature dataset and an image dataset differ only here; the trainer above is the same.
+feature dataset and an image dataset differ only here; the trainer above is the same. Reading
+them is the data layer's (``data/registry.py`` for features, ``data/image_sets.py`` for images,
+docs/architecture.md, "Who owns what"): this module passes a run's values down and cuts,
+checks and splits what comes back.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset
 
+from ..data.image_sets import ImageData, load_image_set
 from .config import RunConfig
-
-if TYPE_CHECKING:  # the data formats are imported when an image run needs them
-    from ..data.formats import PreparedDataset
 
 __all__ = ["RunData", "RunSplit", "ImageData", "check_dataset", "load_run_data", "load_image_data", "is_feature_run",
            "split_and_observe", "standardize"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ImageData:
-    """The official train and test lists of an image dataset, ready for the protocol."""
-
-    name: str
-    class_names: tuple[str, ...]
-    Y_train: np.ndarray  # full 0/1 labels of the official train list
-    Y_test: np.ndarray
-    train_dataset: Callable[[], Dataset]  # un-augmented dataset over the train list (flips come from the sampler)
-    test_dataset: Callable[[], Dataset]
-    paths: dict[str, list[str]] = field(default_factory=dict)
-    #: how to turn an image file into the model's input (recorded in best.pt for predict)
-    transform_spec: dict[str, Any] = field(default_factory=dict)
-    #: users' own data: its observed {-1, 0, 1} labels of the train list, read with the rest of its folder
-    observed: np.ndarray | None = None
 
 
 @dataclass
@@ -245,133 +227,12 @@ def standardize(X_fit: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, ...
 
 
 def load_image_data(config: RunConfig) -> ImageData:
-    """Build :class:`ImageData` for ``config.data.dataset``.
-
-    ``digits-mosaic`` is generated in memory (seed 0, documented in
-    :mod:`spmlkit.data.digits_mosaic`); a benchmark dataset is read from its prepared folder
-    (``config.data.prepared``, default under ``<root>/spmlkit-prepared/``), created with
-    ``spmlkit prepare`` semantics on first use.
-
-    Users' own data (``spmlkit prepare folder|csv``, dataset "folder" or "csv") is never
-    prepared on the fly (its options are not run options): it needs its prepared folder. Its
-    ``Y_train`` is None (only observed labels exist; :func:`load_run_data` reads them) and
-    its ``Y_test`` is None when it was prepared without a labelled test set.
-    """
-    if config.data.dataset in ("digits-mosaic", "digits_mosaic"):
-        return _digits_mosaic(config)
-    from ..data.formats import USER_DATASETS, load_prepared, prepare
-
-    user_data = config.data.dataset in USER_DATASETS
-    if not user_data:
-        check_dataset(config)
-    from ..data.images import ImageFileDataset, ImageTransform
-
-    prepared_dir = _prepared_dir(config)
-    expect = None if config.data.dataset == "prepared" else config.data.dataset
-    if not (prepared_dir / "meta.json").is_file():
-        if user_data:
-            raise FileNotFoundError(
-                f"no prepared data at {prepared_dir}; prepare your images first (`spmlkit prepare folder --root DIR` "
-                "or `spmlkit prepare csv --labels FILE --images DIR`) and pass the folder it reports with --prepared"
-            )
-        if expect is None or not config.data.root:
-            raise FileNotFoundError(
-                f"no prepared dataset at {prepared_dir}; run `spmlkit prepare {config.data.dataset} --root DIR` "
-                "or pass --root (the folder you downloaded the dataset into)"
-            )
-        log.info("preparing %s from %s into %s", config.data.dataset, config.data.root, prepared_dir)
-        options = {"variant": config.data.dataset_variant} if config.data.dataset_variant else {}
-        prepare(config.data.dataset, config.data.root, prepared_dir, **options)
-    ds = load_prepared(prepared_dir, expect_dataset=expect, expect_variant=config.data.dataset_variant)
-    _refuse_bad_images(config, ds, prepared_dir)
-    size = config.data.image_size
-    train_paths, test_paths = [str(p) for p in ds.paths("train")], [str(p) for p in ds.paths("test")]
-    transform = ImageTransform(size)
-    from ..data.formats.image_cache import open_cache
-
-    # `spmlkit prepare --cache-size S` (S >= size): pre-resized pixels read instead of the files
-    cache = open_cache(prepared_dir, ds, size)
-    train_cache, test_cache = (cache.split("train"), cache.split("test")) if cache else (None, None)
-    return ImageData(
-        name=ds.dataset,
-        class_names=tuple(ds.class_names),
-        Y_train=None if ds.observed is not None else np.asarray(ds.train_labels),  # users' data: observed only
-        observed=None if ds.observed is None else np.asarray(ds.observed),
-        Y_test=None if ds.test_labels is None else np.asarray(ds.test_labels),  # None: no labelled test set
-        train_dataset=lambda: ImageFileDataset(train_paths, transform, cache=train_cache),
-        test_dataset=lambda: ImageFileDataset(test_paths, transform, cache=test_cache),
-        paths={"train": train_paths, "test": test_paths},
-        transform_spec=transform.spec(),
-    )
-
-
-_SHOW_BAD = 3
-
-
-def _refuse_bad_images(config: RunConfig, ds: PreparedDataset, prepared_dir: Path) -> None:
-    """Stop before the first epoch when ``spmlkit prepare --check`` found unreadable images in the run's lists.
-
-    Training reads every listed image (``skip_bad=False``: dropping examples would change
-    the results), so a listed bad image would otherwise crash the run mid-epoch, possibly
-    hours in. Only images of the lists this run reads count: the official train list (its
-    first ``config.data.subset`` rows when set) and the test list.
-    """
-    import shlex
-
-    from ..data.formats.prepared import BAD_IMAGES
-
-    if not ds.bad_images:
-        return
-    train_rows = ds.train_images if config.data.subset is None else ds.train_images[: config.data.subset]
-    used = set(train_rows) | set(ds.test_images)
-    bad = [b for b in ds.bad_images if b.path in used]
-    if not bad:
-        return
-    shown = ", ".join(str(ds.root / b.path) for b in bad[:_SHOW_BAD])
-    more = f" and {len(bad) - _SHOW_BAD} more" if len(bad) > _SHOW_BAD else ""
-    dataset = config.data.dataset if config.data.dataset != "prepared" else ds.dataset
-    variant = ds.meta.get("variant") or config.data.dataset_variant
-    command = " ".join([
-        "spmlkit prepare", dataset, *(["--variant", shlex.quote(variant)] if variant else []),
-        "--root", shlex.quote(config.data.root) if config.data.root else "DIR",
-        *(["--out", shlex.quote(str(prepared_dir))] if config.data.prepared else []), "--check",
-    ])
-    raise ValueError(
-        f"{len(bad)} image{'s' if len(bad) != 1 else ''} of the {ds.dataset} lists this run trains and tests on "
-        f"cannot be read ({shown}{more}; the full list with reasons is in {prepared_dir / BAD_IMAGES}); "
-        f"re-download {'them' if len(bad) != 1 else 'it'} (replace each with a readable copy), then prepare again "
-        f"with `{command}`"
-        + ("" if config.data.root else " (DIR: the folder the dataset was unpacked into)") + " before training"
-    )
-
-
-def _digits_mosaic(config: RunConfig) -> ImageData:
-    from ..data.digits_mosaic import DigitsMosaicDataset, make_digits_mosaic
-
-    mosaic = make_digits_mosaic(num_train=config.data.mosaic_train, num_test=config.data.mosaic_test, seed=0,
-                                image_size=config.data.image_size)
-    return ImageData(
-        name="digits-mosaic",
-        class_names=tuple(mosaic.class_names),
-        Y_train=mosaic.train_labels,
-        Y_test=mosaic.test_labels,
-        train_dataset=lambda: DigitsMosaicDataset(mosaic.train_images),
-        test_dataset=lambda: DigitsMosaicDataset(mosaic.test_images),
-        transform_spec=DigitsMosaicDataset(mosaic.test_images[:1]).transform.spec(),
-    )
-
-
-def _prepared_dir(config: RunConfig) -> Path:
-    if config.data.prepared:
-        return Path(config.data.prepared)
-    if config.data.root:
-        from ..data.formats import default_prepared_dir
-
-        return default_prepared_dir(config.data.dataset, config.data.root, config.data.dataset_variant)
-    raise ValueError(
-        f"dataset {config.data.dataset!r} needs --root (where the dataset was unpacked) or --prepared "
-        "(a folder written by `spmlkit prepare`)"
-    )
+    """The run's image dataset, read by the data layer (:func:`spmlkit.data.image_sets.load_image_set`)
+    from the run's values: which dataset, where it lies, its variant, size, subset and mosaic counts."""
+    data = config.data
+    return load_image_set(data.dataset, image_size=data.image_size, root=data.root, prepared=data.prepared,
+                          variant=data.dataset_variant, subset=data.subset, mosaic_train=data.mosaic_train,
+                          mosaic_test=data.mosaic_test)
 
 
 def as_tensor(x: np.ndarray) -> torch.Tensor:
