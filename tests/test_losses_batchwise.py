@@ -85,6 +85,22 @@ def test_high_rank_matches_numpy_slogdet(batch, classes):
     assert value == pytest.approx(-0.3 / classes * logs, abs=1e-10)
 
 
+@pytest.mark.parametrize("batch,classes", [(16, 40), (40, 16), (1, 6)])
+def test_high_rank_equals_the_full_log_det_and_its_gradient_on_either_side(batch, classes):
+    """The value and gradient come from the smaller Gram matrix (B x B when B < C); both equal
+    those of the C x C log-determinant taken directly, for R stacked batches at once."""
+    g = torch.Generator().manual_seed(5)
+    z = (3 * torch.randn(2, batch, classes, generator=g, dtype=torch.float64)).requires_grad_(True)
+    value = high_rank_regularizer(z, 0.3, 1e-3)
+    (grad,) = torch.autograd.grad(value.sum(), z)
+    zz = z.detach().clone().requires_grad_(True)
+    p = torch.sigmoid(zz)
+    full = -0.3 / classes * torch.logdet(p.mT @ p / batch + 1e-3 * torch.eye(classes, dtype=torch.float64))
+    (ref,) = torch.autograd.grad(full.sum(), zz)
+    torch.testing.assert_close(value, full, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, ref, rtol=1e-9, atol=1e-12)
+
+
 def test_high_rank_ignores_labels_keeps_dtype():
     z, y = _random_batch(4, dtype=torch.float32)
     fn = losses.create("highrank")
