@@ -80,14 +80,15 @@ class FeatureSource:
     def train_batches(self, generators: Sequence[torch.Generator]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.X_train)
         perms = torch.stack([torch.randperm(n, generator=generator) for generator in generators])
-        # one gather per epoch for all runs; each batch is then a view (index_select: the copy
-        # X[perm] makes, several times faster)
+        # each step gathers its own rows (one index_select for all runs): the same values as one
+        # gather of the whole shuffled epoch, without writing and re-reading an epoch-sized copy
+        # (R x N x D floats: 310 MB for 9 tmc2007 runs, gathered 3.6x slower than step by step)
         runs = len(generators)
-        shuffled = torch.index_select(self.X_train, 0, perms.reshape(-1)).view(runs, n, -1)
         for start in range(0, n - self.batch_size + 1 if self.drop_last else n, self.batch_size):
             idx = perms[:, start : start + self.batch_size]
             rows = self.dist.shard(idx.shape[1])
-            yield shuffled[:, start + rows.start : start + rows.stop], idx
+            mine = idx[:, rows.start : rows.stop]
+            yield torch.index_select(self.X_train, 0, mine.reshape(-1)).view(runs, mine.shape[1], -1), idx
 
     def rows(self, split: str) -> torch.Tensor:
         X = {"train": self.X_train, "val": self.X_val, "test": self.X_test}[split]
