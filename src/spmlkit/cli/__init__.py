@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ..allocator import keep_freed_memory
     from ..errors import InputError
 
     parser = build_parser()
@@ -48,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    keep_freed_memory()  # a command's steps reuse memory instead of page-faulting it in again
     try:
         return int(args.func(args) or 0)
     except InputError as exc:

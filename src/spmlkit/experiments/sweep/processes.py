@@ -26,6 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_futures
 from concurrent.futures.process import BrokenProcessPool
 
+from ...allocator import keep_freed_memory
 from ...training.device import num_threads
 from .execute import execute_run, execute_runs
 from .executor import Executor, Keep, Record, Run
@@ -177,9 +178,11 @@ def safe_start_method() -> str:
 
 
 def _worker_start(sweep_pid: int, datasets: Sequence[str]) -> None:
-    """Pool initializer: tie the worker to the sweep (:func:`_worker_init`), then
-    :func:`_warm_up`."""
+    """Pool initializer: tie the worker to the sweep (:func:`_worker_init`), keep freed memory
+    (:func:`~spmlkit.allocator.keep_freed_memory`: a forked worker inherits the sweep's setting,
+    a spawned one does not), then :func:`_warm_up`."""
     _worker_init(sweep_pid)
+    keep_freed_memory()
     _warm_up(datasets)
 
 
