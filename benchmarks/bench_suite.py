@@ -47,6 +47,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from spmlkit.allocator import keep_freed_memory
 from spmlkit.data import TabularDataset, load_dataset
 from spmlkit.experiments import benchmark as bm
 from spmlkit.experiments.suites import SUITES
@@ -223,6 +224,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="back-to-back pairs of the step-cost comparison")
     ap.add_argument("--no-suite", action="store_true", help="only the step-cost comparison")
     args = ap.parse_args()
+    keep_freed_memory()  # as every spmlkit command does (docs/architecture.md, "Freed memory")
     datasets = args.datasets or list(SUITES[args.suite])
     print(f"load average at start: {load()}")
     if not args.no_suite:
