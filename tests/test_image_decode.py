@@ -7,7 +7,6 @@ channels fails here.
 
 from __future__ import annotations
 
-import io
 import warnings
 from pathlib import Path
 

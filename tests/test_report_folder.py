@@ -13,6 +13,7 @@ import pytest
 from spmlkit.cli import main
 from spmlkit.experiments.report_folder import MARKER
 from spmlkit.experiments.store import ResultsStore
+from spmlkit.output_dir import RUN, claim_output_dir
 
 
 def rec(method: str, observation: str = "single_positive") -> dict[str, Any]:
@@ -39,12 +40,18 @@ def refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return err
 
 
-def test_a_folder_with_the_users_files_of_the_same_names_is_refused(
-        tmp_path: Path, stores: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def users_folder(tmp_path: Path) -> Path:
+    """A person's folder holding a file of a report's name (``table.md``) and one of their own."""
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "table.md").write_text("my notes")
     (mine / "keep.txt").write_text("keep")
+    return mine
+
+
+def test_a_folder_with_the_users_files_of_the_same_names_is_refused(
+        tmp_path: Path, stores: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    mine = users_folder(tmp_path)
     err = refused(["report", "--store", stores[1], "--out", str(mine)], capsys)
     assert f"--out {mine} holds table.md, which spmlkit's report did not write" in err
     assert "--overwrite" in err and "another folder with --out" in err
@@ -58,10 +65,7 @@ def test_a_folder_with_the_users_files_of_the_same_names_is_refused(
 
 def test_overwrite_replaces_them_and_leaves_other_files(
         tmp_path: Path, stores: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "table.md").write_text("my notes")
-    (mine / "keep.txt").write_text("keep")
+    mine = users_folder(tmp_path)
     assert main(["report", "--store", stores[1], "--out", str(mine), "--overwrite", "--no-figures"]) == 0
     assert "| GR |" in (mine / "table.md").read_text()
     assert (mine / "keep.txt").read_text() == "keep"
@@ -113,3 +117,14 @@ def test_a_folder_without_the_reports_names_is_used(tmp_path: Path, stores: tupl
     assert main(["report", "--store", stores[1], "--out", str(folder), "--no-figures"]) == 0
     assert (folder / "draft.tex").read_text() == "draft" and (folder / "table.md").is_file()
     assert "draft.tex" not in json.loads((folder / MARKER).read_text())["files"]
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_a_folder_holding_another_kind_of_spmlkit_output_is_refused(
+        tmp_path: Path, stores: tuple[str, str], capsys: pytest.CaptureFixture[str], overwrite: list[str]) -> None:
+    run = claim_output_dir(tmp_path / "run", RUN, option="--out")
+    (run / "metrics.csv").write_text("epoch,map\n1,0.4\n")
+    before = sorted(p.name for p in run.iterdir())
+    err = refused(["report", "--store", stores[1], "--out", str(run), *overwrite], capsys)
+    assert f"--out {run} holds spmlkit's run output, not a report" in err and "another folder with --out" in err
+    assert sorted(p.name for p in run.iterdir()) == before  # no table, no figures, no report marker

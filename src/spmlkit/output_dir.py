@@ -2,7 +2,7 @@
 
 A user who types ``--out results`` where ``results`` already holds their own ``meta.json`` or
 ``metrics.csv`` must not lose them to a file of the same name. So every output folder
-(a run folder, a prepared dataset, a feature folder, a report) carries a small marker,
+(a run folder, a prepared dataset, a feature folder, a benchmark) carries a small marker,
 :data:`MARKER` (``.spmlkit.json``: ``{"kind": ..., "created_by": "spmlkit <version>"}``), written
 before anything else, and spmlkit writes only into
 
@@ -17,12 +17,9 @@ Anything else (another kind of spmlkit output, or files spmlkit did not write) i
 change. Nothing is written or removed before the check passes. ``check_output_dir`` runs the
 same test without writing, so a command can refuse before hours of work rather than after.
 
-Using it for another command's output (``spmlkit report --out``, say)::
-
-    from spmlkit.output_dir import REPORT, claim_output_dir
-
-    claim_output_dir(out, REPORT, option="--out",
-                     recognise=lambda folder: set(os.listdir(folder)) <= REPORT_FILES)  # reports of old versions
+A report's folder has a marker of its own (``experiments/report_folder.py``): a report may go
+into a folder that also holds the user's other files, and it lists the files it wrote so that
+the next report removes only those. It still refuses a folder marked here as another kind.
 """
 
 from __future__ import annotations
@@ -34,14 +31,14 @@ from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["BENCHMARK", "FEATURES", "MARKER", "PREPARED", "REPORT", "RUN", "ForeignFolderError", "check_output_dir",
+__all__ = ["BENCHMARK", "FEATURES", "MARKER", "PREPARED", "RUN", "ForeignFolderError", "check_output_dir",
            "claim_output_dir", "output_kind"]
 
 MARKER = ".spmlkit.json"
 """The file that says a folder is spmlkit's output, and of which kind."""
 
 #: the kinds of output folder spmlkit writes (a caller may name another)
-RUN, PREPARED, FEATURES, REPORT = "run", "prepared dataset", "feature dataset", "report"
+RUN, PREPARED, FEATURES = "run", "prepared dataset", "feature dataset"
 BENCHMARK = "benchmark"
 
 _SHOWN = 3

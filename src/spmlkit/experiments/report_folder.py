@@ -13,6 +13,9 @@ replace that person's work without a word, so (docs/figures.md, "The report fold
   files in it are left alone.
 - An unmarked folder that holds any of the report's names is refused with one line naming
   the folder, the files, and the two ways out: ``--overwrite`` or another ``--out``.
+- A folder that :mod:`spmlkit.output_dir` marks as another kind of spmlkit output (a run, a
+  prepared or feature dataset, a benchmark) is refused, ``--overwrite`` or not: a report there
+  would mix with that output, as any two kinds would.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..io import atomic_write_json
+from ..output_dir import output_kind
 
 __all__ = ["MARKER", "ReportFolder", "open_report_folder"]
 
@@ -83,6 +87,10 @@ def open_report_folder(path: str | Path, *, overwrite: bool = False) -> ReportFo
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is an existing file; give a folder")
+    other = output_kind(out) if out.is_dir() else None
+    if other is not None:
+        raise ValueError(f"--out {out} holds spmlkit's {other} output, not a report: a report there would mix with "
+                         "it; give another folder with --out")
     previous = _read_marker(out) if out.is_dir() else None
     if out.is_dir() and previous is None and not overwrite:
         clashes = sorted(p.name for p in out.iterdir() if _REPORT_NAME.fullmatch(p.name))
