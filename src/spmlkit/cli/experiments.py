@@ -34,6 +34,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--seeds", type=csv_list(int), default=DEFAULT_SEEDS, help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--lrs", type=csv_list(float), default=DEFAULT_LRS,
                    help="lr grid, selected on val (default 1e-3,3e-3,1e-2)")
+    p.add_argument("--weight-decays", type=csv_list(float), metavar="WDS",
+                   help="weight-decay grid, selected on val with the lrs (default: none swept, every run at 0)")
     p.add_argument("--observation", default="single_positive",
                    help="single_positive | pos=K,neg=M | ratio=R | full (default single_positive)")
     p.add_argument("--epochs", type=int, default=20, help="epochs of every run (default 20)")
@@ -93,6 +95,8 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser("presets", help="list the presets and the published numbers they target")
     p.add_argument("--dataset", help="only presets of this dataset (default: all)")
+    p.add_argument("--source", help="show each preset's published number from this paper (EM, OPML, GR, PU-MLC, "
+                                    "CRISP), leaving out presets it has none for (default: the preset's own source)")
     p.set_defaults(func=run_presets)
 
 
@@ -146,7 +150,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
         datasets = suite_datasets(args.suite) if args.suite else tuple(args.datasets or (DataConfig.dataset,))
         specs = [bm.BenchmarkSpec(dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                                   observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
-                                  head=args.head, val_variant=args.val, subset=args.subset) for d in datasets]
+                                  head=args.head, val_variant=args.val, subset=args.subset,
+                                  weight_decays=None if args.weight_decays is None else tuple(args.weight_decays))
+                 for d in datasets]
         out = _output_folder(args.out)
         if len(specs) > 1:
             bm.dataset_folders(datasets, out)
@@ -292,17 +298,21 @@ def _print_grid(screen: Any, spec: Any, store: str) -> int:
     factors = [f"{len(spec.datasets)} dataset(s)", f"{len(spec.observations)} observation(s)",
                f"{sum(hp.values())} method/hyperparameter point(s)", f"{len(spec.lrs)} lr(s)",
                f"{len(spec.batch_sizes)} batch size(s)", f"{len(spec.seeds)} seed(s)"]
+    if spec.weight_decays is not None:
+        factors.append(f"{len(spec.weight_decays)} weight decay(s)")
     print_whole_words(screen, f"sweep {spec.name}: {len(runs)} runs = {' x '.join(factors)}; store {store}")
     if spec.settings:
         print_whole_words(screen, "settings of every run: " + ", ".join(f"{k}={v}" for k, v in spec.settings.items()),
                           markup=False)
     table = Table(title=f"the first {min(len(runs), _GRID_ROWS)} of {len(runs)} runs")
-    for col in ("run_id", "dataset", "observation", "method", "hparams", "lr", "batch", "seed"):
+    wd = spec.weight_decays is not None
+    for col in ("run_id", "dataset", "observation", "method", "hparams", "lr", *(("weight decay",) if wd else ()),
+                "batch", "seed"):
         table.add_column(col)
     for r in runs[:_GRID_ROWS]:
         table.add_row(r["run_id"], r["dataset"], r["observation"], r["method"],
-                      ", ".join(f"{k}={v}" for k, v in r["hparams"].items()), f"{r['lr']:g}", str(r["batch_size"]),
-                      str(r["seed"]))
+                      ", ".join(f"{k}={v}" for k, v in r["hparams"].items()), f"{r['lr']:g}",
+                      *((f"{r['weight_decay']:g}",) if wd else ()), str(r["batch_size"]), str(r["seed"]))
     screen.print(table)
     if len(runs) > _GRID_ROWS:
         screen.print(f"... and {len(runs) - _GRID_ROWS} more runs")
@@ -385,15 +395,26 @@ def _output_folder(path: str) -> Path:
 def run_presets(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from ..errors import InputError
+
     from ..experiments.presets import list_presets
 
     table = Table(title="spmlkit presets  (spmlkit train --preset NAME [--root DIR])")
     for col in ("preset", "target (published)", "source", "batch", "lr", "epochs", "hyperparameters", "notes"):
         table.add_column(col)
+    source = None
+    if args.source is not None:
+        from ..experiments.published import SOURCES
+
+        source = next((name for name in SOURCES if name.lower() == args.source.strip().lower()), None)
+        if source is None:
+            raise InputError(f"--source {args.source!r}: choose one of {', '.join(SOURCES)}")
     for p in list_presets():
         if args.dataset and p.dataset != args.dataset:
             continue
-        t = p.target
+        t = p.target if source is None else next((row for row in p.targets if row.source == source), None)
+        if source is not None and t is None:
+            continue
         target = "" if t is None else f"{t.mean:.2f}" + ("" if t.std is None else f" ± {t.std:.2f}")
         hp = ", ".join(f"{k}={v}" for k, v in p.config.get("hparams", {}).items())
         table.add_row(p.name, target, "" if t is None else t.source, str(p.config.get("batch_size")),

@@ -57,6 +57,8 @@ class BenchmarkSpec:
     head: str = "linear"
     val_variant: str | None = None  # None: the dataset's own (presets.default_val_variant)
     subset: int | None = None  # first N official-train rows: for quick checks
+    #: weight decays swept beside the lrs (selected on validation like them); None: no such axis
+    weight_decays: tuple[float, ...] | None = None
     #: per-method hyperparameters on top of the dataset's presets (key by key), e.g. a
     #: candidate being tuned; lists are swept as in a sweep file
     hparams: dict[str, dict[str, Any]] | None = None
@@ -80,7 +82,8 @@ class BenchmarkSpec:
         return SweepSpec(name=f"benchmark-{self.dataset}", datasets=[self.dataset], methods=list(self.methods),
                          seeds=list(self.seeds), lrs=list(self.lrs), batch_sizes=[self.batch_size],
                          observations=[self.observation], hparams=dict(self.hparams or {}),
-                         settings=settings, val_variant=self.val_variant, store=str(store))
+                         settings=settings, val_variant=self.val_variant, store=str(store),
+                         weight_decays=None if self.weight_decays is None else list(self.weight_decays))
 
 
 def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1,

@@ -68,7 +68,7 @@ def select_and_aggregate(
     df: pd.DataFrame,
     *,
     by: Sequence[str] = ("dataset", "observation", "method"),
-    config_keys: Sequence[str] = ("lr", "batch_size", "hparams"),
+    config_keys: Sequence[str] = ("lr", "batch_size", "weight_decay", "hparams"),
     metric: str = "test_map",
     select_on: str = "val_map",
     scale: float = 100.0,
@@ -299,7 +299,8 @@ def _reference(row: dict[str, Any], reference: str) -> Any:
     """The first published row matching an agg row's method/dataset/observation, or None."""
     if "method" not in row or "dataset" not in row:
         return None
-    hits = published_rows(row["method"], row["dataset"], source=reference, observation=row.get("observation"))
+    hits = published_rows(row["method"], row["dataset"], source=reference, observation=row.get("observation"),
+                          metric="map")
     return hits[0] if hits else None
 
 

@@ -569,7 +569,8 @@ class ResultsStore:
         JSON columns hold decoded Python objects (``history`` a list of dicts, ...).
         With ``expand_hparams`` every hyperparameter becomes a column ``hp.<name>`` (NaN where
         a run does not set it), next to the ``hparams`` dict; ``test_metrics`` is always
-        expanded to ``test.<name>`` columns.
+        expanded to ``test.<name>`` columns. Runs of a sweep with a weight-decay axis add a
+        ``weight_decay`` column (NaN for runs without one).
         """
         import pandas as pd
 
@@ -582,6 +583,8 @@ class ResultsStore:
             names = sorted({k for r in recs for k in (r.get("hparams") or {})})
             for n in names:
                 extra_cols[f"hp.{n}"] = [(r.get("hparams") or {}).get(n, math.nan) for r in recs]
+        if any("weight_decay" in (r.get("config") or {}) for r in recs):  # a sweep's weight-decay axis
+            extra_cols["weight_decay"] = [(r.get("config") or {}).get("weight_decay", math.nan) for r in recs]
         names = sorted({k for r in recs for k in (r.get("test_metrics") or {})})
         for n in names:
             extra_cols[f"test.{n}"] = [(r.get("test_metrics") or {}).get(n, math.nan) for r in recs]

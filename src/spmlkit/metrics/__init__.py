@@ -9,7 +9,9 @@
   plus the top-k variant of the same counts and PU-MLC's "oracle threshold" sweep.
 - **Metrics of the field** reported on MULAN-style data: Hamming loss, ranking loss, one-error,
   coverage, example-based average precision, and example-based, micro and macro F1
-  (:mod:`spmlkit.metrics.example_based`; docs/protocol.md, "Metrics of the field").
+  (:mod:`spmlkit.metrics.example_based`; docs/protocol.md, "Metrics of the field"), and the
+  same five as SMILE's and CRISP's code computes them (:func:`smile_metrics`; docs/protocol.md,
+  "Metric conventions").
 - **Pseudo-label accuracy** and the **Wasserstein distance** between the predictions on
   unobserved true positives and unobserved true negatives, as used by Zhou et al.,
   "Acknowledging the Unknown for Multi-label Learning with Single Positive Labels" (ECCV 2022)
@@ -40,6 +42,7 @@ from .example_based import (
 )
 from .label_quality import pseudo_label_accuracy, unobserved_wasserstein
 from .ranking import average_precision, empty_classes, mean_average_precision
+from .smile_convention import SMILE_METRICS, smile_metrics
 from .thresholded import oracle_threshold_metrics, threshold_metrics, topk_metrics
 
 __all__ = [
@@ -59,6 +62,8 @@ __all__ = [
     "pseudo_label_accuracy",
     "ranking_loss",
     "ranking_metrics",
+    "SMILE_METRICS",
+    "smile_metrics",
     "threshold_metrics",
     "topk_metrics",
     "unobserved_wasserstein",

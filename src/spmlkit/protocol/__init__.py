@@ -32,10 +32,13 @@ Label encoding (docs/protocol.md, "Label encoding"): ground truth ``Y`` in {0, 1
 
 from .observation import Observation
 from .observe import observe_labels, observe_ratio, observed_summary
+from .partition import PAPER_FRACTIONS, random_partition
 from .split import split_train_val
 
 __all__ = [
     "split_train_val",
+    "random_partition",
+    "PAPER_FRACTIONS",
     "observe_labels",
     "observe_ratio",
     "observed_summary",

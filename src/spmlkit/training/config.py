@@ -65,6 +65,11 @@ class DataConfig:
     #: keeps the last epoch (there is nothing to select on)
     val_frac: float = 0.2
     val_variant: str = "clean"  # model selection on clean val labels or on the observed positives
+    #: which rows train, validate and test (feature data sets): "official" (the set's own train and
+    #: test lists, validation split off the train list as the reference does) or "random" (every row
+    #: of the set, partitioned 80 / 10 / 10 afresh by the run's seed: the tabular protocol of SMILE
+    #: and CRISP; docs/protocol.md, "The tabular protocol")
+    partition: str = _features("official")
     image_size: int = _images(448)  # images are resized to image_size x image_size
     hflip: bool = _images(True)  # random horizontal flips of training images
     standardize: bool = _features(True)  # z-score features with the train split's mean/std
@@ -73,6 +78,14 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _choice("val_variant", self.val_variant, ("clean", "observed"))
+        _choice("partition", self.partition, ("official", "random"))
+        if self.partition == "random":
+            if self.val_frac != DataConfig.val_frac:
+                raise ValueError(f"val_frac {self.val_frac!r} splits the official train list; partition 'random' holds "
+                                 "out 10 % of the whole set for validation and 10 % for test: remove val_frac")
+            if self.val_variant != "clean":
+                raise ValueError("partition 'random' validates on fully labelled rows, as the papers do; "
+                                 "val_variant 'observed' does not apply: use val_variant 'clean'")
         _positive_int("image_size", self.image_size)
         if self.subset is not None:
             _positive_int("subset", self.subset)
@@ -88,12 +101,19 @@ class ModelConfig:
     pretrained: bool = _images(True)
     lgconv: bool = _images(False)  # PU-MLC's local-global convolutions
     head: str = _features("linear")  # feature runs: linear | mlp
-    hidden: int = _features(256)
+    #: the MLP's hidden width: a number, or "classes" for as many units as the data set has labels
+    #: (SMILE's MLP, which the tabular protocol trains; docs/protocol.md, "The tabular protocol")
+    hidden: int | str = _features(256)
     dropout: float = _features(0.0)
 
     def __post_init__(self) -> None:
         _choice("head", self.head, ("linear", "mlp"))
-        _positive_int("hidden", self.hidden)
+        if self.hidden != "classes":
+            try:
+                _positive_int("hidden", self.hidden)
+            except ValueError:
+                raise ValueError(f"hidden must be a positive integer or 'classes' (one unit per label), "
+                                 f"got {self.hidden!r}") from None
         _non_negative("dropout", self.dropout)
 
 

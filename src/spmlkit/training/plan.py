@@ -40,10 +40,16 @@ from .distributed import Distributed
 from .recipe import check_recipe
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
 
-__all__ = ["VARYING", "RunPlan", "batch_key", "plan_run", "requested_device", "unbatchable_reason"]
+__all__ = ["VARYING", "RunPlan", "batch_key", "varying", "plan_run", "requested_device", "unbatchable_reason"]
 
 #: the settings in which runs of one batched group may differ; everything else they share
-VARYING = ("seed", "lr")
+VARYING = ("seed", "lr", "weight_decay")
+
+
+def varying(config: RunConfig) -> tuple[str, ...]:
+    """:data:`VARYING` for ``config``: without the seed when the seed also draws the run's rows
+    (partition 'random', docs/protocol.md, "The tabular protocol"), since a group shares its data."""
+    return VARYING if config.data.partition != "random" else tuple(k for k in VARYING if k != "seed")
 
 
 @dataclass(frozen=True)
@@ -85,12 +91,13 @@ class RunPlan:
 
     def for_config(self, config: RunConfig) -> RunPlan:
         """The plan of another run of this run's group (same :func:`batch_key`): only the
-        seed and the learning rate differ, so everything derived from the data is shared."""
+        seed, the learning rate and the weight decay differ, so everything derived from the data
+        is shared."""
         key = batch_key(config)
         if key is None or key != self.group_key:
             raise ValueError(f"run {config.method.name} seed {config.optimisation.seed} lr {config.optimisation.lr:g} cannot train in the group of "
                              f"seed {self.config.optimisation.seed} lr {self.config.optimisation.lr:g}: "
-                             f"{unbatchable_reason(config) or 'the runs differ in more than ' + ', '.join(VARYING)}")
+                             f"{unbatchable_reason(config) or 'the runs differ in more than ' + ', '.join(varying(config))}")
         return dataclasses.replace(self, config=config)
 
     def build_model(self) -> nn.Module:
@@ -215,5 +222,5 @@ def batch_key(config: RunConfig) -> str | None:
     settings without :data:`VARYING`, as text, so configs with equal keys form one group."""
     if unbatchable_reason(config) is not None:
         return None
-    values = {k: v for k, v in config.flat().items() if k not in VARYING}
+    values = {k: v for k, v in config.flat().items() if k not in varying(config)}
     return json.dumps(values, sort_keys=True, default=str)

@@ -84,7 +84,8 @@ class RunData:
         from ..models import FeatureHead, build_model
 
         if self.kind == "features":
-            return FeatureHead(int(self.X_train.shape[1]), self.num_classes, config.model.head, config.model.hidden, config.model.dropout)
+            hidden = self.num_classes if config.model.hidden == "classes" else config.model.hidden
+            return FeatureHead(int(self.X_train.shape[1]), self.num_classes, config.model.head, hidden, config.model.dropout)
         recipe = config.recipe  # the official PU-MLC code's LgConv: a projection bias, gamma ~ N(0, 1e-4)
         options = ({"project_bias": recipe.lgconv_bias, "gamma_init": recipe.lgconv_gamma_init}
                    if config.model.lgconv else None)
@@ -117,6 +118,8 @@ def load_run_data(config: RunConfig) -> RunData:
 
         config.check_source("features")
         ds = registry.load_features(config.data.dataset)
+        if config.data.partition == "random":
+            return _randomly_partitioned(ds, config)
         X_train, Y_train = _train_rows_with_a_positive(ds)
         data = RunData("features", ds.name, tuple(ds.class_names), Y_train, np.asarray(ds.Y_test),
                        X_train=X_train, X_test=ds.X_test)
@@ -132,6 +135,37 @@ def load_run_data(config: RunConfig) -> RunData:
             if getattr(data, name) is not None:
                 setattr(data, name, getattr(data, name)[: config.data.subset])
     return data
+
+
+def _randomly_partitioned(ds: Any, config: RunConfig) -> RunData:
+    """The tabular protocol's data (docs/protocol.md, "The tabular protocol"): every row of the set
+    (the official train list, then the test list), less the rows without a positive label, cut to
+    ``subset`` rows when asked, then partitioned 80 / 10 / 10 by the run's seed. The validation and
+    test rows keep their full labels; the observation is drawn on the training rows alone."""
+    from ..protocol import random_partition
+
+    if ds.X_test is None or ds.Y_test is None:
+        raise ValueError(f"{ds.name} has no test list to pool with its training rows; partition 'random' needs "
+                         "the whole labelled set (use partition 'official')")
+    X = np.concatenate([np.asarray(ds.X_train), np.asarray(ds.X_test)])
+    Y = np.concatenate([np.asarray(ds.Y_train), np.asarray(ds.Y_test)])
+    keep = Y.any(axis=1)
+    if not keep.all():
+        _log_dropped_whole(ds.name, int((~keep).sum()), len(Y))
+        X, Y = X[keep], Y[keep]
+    if config.data.subset is not None:
+        if config.data.subset > len(Y):
+            raise ValueError(f"subset {config.data.subset} is larger than the {len(Y)} rows of {ds.name}")
+        X, Y = X[: config.data.subset], Y[: config.data.subset]
+    tr, va, te = random_partition(len(Y), config.optimisation.seed)
+    return RunData("features", ds.name, tuple(ds.class_names), Y[tr], Y[te], X_train=X[tr], X_test=X[te],
+                   X_val=X[va], Y_val=Y[va])
+
+
+@functools.lru_cache(maxsize=None)
+def _log_dropped_whole(name: str, dropped: int, rows: int) -> None:
+    log.warning("%s: %d of its %d rows have no positive label; partition 'random' leaves them out of every part, "
+                "as the papers' data files do (docs/protocol.md, \"The tabular protocol\")", name, dropped, rows)
 
 
 def _train_rows_with_a_positive(ds: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -110,7 +110,7 @@ def train(
 
 
 def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> list[RunResult]:
-    """Train ``configs`` -- runs that differ only in seed and learning rate -- at once, as R
+    """Train ``configs`` -- runs that differ only in seed, learning rate and weight decay -- at once, as R
     copies of one model in one loop (docs/architecture.md, "Many runs at once"); result ``i`` is
     ``train(configs[i])``'s within the stated tolerance. A run that cannot be batched
     (:func:`~spmlkit.training.plan.unbatchable_reason`) is refused with the reason. ``seconds``
@@ -156,7 +156,12 @@ def _build_run(plan: RunPlan) -> Run:
 
 
 def _param_groups(config: RunConfig, run: Run) -> list[dict[str, Any]]:
-    return run.model.param_groups(config.optimisation.lr, config.optimisation.head_lr_mult) + run.components.param_groups(config.optimisation.lr)
+    """A run's parameter groups, each carrying the run's own weight decay, so that the runs of a
+    batched group may differ in it as they do in learning rate (a solo run's optimiser applies
+    its one weight decay to every group: the same numbers)."""
+    groups = run.model.param_groups(config.optimisation.lr, config.optimisation.head_lr_mult) \
+        + run.components.param_groups(config.optimisation.lr)
+    return [{**g, "weight_decay": config.optimisation.weight_decay} for g in groups]
 
 
 def _merged(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:

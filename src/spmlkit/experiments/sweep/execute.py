@@ -39,7 +39,7 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     from ...training.run_data import check_dataset, is_feature_run
 
     values = {k: run[k] for k in ("dataset", "method", "observation", "seed", "lr", "batch_size", "hparams",
-                                  "val_variant")}
+                                  "val_variant", "weight_decay") if k in run}  # weight_decay: a sweep's axis
     config = resolve_config(values, file_values=run["settings"], file_name=f"sweep settings (run {run['run_id']})")
     check_dataset(config)
     if not is_feature_run(config):

@@ -30,7 +30,7 @@ __all__ = ["SweepSpec", "load_sweep", "expand", "iter_runs", "grid_size", "run_i
 MAX_GRID_RUNS = 100_000_000
 
 _GRID_KEYS = {"name", "datasets", "methods", "seeds", "lrs", "batch_sizes", "observations", "hparams", "settings",
-              "store", "val_variant", "dataset", "method"}
+              "store", "val_variant", "dataset", "method", "weight_decays"}
 
 
 @dataclass
@@ -48,6 +48,9 @@ class SweepSpec:
     #: exist, observed for a user's prepared folder), resolved per run so a run's id names it
     val_variant: str | None = None
     store: str = "results.db"
+    #: weight decays to sweep; None: not an axis (every run keeps the weight decay its settings
+    #: give, and its id is what it was before this axis existed)
+    weight_decays: list[float] | None = None
 
     def __post_init__(self) -> None:
         from ...methods import get_method, resolve_hparams
@@ -69,6 +72,16 @@ class SweepSpec:
         for key in ("datasets", "methods", "seeds", "lrs", "batch_sizes", "observations"):
             if not getattr(self, key):
                 raise ValueError(f"sweep {self.name!r}: {key} must not be empty")
+        if self.weight_decays is not None:
+            if not self.weight_decays:
+                raise ValueError(f"sweep {self.name!r}: weight_decays must not be empty; leave it out to keep each "
+                                 "run's own weight decay")
+            bad = [w for w in self.weight_decays if not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0)]
+            if bad:
+                raise ValueError(f"sweep {self.name!r}: weight_decays must be numbers >= 0, got {bad[0]!r}")
+            if _sets_weight_decay(self.settings):
+                raise ValueError(f"sweep {self.name!r}: give the weight decay either in settings or as the "
+                                 "weight_decays axis, not both")
         size = grid_size(self)
         if size > MAX_GRID_RUNS:
             raise ValueError(f"sweep {self.name!r}: the grid has {size:,} runs ({_size_words(self)}), more than the "
@@ -80,6 +93,7 @@ class SweepSpec:
 _AXES: dict[str, tuple[str, str]] = {
     "datasets": ("str", "[yeast]"), "methods": ("str", "[an, em]"), "observations": ("str", "[single_positive]"),
     "seeds": ("int", "[0, 1, 2]"), "batch_sizes": ("int", "[64]"), "lrs": ("number", "[0.001, 0.01]"),
+    "weight_decays": ("number", "[0, 0.0001]"),
 }
 #: the singular spelling a sweep file may use for an axis
 _SINGULAR = {"dataset": "datasets", "method": "methods"}
@@ -191,7 +205,21 @@ def grid_size(spec: SweepSpec) -> int:
     """How many runs ``spec`` names, counted without making them."""
     per_method = sum(_hparam_count(spec.hparams.get(m, {})) for m in spec.methods)
     return (len(spec.datasets) * len(spec.observations) * per_method * len(spec.lrs) * len(spec.batch_sizes)
-            * len(spec.seeds))
+            * len(spec.seeds) * len(_weight_decays(spec)))
+
+
+def _sets_weight_decay(settings: dict[str, Any]) -> bool:
+    from ...training.config import flat_settings
+
+    try:
+        return "weight_decay" in flat_settings(dict(settings or {}))
+    except ValueError:  # the settings are refused where the runs are checked, with the full message
+        return False
+
+
+def _weight_decays(spec: SweepSpec) -> list[float | None]:
+    """The weight-decay axis: its values, or one None (no axis: runs carry no weight decay key)."""
+    return list(spec.weight_decays) if spec.weight_decays is not None else [None]
 
 
 def _size_words(spec: SweepSpec) -> str:
@@ -200,6 +228,8 @@ def _size_words(spec: SweepSpec) -> str:
     parts = [f"{len(spec.datasets)} datasets", f"{len(spec.observations)} observations",
              f"{combos} method x hyperparameter combinations", f"{len(spec.lrs)} lrs",
              f"{len(spec.batch_sizes)} batch sizes", f"{len(spec.seeds)} seeds"]
+    if spec.weight_decays is not None:
+        parts.append(f"{len(spec.weight_decays)} weight decays")
     return " x ".join(parts)
 
 
@@ -210,11 +240,14 @@ def run_id(run: dict[str, Any]) -> str:
 
 
 def make_run(spec: SweepSpec, dataset: str, observation: str, method: str, hparams: dict[str, Any], lr: float,
-             batch_size: int, seed: int) -> dict[str, Any]:
-    """One grid point of ``spec`` as a run, with its id."""
+             batch_size: int, seed: int, weight_decay: float | None = None) -> dict[str, Any]:
+    """One grid point of ``spec`` as a run, with its id. ``weight_decay`` is a key of the run only
+    where the sweep has that axis, so the runs of other sweeps keep their ids."""
     run = {"sweep": spec.name, "dataset": dataset, "method": method, "observation": observation, "seed": int(seed),
            "lr": float(lr), "batch_size": int(batch_size), "hparams": hparams, "val_variant": spec.val_variant or _dataset_val_variant(dataset),
            "settings": dict(spec.settings)}
+    if weight_decay is not None:
+        run["weight_decay"] = float(weight_decay)
     run["run_id"] = run_id(run)
     return run
 
@@ -227,11 +260,32 @@ def _dataset_val_variant(dataset: str) -> str:
 
 def iter_runs(spec: SweepSpec) -> Iterator[dict[str, Any]]:
     """Every run of the sweep, made one at a time, in a deterministic order (dataset, method,
-    hparams, lr, bs, seed): memory stays that of one run whatever the grid's size."""
+    hparams, lr, bs, seed, weight decay): memory stays that of one run whatever the grid's size.
+
+    Where the seed draws each run's rows (partition 'random', docs/protocol.md, "The tabular
+    protocol") the seed and batch size come first instead (seed, bs, lr, weight decay), so that the
+    runs that may train as one group -- one seed's, differing in lr and weight decay -- are next
+    to each other, which is where the sweep looks for them."""
+    by_seed = partitions_by_seed(spec.settings)
     for dataset, observation, method in itertools.product(spec.datasets, spec.observations, spec.methods):
         for hp in _hparam_grid(spec.hparams.get(method, {})):
-            for lr, bs, seed in itertools.product(spec.lrs, spec.batch_sizes, spec.seeds):
-                yield make_run(spec, dataset, observation, method, hp, lr, bs, seed)
+            if by_seed:
+                points = ((lr, bs, seed, wd) for seed, bs, lr, wd in
+                          itertools.product(spec.seeds, spec.batch_sizes, spec.lrs, _weight_decays(spec)))
+            else:
+                points = itertools.product(spec.lrs, spec.batch_sizes, spec.seeds, _weight_decays(spec))
+            for lr, bs, seed, wd in points:
+                yield make_run(spec, dataset, observation, method, hp, lr, bs, seed, wd)
+
+
+def partitions_by_seed(settings: dict[str, Any]) -> bool:
+    """Whether a sweep's ``settings`` (flat or in sections) make each run's seed draw its rows."""
+    from ...training.config import flat_settings
+
+    try:
+        return flat_settings(dict(settings or {})).get("partition") == "random"
+    except ValueError:  # the settings are refused where the runs are checked, with the full message
+        return False
 
 
 def expand(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -247,14 +301,16 @@ def in_grid(spec: SweepSpec, run: dict[str, Any]) -> bool:
     try:
         method, hparams = run["method"], run["hparams"]
         keys, values = _hparam_axes(spec.hparams.get(method, {}))
+        weight_decay = run.get("weight_decay")
         on_axes = (run["dataset"] in spec.datasets and run["observation"] in spec.observations
                    and method in spec.methods and run["lr"] in spec.lrs and run["batch_size"] in spec.batch_sizes
                    and run["seed"] in spec.seeds and isinstance(hparams, dict) and sorted(hparams) == keys
-                   and all(hparams[k] in v for k, v in zip(keys, values)))
+                   and all(hparams[k] in v for k, v in zip(keys, values))
+                   and weight_decay in _weight_decays(spec))
         if not on_axes:
             return False
         point = make_run(spec, run["dataset"], run["observation"], method, hparams, run["lr"], run["batch_size"],
-                         run["seed"])
+                         run["seed"], weight_decay)
     except (KeyError, TypeError, ValueError):  # a record another program or version wrote: not this grid's
         return False
     return point["run_id"] == run.get("run_id")
@@ -265,7 +321,8 @@ def settings_to_check(spec: SweepSpec) -> Iterator[dict[str, Any]]:
     hyperparameters) with the first lr, batch size and seed, then each lr, batch size and seed
     with the first of the rest. Checking these finds every bad value of a grid of any size in
     as many checks as the axes have values, not as the grid has runs."""
-    firsts = (spec.lrs[0], spec.batch_sizes[0], spec.seeds[0])
+    wds = _weight_decays(spec)
+    firsts = (spec.lrs[0], spec.batch_sizes[0], spec.seeds[0], wds[0])
     for dataset, observation, method in itertools.product(spec.datasets, spec.observations, spec.methods):
         for hp in _hparam_grid(spec.hparams.get(method, {})):
             yield make_run(spec, dataset, observation, method, hp, *firsts)
@@ -273,15 +330,19 @@ def settings_to_check(spec: SweepSpec) -> Iterator[dict[str, Any]]:
     first_hp = next(_hparam_grid(spec.hparams.get(method, {})))
     head = (spec.datasets[0], spec.observations[0], method, first_hp)
     for lr in spec.lrs[1:]:
-        yield make_run(spec, *head, lr, firsts[1], firsts[2])
+        yield make_run(spec, *head, lr, firsts[1], firsts[2], firsts[3])
     for bs in spec.batch_sizes[1:]:
-        yield make_run(spec, *head, firsts[0], bs, firsts[2])
+        yield make_run(spec, *head, firsts[0], bs, firsts[2], firsts[3])
     for seed in spec.seeds[1:]:
-        yield make_run(spec, *head, firsts[0], firsts[1], seed)
+        yield make_run(spec, *head, firsts[0], firsts[1], seed, firsts[3])
+    for wd in wds[1:]:
+        yield make_run(spec, *head, firsts[0], firsts[1], firsts[2], wd)
 
 
 def group_key(run: dict[str, Any]) -> str:
-    """Runs of one sweep with equal keys differ only in seed and lr (everything else of a run
-    is the rest of its grid point), which is what training them as one group asks."""
-    return json.dumps({k: v for k, v in run.items() if k not in ("seed", "lr", "run_id", "sweep")}, sort_keys=True,
-                      default=str)
+    """Runs of one sweep with equal keys differ only in seed, lr and weight decay (everything else
+    of a run is the rest of its grid point), which is what training them as one group asks; where
+    the seed draws the run's rows (:func:`partitions_by_seed`) the seed stays in the key."""
+    free = ("lr", "weight_decay", "run_id", "sweep") if partitions_by_seed(run.get("settings") or {}) \
+        else ("seed", "lr", "weight_decay", "run_id", "sweep")
+    return json.dumps({k: v for k, v in run.items() if k not in free}, sort_keys=True, default=str)
