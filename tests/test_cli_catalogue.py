@@ -24,7 +24,7 @@ def test_presets_lists_each_preset_of_a_dataset_with_its_published_target(capsys
     assert rows["em/voc2012"][1:7] == ["89.09 ± 0.17", "EM", "8", "1e-05", "10", "alpha=0.2"]
     assert rows["bce/voc2012"][1:3] == ["89.42 ± 0.27", "EM"]
     assert rows["gr/voc2012"][1:3] == ["89.83 ± 0.12", "GR"]  # GR Table 2
-    assert rows["epr/voc2012"][1:3] == ["", ""]  # no published number to target
+    assert rows["epr/voc2012"][1:3] == ["85.23 ± 0.44", "CRISP"]  # CRISP Table 1: EPR's only published number
 
 
 def test_methods_lists_every_recipe_in_order(capsys):

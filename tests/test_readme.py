@@ -57,6 +57,9 @@ NOT_RUN = {
         "needs the image run above (a download) and the export extra (onnx, onnxruntime)",
     "spmlkit export --checkpoint runs/folder/em_apl/seed0 --format torchscript":
         "needs the image run above (a download)",
+    "spmlkit reproduce crisp-tabular --datasets yeast,scene":
+        "trains 3,200 runs (minutes on 2 cores) on MULAN's yeast and scene, fetched when $SPMLKIT_DATA lacks them; "
+        "test_reproduce runs the command on 300 rows",
     "spmlkit sweep grid.yaml --backend ray": "needs the ray extra and starts a Ray instance",
     "ray start --head --port 6379": "starts a Ray cluster",
     "ray start --address HEAD:6379": "joins a Ray cluster on another machine",

@@ -148,7 +148,7 @@ def test_published_lookups() -> None:
     hits = P.published("em_apl", "voc2012", source="EM")
     assert hits == [P.Published("EM", 89.19, 0.31, "EM Table 1", "single_positive")]
     assert hits[0].mean == 89.19 and hits[0].std == 0.31
-    assert {h.source for h in P.published("em_apl", "voc2012")} == {"EM", "OPML", "GR"}
+    assert {h.source for h in P.published("em_apl", "voc2012")} == {"EM", "OPML", "GR", "CRISP"}
     assert P.published("em", "voc2012", source="GR")[0].mean == 88.67  # differs from EM's 89.09
     assert P.published("gr", "coco2014")[0][1:3] == (73.17, 0.36)
     assert P.published("opml_sp", "cub")[0].mean == 24.11

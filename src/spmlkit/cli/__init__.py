@@ -13,7 +13,7 @@ import errno
 import sys
 from typing import Sequence
 
-from . import catalogue, data, experiments, export, train
+from . import catalogue, data, experiments, export, reproduce, train
 
 __all__ = ["main", "build_parser"]
 
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     catalogue.add_parsers(sub)
     experiments.add_parsers(sub)
+    reproduce.add_parsers(sub)
     train.add_parser(sub)
     data.add_parsers(sub)
     export.add_parsers(sub)

@@ -19,8 +19,8 @@ from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig,
                                saved_settings)
 from ..training.defaults import FEATURE_DEFAULTS
 
-__all__ = ["Preset", "DATASET_DEFAULTS", "PRESETS", "get_preset", "list_presets", "dataset_defaults",
-           "resolve_config"]
+__all__ = ["Preset", "DATASET_DEFAULTS", "PRESETS", "PROTOCOL_PRESETS", "TABULAR_PROTOCOL", "get_preset", "list_presets",
+           "dataset_defaults", "resolve_config"]
 
 #: base protocol per dataset (docs/protocol.md, "Training protocols"; EM's chosen batch size and lr per dataset)
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -53,6 +53,16 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "csv": {"backbone": "torchvision:resnet50", "pretrained": True, "image_size": 448, "batch_size": 16,
             "lr": 1e-4, "epochs": 10, "observation": "given", "val_variant": "observed"},
 }
+
+#: the tabular protocol of SMILE and CRISP (docs/protocol.md, "The tabular protocol"): every row of a feature set
+#: partitioned 80 / 10 / 10 afresh by each run's seed (a trial), SMILE's MLP (one hidden layer as wide as the set has
+#: labels), 10 epochs. The papers' grid (lr and weight decay in {1e-2, ..., 1e-5}, batch 8 or 16) and their 5 trials
+#: are the sweep's axes (``spmlkit reproduce``, experiments/reproduce.py); ``spmlkit train --preset tabular`` trains
+#: one point of it
+TABULAR_PROTOCOL: dict[str, Any] = {"partition": "random", "head": "mlp", "hidden": "classes", "epochs": 10,
+                                     "standardize": False}
+#: protocols that ``--preset NAME`` names beside the (method, dataset) presets: settings of every data set and method
+PROTOCOL_PRESETS: dict[str, dict[str, Any]] = {"tabular": TABULAR_PROTOCOL}
 
 #: notes of the dataset-defaults presets (``get_preset("voc2007")``)
 _DATASET_NOTES = {
@@ -96,7 +106,10 @@ _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = 
     ("focal", _per((0.75, 0.75, 0.75, 0.75), "alpha"), _EM_PROTOCOL, "EM Table 1", "gamma = 2"),
     ("asl", _merge(_per((0.0,) * 4, "gamma_pos"), _per((2.0, 2.0, 2.0, 1.0), "gamma_neg"),
                    _per((0.2, 0.2, 0.2, 0.0), "clip")), _EM_PROTOCOL, "EM Table 1", ""),
-    ("epr", _per((1.5, 2.9, 1.9, 31.4), "expected_num_pos"), {}, "Cole et al. 2021", "no EM-table row"),
+    ("wan", {d: {} for d in _D4}, {}, "CRISP Table 1",
+     "gamma = 1/(C-1); CRISP's lr/batch per data set unpublished: the base protocol's"),
+    ("epr", _per((1.5, 2.9, 1.9, 31.4), "expected_num_pos"), {}, "Cole et al. 2021",
+     "no EM-table row; targets CRISP Table 1"),
     ("role", _per((1.5, 2.9, 1.9, 31.4), "expected_num_pos"), _EM_PROTOCOL, "EM Table 1", ""),
     ("em", _per((0.2, 0.1, 0.1, 0.01), "alpha"), _EM_PROTOCOL, "EM Table 1", ""),
     ("em_apl", _merge(_per((0.2, 0.1, 0.1, 0.01), "alpha"), _per((0.02, 0.9, 0.2, 0.4), "beta"),
@@ -243,6 +256,9 @@ def list_presets() -> list[Preset]:
 def get_preset(name: str) -> Preset:
     if name in PRESETS:
         return PRESETS[name]
+    if name in PROTOCOL_PRESETS:
+        return Preset(name, "", "", dict(PROTOCOL_PRESETS[name]), "protocol",
+                      'docs/protocol.md, "The tabular protocol"')
     if "/" not in name and name in DATASET_DEFAULTS:
         return Preset(name, "", name, {**DATASET_DEFAULTS[name], "dataset": name}, "dataset defaults",
                       _DATASET_NOTES.get(name, ""))

@@ -11,11 +11,21 @@ Sources, by short name:
   Robust Loss", IJCAI 2024, Table 2.
 - ``PU-MLC``: Yuan, Zhang, Huang, "Positive Label Is All You Need for Multi-Label
   Classification", ICME 2024, Table I (mAP by known-label ratio; no stds published).
+- ``CRISP``: Liu, Xu, Wang, Geng, "Can Class-Priors Help Single-Positive Multi-Label Learning?"
+  (arXiv 2309.13886, the version with Tables 1-13), Table 1 (mAP on the four image sets under the
+  reference protocol, 5 trials) and Tables 2, 8, 9, 10 and 11 (ranking loss, average precision,
+  coverage, Hamming loss and one-error on six MULAN-style sets under the tabular protocol:
+  random 80/10/10 partitions, 5 trials, SMILE's metric code; docs/protocol.md, "The tabular
+  protocol" and "Metric conventions").
 
-Numbers are mAP in percent, as printed (mean over runs, and the std where printed). Method
+Each row names its ``metric``: ``map`` rows are mAP in percent, as printed (mean over runs,
+and the std where printed); the tabular rows of CRISP (``ranking_loss``, ``example_ap``,
+``coverage``, ``hamming_loss``, ``one_error``) are fractions as printed, in SMILE's convention
+(coverage divided by the number of labels). Method
 and dataset names are spmlkit's (:data:`METHOD_LABELS` maps them back to the papers'
 labels); methods that spmlkit does not implement keep a lower-case form of the paper's name
-(``smile``, ``mime``, ``sarb``, ...). Observations use spmlkit's text form
+(``smile``, ``mime``, ``sarb``, ``plc``, ``boostlu_ll_r``, ...), and so do data sets spmlkit
+cannot read (CRISP's ``image`` and ``mirflickr``). Observations use spmlkit's text form
 (:class:`spmlkit.protocol.Observation`): ``single_positive``, ``full``, ``ratio=0.1``.
 Note that ``bce`` and ``iun`` rows of the SPML tables are the references "All P. & All N."
 and "1 P. & All N.", i.e. methods that see more labels, listed under the SPML setting.
@@ -30,6 +40,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = [
+    "CRISP_METHODS",
+    "CRISP_TABULAR_DATASETS",
+    "CRISP_TABULAR_METRICS",
     "DATASET_LABELS",
     "METHOD_LABELS",
     "PUBLISHED_ROWS",
@@ -58,9 +71,10 @@ class PublishedRow(NamedTuple):
     method: str  # spmlkit name
     dataset: str  # spmlkit name
     observation: str  # spmlkit observation text
-    mean: float  # mAP %
+    mean: float  # as printed: mAP in %, the tabular metrics as fractions
     std: float | None
     note: str = ""
+    metric: str = "map"  # map | ranking_loss | example_ap | coverage | hamming_loss | one_error
 
     @property
     def source(self) -> str:
@@ -213,6 +227,121 @@ _PU_NOTES = {
 }
 
 
+#: CRISP's row labels -> spmlkit method names (lower-case paper names where spmlkit has no such method);
+#: CRISP describes its ROLE as trained with LinearInit on the image sets (its Section 5.1)
+CRISP_METHODS: dict[str, str] = {
+    "AN": "an", "AN-LS": "an_ls", "WAN": "wan", "EPR": "epr", "ROLE": "role", "EM": "em", "EM-APL": "em_apl",
+    "SMILE": "smile", "PLC": "plc", "LL-R": "ll_r", "LL-CP": "ll_cp", "LL-CT": "ll_ct", "BOOSTLU+LL-R": "boostlu_ll_r",
+    "BOOSTLU+LL-CP": "boostlu_ll_cp", "BOOSTLU+LL-CT": "boostlu_ll_ct", "CRISP": "crisp",
+}
+_CRISP_T1 = {  # mAP (%), VOC / COCO / NUS / CUB
+    "AN": ((85.546, 0.294), (64.326, 0.204), (42.494, 0.338), (18.656, 0.090)),
+    "AN-LS": ((87.548, 0.137), (67.074, 0.196), (43.616, 0.342), (16.446, 0.269)),
+    "WAN": ((87.138, 0.240), (65.552, 0.171), (45.785, 0.192), (14.622, 1.300)),
+    "EPR": ((85.228, 0.444), (63.604, 0.249), (45.240, 0.338), (19.842, 0.423)),
+    "ROLE": ((88.088, 0.167), (67.022, 0.141), (41.949, 0.205), (14.798, 0.613)),
+    "EM": ((88.674, 0.077), (70.636, 0.094), (47.254, 0.297), (20.692, 0.527)),
+    "EM-APL": ((88.860, 0.080), (70.758, 0.215), (47.778, 0.181), (21.202, 0.792)),
+    "SMILE": ((87.314, 0.150), (70.431, 0.213), (47.241, 0.172), (18.611, 0.144)),
+    "PLC": ((88.021, 0.121), (70.422, 0.062), (46.211, 0.155), (21.840, 0.237)),
+    "LL-R": ((87.784, 0.063), (70.078, 0.008), (48.048, 0.074), (18.966, 0.022)),
+    "LL-CP": ((87.466, 0.031), (70.460, 0.032), (48.000, 0.077), (19.310, 0.164)),
+    "LL-CT": ((87.054, 0.214), (70.384, 0.058), (47.930, 0.010), (19.012, 0.097)),
+    "BOOSTLU+LL-R": ((89.224, 0.017), (73.272, 0.006), (49.590, 0.021), (19.136, 0.009)),
+    "BOOSTLU+LL-CP": ((88.358, 0.212), (70.820, 0.030), (47.810, 0.166), (18.166, 0.063)),
+    "BOOSTLU+LL-CT": ((88.528, 0.053), (71.742, 0.006), (48.216, 0.021), (17.952, 0.007)),
+    "CRISP": ((89.820, 0.191), (74.640, 0.219), (49.996, 0.316), (21.650, 0.178)),
+}
+#: CRISP's tabular tables: name -> (metric, rows); columns in the order of :data:`CRISP_TABULAR_DATASETS`
+CRISP_TABULAR_DATASETS = ("image", "scene", "yeast", "corel5k", "mirflickr", "delicious")
+_CRISP_TABULAR: dict[str, tuple[str, dict[str, str]]] = {
+    "CRISP Table 2": ("ranking_loss", {
+        "AN": "0.432 0.067 0.321 0.113 0.383 0.066 0.140 0.000 0.125 0.002 0.131 0.000",
+        "AN-LS": "0.378 0.041 0.246 0.064 0.365 0.031 0.186 0.003 0.163 0.006 0.213 0.007",
+        "WAN": "0.354 0.051 0.216 0.023 0.212 0.021 0.129 0.000 0.121 0.002 0.126 0.000",
+        "EPR": "0.401 0.053 0.291 0.056 0.208 0.010 0.139 0.000 0.119 0.001 0.126 0.000",
+        "ROLE": "0.340 0.059 0.174 0.028 0.213 0.017 0.259 0.004 0.182 0.014 0.336 0.007",
+        "EM": "0.471 0.044 0.322 0.115 0.261 0.030 0.155 0.002 0.134 0.004 0.164 0.001",
+        "EM-APL": "0.508 0.028 0.420 0.069 0.245 0.026 0.135 0.001 0.138 0.003 0.163 0.003",
+        "SMILE": "0.260 0.020 0.161 0.045 0.167 0.002 0.125 0.003 0.120 0.002 0.126 0.000",
+        "LL-R": "0.346 0.072 0.155 0.021 0.227 0.001 0.114 0.001 0.123 0.003 0.129 0.002",
+        "LL-CP": "0.329 0.041 0.148 0.017 0.215 0.000 0.114 0.003 0.124 0.003 0.160 0.001",
+        "LL-CT": "0.327 0.019 0.180 0.038 0.238 0.001 0.115 0.001 0.124 0.002 0.160 0.000",
+        "CRISP": "0.164 0.027 0.112 0.021 0.164 0.001 0.113 0.001 0.118 0.001 0.122 0.000"}),
+    "CRISP Table 8": ("example_ap", {
+        "AN": "0.534 0.061 0.580 0.104 0.531 0.079 0.217 0.003 0.615 0.004 0.317 0.002",
+        "AN-LS": "0.574 0.037 0.631 0.072 0.538 0.044 0.230 0.002 0.587 0.006 0.261 0.006",
+        "WAN": "0.576 0.041 0.661 0.033 0.698 0.017 0.241 0.002 0.621 0.004 0.315 0.000",
+        "EPR": "0.539 0.028 0.597 0.062 0.710 0.008 0.214 0.001 0.628 0.003 0.314 0.000",
+        "ROLE": "0.606 0.041 0.700 0.040 0.711 0.013 0.203 0.003 0.516 0.027 0.130 0.003",
+        "EM": "0.486 0.031 0.549 0.103 0.642 0.029 0.294 0.002 0.614 0.003 0.293 0.001",
+        "EM-APL": "0.467 0.026 0.448 0.049 0.654 0.040 0.275 0.003 0.589 0.007 0.311 0.001",
+        "SMILE": "0.670 0.021 0.722 0.071 0.751 0.004 0.295 0.004 0.629 0.003 0.318 0.001",
+        "LL-R": "0.605 0.058 0.714 0.035 0.658 0.006 0.268 0.002 0.625 0.001 0.296 0.004",
+        "LL-CP": "0.595 0.031 0.735 0.028 0.700 0.000 0.259 0.004 0.621 0.007 0.251 0.007",
+        "LL-CT": "0.600 0.012 0.669 0.052 0.629 0.007 0.258 0.004 0.619 0.004 0.253 0.004",
+        "CRISP": "0.749 0.037 0.795 0.031 0.758 0.002 0.304 0.003 0.628 0.003 0.319 0.001"}),
+    "CRISP Table 9": ("coverage", {
+        "AN": "0.374 0.050 0.279 0.094 0.707 0.045 0.330 0.001 0.342 0.003 0.653 0.001",
+        "AN-LS": "0.334 0.033 0.217 0.052 0.703 0.012 0.441 0.009 0.433 0.015 0.830 0.016",
+        "WAN": "0.313 0.040 0.192 0.019 0.512 0.045 0.309 0.001 0.334 0.002 0.632 0.001",
+        "EPR": "0.352 0.043 0.254 0.046 0.506 0.011 0.328 0.001 0.332 0.002 0.637 0.001",
+        "ROLE": "0.306 0.049 0.157 0.023 0.519 0.026 0.551 0.007 0.448 0.028 0.887 0.004",
+        "EM": "0.407 0.036 0.281 0.096 0.575 0.042 0.382 0.005 0.359 0.010 0.753 0.004",
+        "EM-APL": "0.438 0.022 0.360 0.057 0.556 0.045 0.335 0.005 0.369 0.005 0.765 0.006",
+        "SMILE": "0.242 0.014 0.146 0.037 0.462 0.003 0.308 0.007 0.328 0.004 0.628 0.003",
+        "LL-R": "0.311 0.059 0.141 0.017 0.512 0.002 0.274 0.002 0.335 0.006 0.622 0.001",
+        "LL-CP": "0.296 0.031 0.136 0.016 0.518 0.001 0.272 0.008 0.337 0.005 0.708 0.004",
+        "LL-CT": "0.297 0.017 0.161 0.031 0.509 0.001 0.277 0.005 0.335 0.003 0.708 0.002",
+        "CRISP": "0.164 0.012 0.082 0.018 0.455 0.002 0.276 0.002 0.324 0.001 0.620 0.001"}),
+    "CRISP Table 10": ("hamming_loss", {
+        "AN": "0.229 0.000 0.176 0.001 0.306 0.000 0.010 0.000 0.127 0.000 0.019 0.000",
+        "AN-LS": "0.229 0.000 0.168 0.004 0.306 0.000 0.010 0.000 0.127 0.000 0.019 0.000",
+        "WAN": "0.411 0.060 0.299 0.035 0.285 0.016 0.156 0.001 0.191 0.006 0.102 0.000",
+        "EPR": "0.370 0.043 0.220 0.026 0.234 0.007 0.016 0.000 0.136 0.002 0.020 0.000",
+        "ROLE": "0.256 0.018 0.176 0.017 0.279 0.010 0.010 0.000 0.128 0.000 0.019 0.000",
+        "EM": "0.770 0.001 0.820 0.003 0.669 0.025 0.589 0.003 0.718 0.010 0.630 0.005",
+        "EM-APL": "0.707 0.088 0.780 0.082 0.641 0.032 0.648 0.006 0.754 0.017 0.622 0.006",
+        "SMILE": "0.219 0.009 0.182 0.021 0.208 0.002 0.010 0.000 0.127 0.001 0.081 0.008",
+        "LL-R": "0.220 0.013 0.162 0.005 0.312 0.001 0.015 0.001 0.124 0.002 0.019 0.000",
+        "LL-CP": "0.218 0.016 0.164 0.002 0.306 0.000 0.016 0.001 0.126 0.001 0.019 0.000",
+        "LL-CT": "0.246 0.031 0.176 0.019 0.321 0.001 0.018 0.001 0.124 0.001 0.019 0.000",
+        "CRISP": "0.165 0.023 0.140 0.013 0.211 0.001 0.010 0.000 0.121 0.002 0.019 0.000"}),
+    "CRISP Table 11": ("one_error", {
+        "AN": "0.708 0.096 0.626 0.123 0.489 0.194 0.758 0.002 0.358 0.005 0.410 0.012",
+        "AN-LS": "0.643 0.052 0.578 0.111 0.495 0.130 0.736 0.009 0.360 0.015 0.454 0.013",
+        "WAN": "0.670 0.060 0.543 0.060 0.239 0.002 0.727 0.012 0.352 0.010 0.404 0.002",
+        "EPR": "0.703 0.046 0.615 0.090 0.240 0.003 0.764 0.000 0.362 0.015 0.441 0.008",
+        "ROLE": "0.605 0.041 0.507 0.066 0.244 0.005 0.705 0.016 0.525 0.072 0.594 0.006",
+        "EM": "0.769 0.036 0.681 0.119 0.326 0.079 0.656 0.009 0.365 0.008 0.446 0.009",
+        "EM-APL": "0.773 0.045 0.812 0.059 0.341 0.109 0.690 0.007 0.434 0.023 0.405 0.006",
+        "SMILE": "0.533 0.036 0.466 0.117 0.250 0.012 0.650 0.008 0.340 0.010 0.402 0.005",
+        "LL-R": "0.597 0.084 0.490 0.054 0.436 0.087 0.715 0.006 0.342 0.016 0.543 0.041",
+        "LL-CP": "0.629 0.043 0.450 0.051 0.240 0.000 0.731 0.016 0.357 0.016 0.490 0.028",
+        "LL-CT": "0.616 0.019 0.574 0.074 0.552 0.097 0.726 0.022 0.375 0.012 0.475 0.019",
+        "CRISP": "0.325 0.026 0.311 0.047 0.227 0.004 0.646 0.006 0.295 0.009 0.402 0.003"}),
+}
+#: the tabular metrics of CRISP's tables, in the order of its tables (2, 8, 9, 10, 11)
+CRISP_TABULAR_METRICS = tuple(metric for metric, _ in _CRISP_TABULAR.values())
+_CRISP_NOTE = "tabular protocol: random 80/10/10 partitions of the whole set, 5 trials; SMILE's metric code"
+
+
+def _crisp_rows() -> list[PublishedRow]:
+    """CRISP Table 1 (mAP %, reference protocol on the image sets) and its tabular Tables 2, 8-11."""
+    out = []
+    for label, cells in _CRISP_T1.items():
+        note = "trained with LinearInit (CRISP Section 5.1)" if label == "ROLE" else ""
+        for ds, (mean, std) in zip(_DS4, cells, strict=True):
+            out.append(PublishedRow("CRISP Table 1", CRISP_METHODS[label], ds, _SP, mean, std, note))
+    for table, (metric, body) in _CRISP_TABULAR.items():
+        for label, text in body.items():
+            values = [float(v) for v in text.split()]
+            for k, ds in enumerate(CRISP_TABULAR_DATASETS):
+                out.append(PublishedRow(table, CRISP_METHODS[label], ds, _SP, values[2 * k], values[2 * k + 1],
+                                        _CRISP_NOTE, metric))
+    return out
+
+
 def _pu_mlc_rows() -> list[PublishedRow]:
     """Rows of PU-MLC Table I: one per (dataset, method, known-label ratio), no stds; rows the
     paper quotes from SARB's paper say so in their note."""
@@ -240,6 +369,7 @@ def _build() -> tuple[PublishedRow, ...]:
     rows += _rows4("OPML Table V", "full", _OPML_T5)
     rows += _rows4("GR Table 2", _SP, _GR_T2)
     rows += _pu_mlc_rows()
+    rows += _crisp_rows()
     return tuple(rows)
 
 
@@ -247,7 +377,7 @@ def _build() -> tuple[PublishedRow, ...]:
 PUBLISHED_ROWS: tuple[PublishedRow, ...] = _build()
 
 #: paper short names, in the order of this module's docstring
-SOURCES: tuple[str, ...] = ("EM", "OPML", "GR", "PU-MLC")
+SOURCES: tuple[str, ...] = ("EM", "OPML", "GR", "PU-MLC", "CRISP")
 
 
 def _matches_source(row: PublishedRow, source: str) -> bool:
@@ -262,8 +392,10 @@ def published_rows(
     *,
     source: str | None = None,
     observation: str | None = None,
+    metric: str | None = None,
 ) -> list[PublishedRow]:
-    """Every published row matching the given (non-None) filters, in table order."""
+    """Every published row matching the given (non-None) filters, in table order (``metric``:
+    ``map``, or one of CRISP's tabular metrics; None: every metric)."""
     if source is not None and not any(_matches_source(r, source) for r in PUBLISHED_ROWS):
         tables = sorted({r.table for r in PUBLISHED_ROWS})
         raise ValueError(
@@ -276,19 +408,21 @@ def published_rows(
         and (dataset is None or r.dataset == dataset)
         and (observation is None or r.observation == observation)
         and (source is None or _matches_source(r, source))
+        and (metric is None or r.metric == metric)
     ]
 
 
 def published(
-    method: str, dataset: str, *, source: str | None = None, observation: str | None = None
+    method: str, dataset: str, *, source: str | None = None, observation: str | None = None, metric: str = "map"
 ) -> list[Published]:
-    """The published mAP (%) of ``method`` on ``dataset``, one entry per table that lists it.
+    """The published mAP (%) of ``method`` on ``dataset`` (or another ``metric`` of CRISP's
+    tabular tables, as a fraction), one entry per table that lists it.
 
     Args:
         method: spmlkit method name (``em_apl``, ``an_ls``, ...).
         dataset: spmlkit dataset name (``voc2012``, ``coco2014``, ``nuswide``, ``cub``, ``voc2007``).
-        source: keep one paper (``"EM"``, ``"OPML"``, ``"GR"``, ``"PU-MLC"``) or one table
-            (``"OPML Table V"``).
+        source: keep one paper (``"EM"``, ``"OPML"``, ``"GR"``, ``"PU-MLC"``, ``"CRISP"``) or one
+            table (``"OPML Table V"``).
         observation: keep one setting (``"single_positive"``, ``"full"``, ``"ratio=0.3"``).
 
     Returns:
@@ -299,5 +433,5 @@ def published(
     """
     return [
         Published(r.source, r.mean, r.std, r.table, r.observation)
-        for r in published_rows(method, dataset, source=source, observation=observation)
+        for r in published_rows(method, dataset, source=source, observation=observation, metric=metric)
     ]

@@ -1,0 +1,116 @@
+"""``spmlkit reproduce NAME``: a published table rerun under its own protocol, beside the published numbers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ._common import console, csv_list, positive_int, print_whole_words
+
+__all__ = ["add_parsers"]
+
+
+def add_parsers(sub: Any) -> None:
+    from ..experiments.reproduce import REPRODUCTIONS
+
+    names = ", ".join(f"{name} ({rep.description})" for name, rep in REPRODUCTIONS.items())
+    p = sub.add_parser("reproduce", help="rerun a published table under its own protocol, beside its numbers",
+                       description=f"Rerun a published experiment and print each of its tables with the published "
+                                   f"mean ± std beside ours and the difference in published stds. Known: {names}. "
+                                   "The same command resumes an interrupted reproduction. docs/reproductions.md.")
+    p.add_argument("name", choices=tuple(REPRODUCTIONS), help="which experiment")
+    p.add_argument("--datasets", type=csv_list(str), metavar="SETS",
+                   help="comma-separated data sets of the experiment (default: all it has that spmlkit reads; "
+                        "crisp-tabular: yeast,scene,corel5k,delicious)")
+    p.add_argument("--methods", type=csv_list(str),
+                   help="comma-separated methods (default: every method of the tables that spmlkit has)")
+    p.add_argument("--trials", type=positive_int, help="trials, each its own random partition (default: the paper's, 5)")
+    p.add_argument("--epochs", type=positive_int, help="epochs of every run (default: the paper's, 10)")
+    p.add_argument("--subset", type=positive_int, metavar="N",
+                   help="only the first N rows of each whole set, for a quick check (default: every row)")
+    p.add_argument("--jobs", type=positive_int,
+                   help="parallel worker processes (default: one per CPU this process may use)")
+    p.add_argument("--out", help="output folder: results.db (finished runs are reused) and the tables "
+                                 "(default: spmlkit-results/reproduce/NAME)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_reproduce)
+
+
+def run_reproduce(args: argparse.Namespace) -> int:
+    """Exit status: 0 every run finished, 1 some failed (their errors are printed), 2 bad input,
+    130 Ctrl-C and 143 SIGTERM (finished runs are kept; the same command resumes)."""
+    from ..errors import InputError, user_input
+    from ..experiments import reproduce as rp
+    from ..experiments.sweep import SweepTerminated, sigterm_stops_sweep
+    from ..experiments.sweep.cores import default_jobs
+    from ..methods import get_method
+    from .experiments import _output_folder, _SweepProgress
+
+    with user_input():
+        rep = rp.get_reproduction(args.name)
+        datasets = tuple(args.datasets) if args.datasets else tuple(rep.datasets)
+        methods = tuple(args.methods) if args.methods else rp.reproduction_methods(rep)
+        for method in methods:
+            get_method(method)
+        out = _output_folder(args.out or str(Path("spmlkit-results") / "reproduce" / rep.name))
+        spec = rp.reproduction_sweep(rep, out / rp.STORE_NAME, datasets=datasets, methods=methods,
+                                     trials=args.trials, epochs=args.epochs, subset=args.subset)
+    screen = console()
+    t0 = time.perf_counter()
+    jobs = args.jobs if args.jobs is not None else default_jobs(spec.datasets)  # a typed --jobs is used as given
+    tracker = _SweepProgress(screen, f"reproduce {rep.name}", args.quiet, str(out / rp.STORE_NAME), jobs)
+    try:
+        with sigterm_stops_sweep(), tracker.progress:
+            result = rp.run_reproduction(spec, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start)
+    except KeyboardInterrupt as exc:
+        tracker.print_failures()
+        what = "terminated (SIGTERM)" if isinstance(exc, SweepTerminated) else "interrupted"
+        print(f"spmlkit reproduce: {what}; {tracker.recorded} run(s) finished and recorded in {out / rp.STORE_NAME}; "
+              "run the same command again to resume", file=sys.stderr)
+        return 143 if isinstance(exc, SweepTerminated) else 130
+    tracker.print_failures()
+    cells = rp.summarize_reproduction(rep, spec, result.store)
+    if not cells:
+        raise InputError(f"no run of the reproduction finished ({result.failed} failed; the first error is above). "
+                         f"Earlier tables in {out} are left as they were")
+    paths = rp.write_reproduction(out, rep, spec, cells)
+    _print_tables(screen, rep, cells)
+    print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
+                              f"{result.skipped} finished runs reused from {result.store})")
+    return 1 if tracker.failures else 0
+
+
+def _print_tables(screen: Any, rep: Any, cells: list) -> None:
+    from rich.table import Table
+
+    from ..experiments.reproduce import METRICS, _fmt, _z
+
+    for table_name, metric in rep.tables.items():
+        mine = [c for c in cells if c.table == table_name]
+        if not mine:
+            continue
+        name, larger_better, _ = METRICS[metric]
+        datasets = [d for d in rep.datasets if any(c.dataset == d for c in mine)]
+        title = f"{table_name}: {name} ({'larger' if larger_better else 'smaller'} is better)"
+        table = Table(title=title, min_width=len(title) + 2)  # the title on one line, however narrow the table
+        table.add_column("method")
+        for d in datasets:
+            for col in (f"{d} ours", "published", "z"):
+                table.add_column(col, justify="right")
+        for method in dict.fromkeys(c.method for c in mine):
+            row = {c.dataset: c for c in mine if c.method == method}
+            values: list[str] = []
+            for d in datasets:
+                c = row.get(d)
+                values += ["–"] * 3 if c is None else [_fmt(c.ours, c.ours_std), _fmt(c.published, c.published_std),
+                                                      _z(c.z)]
+            table.add_row(next(iter(row.values())).label, *values)
+        screen.print(table)
+    trials = max(c.trials for c in cells)
+    print_whole_words(screen, f"ours: mean ± std over {trials} trials of the configuration with the best mean validation "
+                              "mAP, in the papers' metric convention (SMILE's code); z = (ours − published) / "
+                              "published std. Agreement means |z| within the spread of trials, not equality: the papers' "
+                              "partitions are random and unpublished (docs/reproductions.md)")

@@ -1,0 +1,248 @@
+"""A published table regenerated under its own protocol, beside the published numbers.
+
+``spmlkit reproduce crisp-tabular`` reruns CRISP's tabular experiment (Liu, Xu, Wang, Geng, "Can
+Class-Priors Help Single-Positive Multi-Label Learning?", arXiv 2309.13886, Tables 2, 8, 9, 10 and
+11) on the four of its six data sets that spmlkit can read, for every method of those tables that
+spmlkit has (a method registered later, such as ``smile`` or ``crisp``, gets its row by being
+registered): the papers' protocol (docs/protocol.md, "The tabular protocol") as a sweep of
+data sets x methods x trials x lr x weight decay x batch size into a results store, so an
+interrupted reproduction resumes and a finished run is never trained twice.
+
+For each (data set, method) the configuration (lr, weight decay, batch size) with the best mean
+validation mAP over the trials is chosen, as everywhere in spmlkit (docs/protocol.md, "Model
+selection"); its test metrics, mean and population std over the trials, stand beside the
+published mean and std with the difference in units of the published std::
+
+    z = (ours - published) / max(published std, 0.0005)
+
+(0.0005 is half the last printed digit: a printed std of 0.000 means a std below it). The
+compared values use the papers' metric code (SMILE's conventions, :mod:`spmlkit.metrics.smile_convention`);
+spmlkit's own conventions are shown beside them. The partitions are random and the papers'
+were never published, so agreement means ``|z|`` within the spread of trials, not equality.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..io import atomic_write_json, atomic_write_text
+from .presets import TABULAR_PROTOCOL
+from .published import CRISP_METHODS, published_rows
+from .report import select_and_aggregate
+from .store import ResultsStore
+from .sweep import SweepResult, SweepSpec, expand, run_sweep
+
+__all__ = ["Reproduction", "REPRODUCTIONS", "ReproducedCell", "get_reproduction", "reproduction_methods",
+           "reproduction_sweep", "run_reproduction", "summarize_reproduction", "write_reproduction", "STD_FLOOR"]
+
+STORE_NAME = "results.db"
+#: the smallest published std a difference is divided by: half the last printed digit (0.001)
+STD_FLOOR = 0.0005
+#: metric -> (its name in tables, whether larger is better, the run record's key in spmlkit's convention)
+METRICS: dict[str, tuple[str, bool, str]] = {
+    "ranking_loss": ("Ranking loss", False, "ranking_loss"),
+    "example_ap": ("Average precision", True, "example_ap"),
+    "coverage": ("Coverage", False, "coverage"),
+    "hamming_loss": ("Hamming loss", False, "hamming_loss@0.5"),
+    "one_error": ("One-error", False, "one_error"),
+}
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """A published experiment as spmlkit reruns it: its tables, data sets, protocol and grid."""
+
+    name: str
+    source: str  # the paper's short name in :mod:`~spmlkit.experiments.published`
+    tables: dict[str, str]  # published table -> metric
+    datasets: dict[str, str]  # the published data set name -> spmlkit's dataset argument
+    method_labels: dict[str, str]  # the paper's row label -> spmlkit method name
+    lrs: tuple[float, ...]
+    weight_decays: tuple[float, ...]
+    batch_sizes: tuple[int, ...]
+    trials: int
+    settings: dict[str, Any] = field(default_factory=dict)  # every run's settings (the protocol)
+    description: str = ""
+
+
+REPRODUCTIONS: dict[str, Reproduction] = {
+    "crisp-tabular": Reproduction(
+        name="crisp-tabular", source="CRISP",
+        tables={"CRISP Table 2": "ranking_loss", "CRISP Table 8": "example_ap", "CRISP Table 9": "coverage",
+                "CRISP Table 10": "hamming_loss", "CRISP Table 11": "one_error"},
+        datasets={"yeast": "mulan/yeast", "scene": "scene", "corel5k": "corel5k", "delicious": "delicious"},
+        method_labels=CRISP_METHODS, lrs=(1e-2, 1e-3, 1e-4, 1e-5), weight_decays=(1e-2, 1e-3, 1e-4, 1e-5),
+        batch_sizes=(8, 16), trials=5, settings=dict(TABULAR_PROTOCOL),
+        description="CRISP (arXiv 2309.13886) Tables 2, 8-11: five example-based metrics on the MULAN sets under "
+                    "random 80/10/10 partitions, 5 trials, SMILE's MLP, the papers' lr x weight decay x batch grid"),
+}
+
+
+def get_reproduction(name: str) -> Reproduction:
+    if name not in REPRODUCTIONS:
+        raise ValueError(f"unknown reproduction {name!r}; choose one of {', '.join(REPRODUCTIONS)}")
+    return REPRODUCTIONS[name]
+
+
+def reproduction_methods(rep: Reproduction) -> tuple[str, ...]:
+    """Every method of the published tables that spmlkit has registered, in the tables' row order."""
+    from ..methods import METHODS
+
+    published = {r.method for table in rep.tables for r in published_rows(source=table)}
+    return tuple(m for m in dict.fromkeys(rep.method_labels.values()) if m in published and m in METHODS)
+
+
+def _dataset_argument(rep: Reproduction, dataset: str) -> str:
+    if dataset not in rep.datasets:
+        raise ValueError(f"{rep.name} has no data set {dataset!r}; choose from {', '.join(rep.datasets)}")
+    return rep.datasets[dataset]
+
+
+def reproduction_sweep(rep: Reproduction, store: str | Path, *, datasets: Sequence[str], methods: Sequence[str],
+                       trials: int | None = None, epochs: int | None = None, subset: int | None = None
+                       ) -> SweepSpec:
+    """The reproduction as one sweep: trial t is seed t (it draws the partition, the observed
+    positives, the initial weights and the batch order). ``epochs`` and ``subset`` (the first N
+    rows of each whole set) change the paper's protocol, for quick checks."""
+    settings = dict(rep.settings)
+    if epochs is not None:
+        settings["epochs"] = epochs
+    if subset is not None:
+        settings["subset"] = subset
+    return SweepSpec(name=f"reproduce-{rep.name}", datasets=[_dataset_argument(rep, d) for d in datasets],
+                     methods=list(methods), seeds=list(range(rep.trials if trials is None else trials)),
+                     lrs=list(rep.lrs), batch_sizes=list(rep.batch_sizes), observations=["single_positive"],
+                     settings=settings, val_variant="clean", store=str(store),
+                     weight_decays=list(rep.weight_decays))
+
+
+def run_reproduction(spec: SweepSpec, *, jobs: int = 1, on_result: Callable[[dict[str, Any]], None] | None = None,
+                     on_start: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Train every unfinished run of ``spec`` into its store."""
+    return run_sweep(spec, jobs=jobs, on_result=on_result, on_start=on_start)
+
+
+@dataclass(frozen=True)
+class ReproducedCell:
+    """One (table, method, data set): ours over the trials beside the published number."""
+
+    table: str
+    metric: str
+    method: str
+    label: str  # the paper's row label
+    dataset: str
+    ours: float  # mean over trials, the papers' convention (SMILE's metric code)
+    ours_std: float  # population std over trials
+    trials: int
+    ours_spmlkit: float  # the same runs in spmlkit's convention
+    published: float | None
+    published_std: float | None
+    config: dict[str, Any]  # the selected lr, weight decay, batch size
+
+    @property
+    def z(self) -> float:
+        """(ours - published) in units of the published std (floored at :data:`STD_FLOOR`)."""
+        if self.published is None or self.published_std is None:
+            return math.nan
+        return (self.ours - self.published) / max(self.published_std, STD_FLOOR)
+
+
+def _runs(store: str | Path, spec: SweepSpec) -> pd.DataFrame:
+    ids = {r["run_id"] for r in expand(spec)}
+    df = ResultsStore(store).to_dataframe()
+    if df.empty:
+        return df
+    return df[df["run_id"].isin(ids) & (df["status"] == "ok")]
+
+
+def summarize_reproduction(rep: Reproduction, spec: SweepSpec, store: str | Path) -> list[ReproducedCell]:
+    """Every (table, method, data set) with finished runs: the selected configuration's test
+    metrics over the trials beside the published numbers. Nothing finished: an empty list."""
+    runs = _runs(store, spec)
+    if runs.empty:
+        return []
+    labels = {m: label for label, m in rep.method_labels.items()}
+    published_names = {arg: name for name, arg in rep.datasets.items()}
+    cells = []
+    agg = select_and_aggregate(runs, by=("dataset", "method"), config_keys=("lr", "batch_size", "weight_decay"),
+                               metric="test_map", scale=1.0)
+    by_id = runs.set_index("run_id")
+    for row in agg.to_dict("records"):
+        chosen = by_id.loc[list(row["run_ids"])]
+        dataset = published_names.get(row["dataset"], row["dataset"])
+        config = {"lr": float(row["lr"]), "weight_decay": float(row["weight_decay"]),
+                  "batch_size": int(row["batch_size"])}
+        for table, metric in rep.tables.items():
+            ours = chosen[f"test.smile.{metric}" + ("@0.5" if metric == "hamming_loss" else "")].to_numpy(float)
+            theirs = published_rows(row["method"], dataset, source=table)
+            cells.append(ReproducedCell(
+                table=table, metric=metric, method=row["method"], label=labels.get(row["method"], row["method"]),
+                dataset=dataset, ours=float(ours.mean()), ours_std=float(ours.std()), trials=len(ours),
+                ours_spmlkit=float(chosen[f"test.{METRICS[metric][2]}"].to_numpy(float).mean()),
+                published=theirs[0].mean if theirs else None, published_std=theirs[0].std if theirs else None,
+                config=config))
+    order = {m: i for i, m in enumerate(rep.method_labels.values())}
+    datasets = list(rep.datasets)
+    return sorted(cells, key=lambda c: (list(rep.tables).index(c.table), order.get(c.method, len(order)),
+                                        datasets.index(c.dataset) if c.dataset in datasets else len(datasets)))
+
+
+def _fmt(mean: float | None, std: float | None) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "–"
+    return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
+
+
+def _z(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:+.1f}"
+
+
+def table_markdown(rep: Reproduction, cells: list[ReproducedCell], table: str) -> str:
+    """One published table as markdown: per data set, ours, the published number and z."""
+    mine = [c for c in cells if c.table == table]
+    if not mine:
+        return ""
+    metric = rep.tables[table]
+    name, larger_better, _ = METRICS[metric]
+    datasets = [d for d in rep.datasets if any(c.dataset == d for c in mine)]
+    head = "| method | " + " | ".join(f"{d}: ours | {d}: published | {d}: z" for d in datasets) + " |"
+    rule = "|---|" + "---:|---:|---:|" * len(datasets)
+    lines = [f"**{table}: {name} ({'larger' if larger_better else 'smaller'} is better), mean ± std over trials; "
+             "z = (ours − published) / published std**", "", head, rule]
+    for method in dict.fromkeys(c.method for c in mine):
+        row = {c.dataset: c for c in mine if c.method == method}
+        label = next(iter(row.values())).label
+        parts = []
+        for d in datasets:
+            c = row.get(d)
+            parts += ["–", "–", "–"] if c is None else [_fmt(c.ours, c.ours_std), _fmt(c.published, c.published_std),
+                                                       _z(c.z)]
+        lines.append(f"| {label} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
+def write_reproduction(out_dir: str | Path, rep: Reproduction, spec: SweepSpec, cells: list[ReproducedCell]
+                       ) -> dict[str, Path]:
+    """``<rep>.md`` (every table), ``<rep>.csv`` (one row per cell) and ``<rep>.json``, atomically."""
+    out = Path(out_dir)
+    paths = {"markdown": out / f"{rep.name}.md", "csv": out / f"{rep.name}.csv", "json": out / f"{rep.name}.json"}
+    intro = (f"# {rep.name}\n\n{rep.description}.\n\nValues in the papers' metric convention (SMILE's code: coverage "
+             "divided by the number of labels, Hamming loss at p > 0.5; docs/protocol.md, \"Metric conventions\"); "
+             f"configuration chosen per method and data set on mean validation mAP over {len(spec.seeds)} trials.\n")
+    body = "\n\n".join(t for t in (table_markdown(rep, cells, table) for table in rep.tables) if t)
+    atomic_write_text(paths["markdown"], intro + "\n" + body + "\n")
+    frame = pd.DataFrame([{**{k: v for k, v in asdict(c).items() if k != "config"}, **c.config, "z": c.z}
+                          for c in cells])
+    atomic_write_text(paths["csv"], frame.to_csv(index=False))
+    atomic_write_json(paths["json"], {"reproduction": rep.name, "sweep": {"datasets": spec.datasets,
+                                                                          "methods": spec.methods,
+                                                                          "trials": len(spec.seeds),
+                                                                          "settings": spec.settings},
+                                      "cells": [{**asdict(c), "z": None if np.isnan(c.z) else c.z} for c in cells]})
+    return paths

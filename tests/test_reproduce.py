@@ -1,0 +1,110 @@
+"""CRISP's published tables as data, its Table 1 as image presets' targets, and ``spmlkit reproduce
+crisp-tabular`` (docs/reproductions.md): every registered method of the tables, the papers' grid and trials
+as one resumable sweep, each cell's selected runs beside the published mean ± std with z in published stds."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spmlkit.cli import main
+from spmlkit.experiments.presets import PRESETS
+from spmlkit.experiments.published import CRISP_METHODS, published, published_rows
+from spmlkit.experiments.reproduce import ReproducedCell, get_reproduction, reproduction_methods, reproduction_sweep
+from spmlkit.methods import METHODS
+from tests.fixtures.mulan import data_home_with, needs_mulan
+
+
+def test_crisps_tables_are_there_cell_for_cell():
+    t1 = published_rows(source="CRISP Table 1")
+    assert len(t1) == 16 * 4 and {r.metric for r in t1} == {"map"}
+    for table, metric in (("CRISP Table 2", "ranking_loss"), ("CRISP Table 8", "example_ap"),
+                          ("CRISP Table 9", "coverage"), ("CRISP Table 10", "hamming_loss"),
+                          ("CRISP Table 11", "one_error")):
+        rows = published_rows(source=table)
+        assert len(rows) == 12 * 6 and {r.metric for r in rows} == {metric}
+    # one cell of each, read off the paper
+    assert published("crisp", "voc2012", source="CRISP")[0][1:3] == (89.820, 0.191)
+    assert published("an", "scene", metric="example_ap")[0][1:3] == (0.580, 0.104)
+    assert published("smile", "yeast", metric="ranking_loss")[0][1:3] == (0.167, 0.002)
+    assert published("ll_cp", "delicious", metric="coverage")[0][1:3] == (0.708, 0.004)
+    assert published("em", "scene", metric="hamming_loss")[0][1:3] == (0.820, 0.003)
+    assert published("role", "corel5k", metric="one_error")[0][1:3] == (0.705, 0.016)
+    # mAP lookups stay mAP: a tabular number never stands in for a run's mAP
+    assert published("an", "scene") == []
+
+
+def test_crisps_table_1_targets_every_image_preset_it_has_a_row_for():
+    assert PRESETS["wan/voc2012"].target.table == "CRISP Table 1" and PRESETS["wan/cub"].target.mean == 14.622
+    assert PRESETS["epr/coco2014"].target.mean == 63.604  # EPR had no published target before
+    em = [t for t in PRESETS["em_apl/nuswide"].targets if t.source == "CRISP"]
+    assert [(t.mean, t.std) for t in em] == [(47.778, 0.181)]
+
+
+def test_presets_shows_one_papers_targets(capsys):
+    assert main(["presets", "--dataset", "cub", "--source", "crisp"]) == 0
+    out = capsys.readouterr().out
+    assert "wan/cub" in out and "14.62 ± 1.30" in out and "pu_mlc" not in out
+    assert main(["presets", "--source", "nature"]) == 2
+    assert "--source 'nature': choose one of EM, OPML, GR, PU-MLC, CRISP" in capsys.readouterr().err
+
+
+def test_the_rows_are_every_registered_method_of_the_tables_in_their_order():
+    rep = get_reproduction("crisp-tabular")
+    methods = reproduction_methods(rep)
+    assert methods == tuple(m for m in dict.fromkeys(CRISP_METHODS.values()) if m in METHODS and m not in (
+        "plc", "boostlu_ll_r", "boostlu_ll_cp", "boostlu_ll_ct"))  # no tabular row for those
+    assert methods[:7] == ("an", "an_ls", "wan", "epr", "role", "em", "em_apl")
+    spec = reproduction_sweep(rep, "x.db", datasets=["yeast", "scene"], methods=["an"])
+    assert (spec.datasets, spec.seeds, spec.lrs, spec.weight_decays, spec.batch_sizes) == (
+        ["mulan/yeast", "scene"], [0, 1, 2, 3, 4], [1e-2, 1e-3, 1e-4, 1e-5], [1e-2, 1e-3, 1e-4, 1e-5], [8, 16])
+    with pytest.raises(ValueError, match="crisp-tabular has no data set 'mirflickr'"):
+        reproduction_sweep(rep, "x.db", datasets=["mirflickr"], methods=["an"])
+
+
+def test_z_divides_by_the_published_std_floored_at_half_the_printed_digit():
+    def cell(ours: float, pub: float | None, std: float | None) -> ReproducedCell:
+        return ReproducedCell("CRISP Table 8", "example_ap", "an", "AN", "scene", ours, 0.01, 5, ours, pub, std, {})
+    assert cell(0.790, 0.580, 0.104).z == pytest.approx(0.21 / 0.104)
+    assert cell(0.012, 0.010, 0.000).z == pytest.approx(0.002 / 0.0005)  # 0.000 printed: a std below 0.0005
+    assert math.isnan(cell(0.5, None, None).z)
+
+
+@needs_mulan
+@pytest.mark.usefixtures("one_thread")
+def test_reproduce_runs_the_grid_selects_on_validation_and_writes_the_tables_beside_the_paper(
+        tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setenv("SPMLKIT_DATA", str(data_home_with(tmp_path, "yeast")))
+    out = tmp_path / "rep"
+    args = ["reproduce", "crisp-tabular", "--datasets", "yeast", "--methods", "an", "--trials", "2", "--epochs", "1",
+            "--subset", "300", "--out", str(out), "--jobs", "2", "--quiet"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "CRISP Table 8: Average precision (larger is better)" in printed and "0.531 ± 0.079" in printed
+    cells = pd.read_csv(out / "crisp-tabular.csv")
+    assert cells["table"].tolist() == ["CRISP Table 2", "CRISP Table 8", "CRISP Table 9", "CRISP Table 10",
+                                       "CRISP Table 11"]
+    assert set(cells["trials"]) == {2} and set(cells["label"]) == {"AN"} and set(cells["dataset"]) == {"yeast"}
+    ap = cells[cells["metric"] == "example_ap"].iloc[0]
+    assert (ap["published"], ap["published_std"]) == (0.531, 0.079)
+    assert ap["z"] == pytest.approx((ap["ours"] - 0.531) / 0.079)
+    # the selected configuration is the grid point with the best mean validation mAP over the 2 trials
+    from spmlkit.experiments.store import ResultsStore
+
+    runs = ResultsStore(out / "results.db").to_dataframe()
+    assert len(runs) == 2 * 4 * 4 * 2 and (runs["group_size"] == 16).all()  # groups of lr x weight decay
+    best = runs.groupby(["lr", "weight_decay", "batch_size"])["val_map"].mean().idxmax()
+    assert (ap["lr"], ap["weight_decay"], ap["batch_size"]) == best
+    chosen = runs.set_index(["lr", "weight_decay", "batch_size"]).loc[best]
+    assert ap["ours"] == pytest.approx(chosen["test.smile.example_ap"].mean(), abs=1e-12)
+    assert ap["ours_spmlkit"] == pytest.approx(chosen["test.example_ap"].mean(), abs=1e-12)
+    saved = json.loads((out / "crisp-tabular.json").read_text())
+    assert saved["sweep"]["settings"]["partition"] == "random" and len(saved["cells"]) == 5
+    assert "| AN | " in (out / "crisp-tabular.md").read_text()
+    # the same command again trains nothing
+    assert main(args) == 0
+    assert "64 finished runs reused" in capsys.readouterr().out
