@@ -71,6 +71,16 @@ def start_up(repeats: int) -> dict[str, float]:
     return out
 
 
+def bare_data(config) -> tuple:
+    """What a bare loop trains and evaluates on, as the run of ``config`` would: its plan's feature
+    source (standardised as training standardises), the validation and test rows, the "assume
+    negative" targets of the training rows, the validation and test labels."""
+    plan = plan_run(config)
+    source = _source(plan, Distributed())
+    targets = torch.from_numpy(plan.train_labels == 1).float()
+    return (source, source.rows("val"), source.rows("test"), targets, plan.split.val_targets, plan.data.Y_test)
+
+
 def bare_loop(configs: list, epochs: int) -> tuple[float, int]:
     """CPU seconds and steps of the bare loop (module docstring, 3.) on ``configs``' runs.
 
@@ -81,11 +91,7 @@ def bare_loop(configs: list, epochs: int) -> tuple[float, int]:
     optimiser needs one group per learning rate), concatenated once per step; that costs less
     than the per-run views and gradient hooks spmlkit keeps so that each run stays its own."""
     t0 = time.process_time()
-    plan = plan_run(configs[0])
-    source = _source(plan, Distributed())
-    X_val, X_test = source.rows("val"), source.rows("test")
-    targets = torch.from_numpy(plan.train_labels == 1).float()
-    val_targets, test_targets = plan.split.val_targets, plan.data.Y_test
+    source, X_val, X_test, targets, val_targets, test_targets = bare_data(configs[0])
     lrs = sorted({c.optimisation.lr for c in configs})
     runs, d, c = len(configs), X_val.shape[1], targets.shape[1]
     torch.manual_seed(0)

@@ -37,13 +37,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bench_step_floor import bare_data  # this folder's: the same data as the Yeast benchmark's bare loop
 from spmlkit.experiments.presets import TABULAR_PROTOCOL, resolve_config
 from spmlkit.metrics import average_precision
 from spmlkit.training import train_group
-from spmlkit.training.distributed import Distributed
 from spmlkit.training.evaluation import evaluate_test
-from spmlkit.training.plan import plan_run
-from spmlkit.training.trainer import _source  # the feature source training reads
 
 GRID = [(lr, wd) for lr in (1e-2, 1e-3, 1e-4, 1e-5) for wd in (1e-2, 1e-3, 1e-4, 1e-5)]
 
@@ -61,11 +59,7 @@ def configs(dataset: str, method: str, batch: int, epochs: int, seed: int) -> li
 def bare_loop(group: list, epochs: int) -> tuple[float, int]:
     """CPU seconds and training steps of the bare loop (module docstring, 2.) on ``group``'s runs."""
     t0 = time.process_time()
-    plan = plan_run(group[0])
-    source = _source(plan, Distributed())
-    X_val, X_test = source.rows("val"), source.rows("test")
-    targets = torch.from_numpy(plan.train_labels == 1).float()
-    val_targets, test_targets = plan.split.val_targets, plan.data.Y_test
+    source, X_val, X_test, targets, val_targets, test_targets = bare_data(group[0])
     runs, d, c = len(group), X_val.shape[1], targets.shape[1]
     torch.manual_seed(0)
     shapes = ((c, d), (c,), (c, c), (c,))  # SMILE's MLP: hidden width = number of labels

@@ -239,10 +239,8 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
 def run_sweep(args: argparse.Namespace) -> int:
     """Exit status: 0 all ran, 1 some runs failed, 2 bad input or every run failed, 130 Ctrl-C,
     143 SIGTERM (both stop within seconds; finished runs are kept, the same command resumes)."""
-    import sys
-
     from ..errors import InputError, user_input
-    from ..experiments.sweep import SweepTerminated, load_sweep, sigterm_stops_sweep
+    from ..experiments.sweep import load_sweep
     from ..experiments.sweep import run_sweep as sweep
     from ..experiments.sweep.cores import default_jobs
 
@@ -259,18 +257,12 @@ def run_sweep(args: argparse.Namespace) -> int:
     if jobs is None and ray_options is None:
         jobs = default_jobs(spec.datasets)
     tracker = _SweepProgress(screen, f"sweep {spec.name}", args.quiet, where, jobs or "Ray")
-    try:
-        with sigterm_stops_sweep(), tracker.progress:
-            result = sweep(spec, jobs=jobs, store_path=args.store, max_runs=args.max_runs,
-                           retry_failed=args.retry_failed, on_result=tracker.on_result, on_start=tracker.on_start,
-                           on_skip=tracker.on_skip, backend=args.backend, ray_options=ray_options)
-    except KeyboardInterrupt as exc:
-        tracker.print_failures()
-        what = "terminated (SIGTERM)" if isinstance(exc, SweepTerminated) else "interrupted"
-        print(f"spmlkit sweep: {what}; {tracker.recorded} run(s) finished and recorded in {where}, runs in progress "
-              "were stopped. Run the same command again to resume", file=sys.stderr)
-        return 143 if isinstance(exc, SweepTerminated) else 130
-    tracker.print_failures()
+    result, stopped = stoppable_sweep("sweep", tracker, where, lambda: sweep(
+        spec, jobs=jobs, store_path=args.store, max_runs=args.max_runs, retry_failed=args.retry_failed,
+        on_result=tracker.on_result, on_start=tracker.on_start, on_skip=tracker.on_skip, backend=args.backend,
+        ray_options=ray_options))
+    if stopped is not None:
+        return stopped
     held = f", {result.held} left to the other sweep(s) holding them" if result.held else ""
     print_whole_words(screen, f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} "
                               f"finished{held}; store: {result.store}. Next: `spmlkit report --store {result.store}`")
@@ -278,6 +270,27 @@ def run_sweep(args: argparse.Namespace) -> int:
         raise InputError(f"every one of the {result.ran} runs failed (the errors are listed above); fix the "
                          f"settings in {args.config}, then run again with --retry-failed")
     return 1 if result.failed else 0
+
+
+def stoppable_sweep(command: str, tracker: _SweepProgress, where: Any, start: Any) -> tuple[Any, int | None]:
+    """``(start(), None)``: a sweep run under the tracker's progress bar, stopped within seconds by
+    Ctrl-C or SIGTERM. Stopped, it says what was kept and returns ``(None, 130 or 143)``; either way
+    the runs that failed are listed. The same command resumes."""
+    import sys
+
+    from ..experiments.sweep import SweepTerminated, sigterm_stops_sweep
+
+    try:
+        with sigterm_stops_sweep(), tracker.progress:
+            result = start()
+    except KeyboardInterrupt as exc:
+        tracker.print_failures()
+        what = "terminated (SIGTERM)" if isinstance(exc, SweepTerminated) else "interrupted"
+        print(f"spmlkit {command}: {what}; {tracker.recorded} run(s) finished and recorded in {where}, runs in "
+              "progress were stopped. Run the same command again to resume", file=sys.stderr)
+        return None, 143 if isinstance(exc, SweepTerminated) else 130
+    tracker.print_failures()
+    return result, None
 
 
 #: the runs a dry run lists before it only counts the rest

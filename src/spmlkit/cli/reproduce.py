@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,10 +43,9 @@ def run_reproduce(args: argparse.Namespace) -> int:
     130 Ctrl-C and 143 SIGTERM (finished runs are kept; the same command resumes)."""
     from ..errors import InputError, user_input
     from ..experiments import reproduce as rp
-    from ..experiments.sweep import SweepTerminated, sigterm_stops_sweep
     from ..experiments.sweep.cores import default_jobs
     from ..methods import get_method
-    from .experiments import _output_folder, _SweepProgress
+    from .experiments import _output_folder, _SweepProgress, stoppable_sweep
 
     with user_input():
         rep = rp.get_reproduction(args.name)
@@ -62,16 +60,10 @@ def run_reproduce(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     jobs = args.jobs if args.jobs is not None else default_jobs(spec.datasets)  # a typed --jobs is used as given
     tracker = _SweepProgress(screen, f"reproduce {rep.name}", args.quiet, str(out / rp.STORE_NAME), jobs)
-    try:
-        with sigterm_stops_sweep(), tracker.progress:
-            result = rp.run_reproduction(spec, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start)
-    except KeyboardInterrupt as exc:
-        tracker.print_failures()
-        what = "terminated (SIGTERM)" if isinstance(exc, SweepTerminated) else "interrupted"
-        print(f"spmlkit reproduce: {what}; {tracker.recorded} run(s) finished and recorded in {out / rp.STORE_NAME}; "
-              "run the same command again to resume", file=sys.stderr)
-        return 143 if isinstance(exc, SweepTerminated) else 130
-    tracker.print_failures()
+    result, stopped = stoppable_sweep("reproduce", tracker, out / rp.STORE_NAME, lambda: rp.run_reproduction(
+        spec, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start))
+    if stopped is not None:
+        return stopped
     cells = rp.summarize_reproduction(rep, spec, result.store)
     if not cells:
         raise InputError(f"no run of the reproduction finished ({result.failed} failed; the first error is above). "
