@@ -108,3 +108,12 @@ def test_reproduce_runs_the_grid_selects_on_validation_and_writes_the_tables_bes
     # the same command again trains nothing
     assert main(args) == 0
     assert "64 finished runs reused" in capsys.readouterr().out
+
+
+def test_reproduce_writes_only_into_a_new_folder_or_its_own(tmp_path: Path, capsys):
+    theirs = tmp_path / "notes"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    assert main(["reproduce", "crisp-tabular", "--out", str(theirs), "--quiet"]) == 2
+    assert "already holds files that spmlkit did not write (notes.txt)" in capsys.readouterr().err
+    assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]  # nothing written, nothing removed

@@ -45,7 +45,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
     from ..experiments import reproduce as rp
     from ..experiments.sweep.cores import default_jobs
     from ..methods import get_method
-    from .experiments import _output_folder, _SweepProgress, stoppable_sweep
+    from .experiments import _SweepProgress, stoppable_sweep
 
     with user_input():
         rep = rp.get_reproduction(args.name)
@@ -53,7 +53,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
         methods = tuple(args.methods) if args.methods else rp.reproduction_methods(rep)
         for method in methods:
             get_method(method)
-        out = _output_folder(args.out or str(Path("spmlkit-results") / "reproduce" / rep.name))
+        out = _output_folder(Path(args.out or Path("spmlkit-results") / "reproduce" / rep.name))
         spec = rp.reproduction_sweep(rep, out / rp.STORE_NAME, datasets=datasets, methods=methods,
                                      trials=args.trials, epochs=args.epochs, subset=args.subset)
     screen = console()
@@ -73,6 +73,23 @@ def run_reproduce(args: argparse.Namespace) -> int:
     print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                               f"{result.skipped} finished runs reused from {result.store})")
     return 1 if tracker.failures else 0
+
+
+#: the kind of output folder a reproduction writes (its store and tables; spmlkit.output_dir)
+REPRODUCTION = "reproduction"
+
+
+def _output_folder(out: Path) -> Path:
+    """``--out``: new, empty, or a reproduction's own (its marker), never a folder of someone else's
+    files or another kind of spmlkit output (docs/bad-input.md)."""
+    from ..output_dir import claim_output_dir
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is an existing file; give a folder")
+    try:
+        return claim_output_dir(out, REPRODUCTION, option="--out")
+    except OSError as exc:
+        raise ValueError(f"cannot create the output folder {out}: {exc.strerror or exc}") from None
 
 
 def _print_tables(screen: Any, rep: Any, cells: list) -> None:
