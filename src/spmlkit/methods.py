@@ -94,6 +94,8 @@ METHODS: dict[str, Method] = {
            regularizers=(("highrank", {}),)),
         _m("pu_mlc", "pu_mlc", "variational PU learning with re-balancing and mixup",
            "Yuan, Zhang, Huang, ICME 2024", mixup=True, batch_statistics="process"),
+        _m("smile", "smile", "label enhancement: soft targets from a GCN's Beta label distributions on a k-NN graph",
+           "Xu et al., NeurIPS 2022"),
     ]
 }
 

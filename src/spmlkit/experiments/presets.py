@@ -82,6 +82,25 @@ _EM_PROTOCOL = {"patience": 0}
 _LL_PROTOCOL = {"head_lr_mult": 10.0, "lr": 1e-5, "batch_size": 16, "epochs": 10, "stop_drop": 0.03}
 _GR_PROTOCOL = {"head_lr_mult": 10.0, "stop_drop": 0.02}
 
+#: SMILE's published hyperparameters per feature dataset: the official code's README commands (--bias, --p,
+#: --mu, --rate; lr 1e-3, batch 16 and 10 epochs of an MLP with hidden width = number of labels are the code's
+#: defaults, which these presets leave to spmlkit's feature protocol). SMILE's own copies of the sets differ from
+#: MULAN's where noted (docs/methods.md, "smile")
+SMILE_TABULAR_HPARAMS: dict[str, dict[str, Any]] = {
+    "yeast": {"bias": False, "p": 0.05, "mu": 0.5, "rate": 0.1},
+    "scene": {"bias": False, "p": 0.075, "mu": 0.3, "rate": 0.5},
+    "corel5k": {"bias": False, "p": 0.025, "mu": 0.1, "rate": 0.1},
+    "delicious": {"bias": True, "p": 0.01, "mu": 0.01},
+    "tmc2007": {"bias": False, "p": 0.025, "mu": 0.1, "rate": 0.3},
+}
+_SMILE_TABULAR_NOTES = ("the official README's command for {dataset} (bias, p, mu, rate) on spmlkit's feature protocol "
+                        "(linear head, lr 3e-3, batch 64, 20 epochs; the code's own: an MLP with hidden width = labels, "
+                        "lr 1e-3, batch 16, 10 epochs){extra}")
+_SMILE_TABULAR_EXTRA = {"tmc2007": "; SMILE's tmc2007 has 981 features, MULAN's tmc2007-500 keeps 500"}
+_SMILE_IMAGE_NOTES = ("SMILE's image hyperparameters are unpublished: the official code's defaults (mu 0.5, p 0.5, "
+                      "unobserved entries weighted 1/(C-1)); the k-NN graph is built from the initial backbone's "
+                      "pooled features of the training images (docs/methods.md, \"smile\")")
+
 #: (method, {dataset: config overrides incl. hparams}, protocol overrides, source, notes)
 _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = [
     ("bce", {d: {} for d in _D4}, _EM_PROTOCOL, "EM Table 1", "full labels"),
@@ -119,6 +138,7 @@ _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = 
      "a, b, r, rho and epochs are lost: spmlkit defaults"),
     # PU-MLC's COCO list is every train2014 image in JSON order (docs/protocol.md, "MS-COCO 2014"), and it
     # trains on the whole official train list (no validation split; docs/protocol.md, "Known-label ratio")
+    ("smile", {d: {} for d in _D4}, {}, "GR Table 2", _SMILE_IMAGE_NOTES),
     ("pu_mlc", {"voc2007": {"gamma": 0.85, "alpha": 2.0},
                 "coco2014": {"gamma": 0.55, "alpha": 1.0, "backbone": "torchvision:resnet101", "batch_size": 35,
                              "lr": 1e-4, "epochs": 41, "observation": "ratio=0.1", "dataset_variant": "pu_mlc"}},
@@ -205,6 +225,10 @@ def _build() -> dict[str, Preset]:
         cfg = {**DATASET_DEFAULTS["yeast"], "dataset": "yeast", "method": method, "hparams": dict(hparams)}
         presets[f"{method}/yeast"] = Preset(f"{method}/yeast", method, "yeast", cfg, "spmlkit (chosen on validation)",
                                             "tuned by benchmarks/tune_yeast.py on validation mAP")
+    for dataset, hparams in SMILE_TABULAR_HPARAMS.items():
+        cfg = {**FEATURE_DEFAULTS, "dataset": dataset, "method": "smile", "hparams": dict(hparams)}
+        notes = _SMILE_TABULAR_NOTES.format(dataset=dataset, extra=_SMILE_TABULAR_EXTRA.get(dataset, ""))
+        presets[f"smile/{dataset}"] = Preset(f"smile/{dataset}", "smile", dataset, cfg, "SMILE code README", notes)
     # PU-MLC as its official code trains it; pu_mlc/<dataset> stays spmlkit's simpler recipe (everything trains,
     # BatchNorm in training mode, constant lr, no EMA, resize without crops)
     for dataset, values in _PU_MLC_OFFICIAL.items():
