@@ -2,7 +2,7 @@
 
 Not part of the package: nothing in ``src/`` or ``tests/`` imports it. It runs in two Python
 environments, because the official code needs DGL, and DGL does not install beside current
-PyTorch (docs/methods.md, "smile", "Equal to the official code"):
+PyTorch (docs/methods.md, "smile"):
 
 * spmlkit's environment plans a Yeast run of ``smile`` and writes its training rows (as the model
   sees them, standardised) and observed labels to ``OUT/data.npz``;
