@@ -96,20 +96,25 @@ class Block(NamedTuple):
 
     receivers: Tensor
     sources: Tensor
-    #: ``[R, S]`` sparse 0/1 (receiver, source) and its transpose, entries sorted by row then column
-    forward: Tensor
-    backward: Tensor
+    #: the edges as positions in ``receivers`` and ``sources``, sorted by receiver, then source
+    edge_receivers: Tensor
+    edge_sources: Tensor
 
     def propagate(self, h: Tensor) -> Tensor:
-        return _Propagate.apply(h, self.forward, self.backward)
+        """Each receiver's sum over its senders, added edge by edge: on the CPU a row's terms in
+        increasing source order, the order DGL's sum takes; on a GPU in an order of its own, the
+        same from run to run under ``--deterministic``. Its gradient is the same kind of sum."""
+        out = h.new_zeros(len(self.receivers), h.shape[-1])
+        return out.index_add(0, self.edge_receivers, h.index_select(0, self.edge_sources))
 
 
 class KnnGraph(nn.Module):
     """The directed k-NN graph of ``features`` (``[N, D]``), as index buffers that follow the module.
 
     ``neighbours`` ``[N, k]``: the rows each row sends an edge to. ``incoming_ptr`` / ``incoming_src``:
-    the senders of each row's incoming edges, in increasing order (compressed by receiver). The
-    buffers are not saved in checkpoints: they are a function of the data.
+    the senders of each row's incoming edges, in increasing order (compressed by receiver), from
+    which :meth:`block` cuts the edges a batch needs. The buffers are not saved in checkpoints: they
+    are a function of the data.
     """
 
     def __init__(self, features: Tensor, k: int) -> None:
@@ -127,32 +132,30 @@ class KnnGraph(nn.Module):
         ptr[1:] = in_degree.cumsum(0)
         self.register_buffer("incoming_ptr", ptr, persistent=False)
         self.register_buffer("incoming_src", src[torch.argsort(dst * n + src)], persistent=False)
+        self._norms: dict[tuple, tuple[Tensor, Tensor]] = {}
 
     def norms(self, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """``(1/sqrt(out-degree), 1/sqrt(max(in-degree, 1)))`` per row, ``[N]`` of ``dtype`` (DGL clamps
-        both degrees at 1 and takes the power in the features' dtype; every out-degree here is ``k``)."""
-        return (self.out_degree.to(dtype).clamp(min=1).pow(-0.5),
-                self.in_degree.to(dtype).clamp(min=1).pow(-0.5))
+        both degrees at 1 and takes the power in the features' dtype; every out-degree here is ``k``).
+        Computed once per dtype and device: they depend on the graph alone."""
+        key = (dtype, self.in_degree.device)
+        if key not in self._norms:
+            self._norms[key] = (self.out_degree.to(dtype).clamp(min=1).pow(-0.5),
+                                self.in_degree.to(dtype).clamp(min=1).pow(-0.5))
+        return self._norms[key]
 
-    def block(self, receivers: Tensor | None, dtype: torch.dtype) -> Block:
+    def block(self, receivers: Tensor | None = None) -> Block:
         """The edges into ``receivers`` (``[R]`` row ids, any order; None: every row) from every row
-        that sends one, as sparse matrices of ``dtype``. A receiver that nobody points to has an
-        empty row (DGL: it receives nothing)."""
+        that sends one. A receiver that nobody points to has no edge (DGL: it receives nothing)."""
         device = self.incoming_ptr.device
         if receivers is None:
             receivers = torch.arange(self.num_rows, device=device)
         starts = self.incoming_ptr[receivers]
         counts = self.incoming_ptr[receivers + 1] - starts
-        local_dst = torch.repeat_interleave(torch.arange(len(receivers), device=device), counts)
-        first = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
-        edges = torch.repeat_interleave(starts, counts) + torch.arange(len(local_dst), device=device) - first
-        sources, local_src = torch.unique(self.incoming_src[edges], sorted=True, return_inverse=True)
-        shape = (len(receivers), len(sources))
-        ones = torch.ones(len(local_dst), dtype=dtype, device=device)
-        forward = _sparse(torch.stack([local_dst, local_src]), ones, shape)
-        order = torch.argsort(local_src * len(receivers) + local_dst)
-        backward = _sparse(torch.stack([local_src[order], local_dst[order]]), ones, shape[::-1])
-        return Block(receivers, sources, forward, backward)
+        edge_receivers = torch.repeat_interleave(counts)  # each receiver's position, once per incoming edge
+        edges = torch.arange(len(edge_receivers), device=device) + (starts - counts.cumsum(0) + counts)[edge_receivers]
+        sources, edge_sources = torch.unique(self.incoming_src[edges], sorted=True, return_inverse=True)
+        return Block(receivers, sources, edge_receivers, edge_sources)
 
     def adjacency(self, index: Tensor) -> Tensor:
         """The 0/1 adjacency among rows ``index`` (``[B]``): entry ``(a, b)`` is 1 when row
@@ -160,28 +163,12 @@ class KnnGraph(nn.Module):
         hits = self.neighbours[index].unsqueeze(-1) == index.view(1, 1, -1)
         return hits.any(dim=1).to(torch.float32)
 
+    def _apply(self, fn: Any, recurse: bool = True) -> KnnGraph:
+        self._norms = {}  # a move or a cast: computed again for the new device or dtype
+        return super()._apply(fn, recurse)
+
     def extra_repr(self) -> str:
         return f"rows={self.num_rows}, k={self.k}"
-
-
-def _sparse(indices: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
-    """A coordinate-list sparse matrix whose ``indices`` are already sorted and distinct."""
-    return torch.sparse_coo_tensor(indices, values, shape, is_coalesced=True, check_invariants=False)
-
-
-class _Propagate(torch.autograd.Function):
-    """``A h`` with the gradient ``A^T g``: two sparse products with matrices built together, rather
-    than autograd's transpose of ``A``. Each row of a product sums its terms in increasing column
-    order, the order DGL's sum over incoming edges takes on the CPU."""
-
-    @staticmethod
-    def forward(ctx: Any, h: Tensor, forward: Tensor, backward: Tensor) -> Tensor:
-        ctx.backward_matrix = backward
-        return torch.sparse.mm(forward, h)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        return torch.sparse.mm(ctx.backward_matrix, grad.contiguous()), None, None
 
 
 class GraphConv(nn.Module):
@@ -211,7 +198,7 @@ class GraphConv(nn.Module):
     def forward(self, graph: KnnGraph, x: Tensor, block: Block | None = None) -> Tensor:
         """The receivers' outputs ``[R, out]`` from the sources' inputs ``x`` ``[S, in]``; without a
         block, every row's output from every row's input."""
-        block = graph.block(None, x.dtype) if block is None else block
+        block = graph.block() if block is None else block
         out_norm, in_norm = graph.norms(x.dtype)
         h = x * out_norm[block.sources, None]
         h = block.propagate(torch.matmul(h, self.weight)) if self.weight_first else \

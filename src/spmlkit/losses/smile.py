@@ -175,9 +175,8 @@ class SmileEncoder(nn.Module):
         A row's output depends only on the rows within two incoming edges of it, so a batch's
         rows are computed from those alone: the values of the official code's pass over every row
         (which it then indexes), at a fraction of the cost on a large set."""
-        dtype = self.features.dtype
-        second = self.graph.block(index, dtype)
-        first = self.graph.block(second.sources, dtype)
+        second = self.graph.block(index)
+        first = second if index is None else self.graph.block(second.sources)
         h = torch.relu(self.conv1(self.graph, self.features[first.sources], first))
         return self.fc(self.conv2(self.graph, h, second))
 
