@@ -147,9 +147,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
         specs = [bm.BenchmarkSpec(dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                                   observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
                                   head=args.head, val_variant=args.val, subset=args.subset) for d in datasets]
+        if len(specs) > 1:  # a refusal here leaves no output folder behind
+            bm.dataset_folders(datasets, args.out)
         out = _output_folder(args.out)
-        if len(specs) > 1:
-            bm.dataset_folders(datasets, out)
     screen = console()
     t0 = time.perf_counter()
     jobs = args.jobs if args.jobs is not None else default_jobs(datasets)  # a typed --jobs is used as given
