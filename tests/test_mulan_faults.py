@@ -20,7 +20,7 @@ from fixtures.mulan import MULAN, data_home_with, needs_mulan
 from spmlkit.cli import main
 from spmlkit.data import arff_reader
 from spmlkit.data.arff_reader import read_multilabel_arff
-from spmlkit.data.mulan import load_mulan
+from spmlkit.data.mulan import MULAN_PARSED_SHA256, MULAN_SETS, load_mulan
 
 HEADER = ("@relation r\n@attribute f1 numeric\n@attribute f2 {a,b,c}\n@attribute L1 {0,1}\n"
           "@attribute L2 {0,1}\n")
@@ -222,6 +222,17 @@ def test_a_train_file_without_a_labelled_row_is_refused_by_name(home, capsys):
 
 
 # --------------------------------------------------------------------------- the parsed-array cache
+@needs_mulan
+@pytest.mark.parametrize("name", list(MULAN_SETS))
+def test_the_pinned_parsed_digests_are_what_the_reader_makes_of_mulans_files(name):
+    """The digest a cache is checked against is pinned in the code; a change of the reader (or of liac-arff)
+    that changes any array must update it, or every cache would be refused."""
+    from spmlkit.data.mulan import _ARRAYS, _parse
+    from spmlkit.data.parsed_cache import arrays_digest
+
+    assert arrays_digest(_parse(MULAN_SETS[name], MULAN / name, []), _ARRAYS) == MULAN_PARSED_SHA256[name]
+
+
 @pytest.fixture
 def cached(home):
     """flags' folder after one load (its cache written), and the arrays of that load."""

@@ -4,8 +4,10 @@ MULAN (the multi-label library of Tsoumakas et al.) distributes each set as a tr
 ARFF and an XML file naming the label attributes. spmlkit reads them from the data folder
 (:mod:`spmlkit.data.download`: ``$SPMLKIT_DATA/mulan/<set>/`` under MULAN's own file names) and,
 where a set is not there yet, fetches it once from MULAN's repository at a pinned commit, checked
-against the SHA-256 sums below (docs/protocol.md, "MULAN data sets"). A parsed set is kept as an
-``.npz`` beside its ARFF files, so a set is parsed once per data folder, not once per process.
+against the SHA-256 sums and sizes below (docs/protocol.md, "MULAN data sets"). A set parsed
+from MULAN's own files is kept as an ``.npz`` beside them, so it is parsed once per data folder,
+not once per process; that cache is used only when its arrays hash to the digest pinned here
+(:data:`MULAN_PARSED_SHA256`, :mod:`spmlkit.data.parsed_cache`), whoever wrote it.
 
 ``yeast`` is also in MULAN; the bare name stays the copy that ships with ``river`` (no download,
 :mod:`spmlkit.data.yeast`), and ``mulan/yeast`` is MULAN's own files through this module (the same
