@@ -107,6 +107,10 @@ class SPMLLoss(nn.Module):
     corrects_labels: ClassVar[bool] = False
     #: True for losses that need the per-class training AP once per epoch (soft OPML)
     needs_class_ap: ClassVar[bool] = False
+    #: True for losses that need each class's estimated prior once per epoch (CRISP): the method's
+    #: label algorithm estimates it (``provides_class_prior``) and the trainer passes it to
+    #: :meth:`set_class_prior`
+    needs_class_prior: ClassVar[bool] = False
     #: constructor arguments that describe the data rather than the method; the trainer fills
     #: them, and they are never listed as hyperparameters
     data_arguments: ClassVar[tuple[str, ...]] = ()
@@ -151,6 +155,9 @@ class SPMLLoss(nn.Module):
 
     def set_class_ap(self, ap: Tensor) -> None:
         """Receive the per-class training AP ``[C]`` (``needs_class_ap`` only). No-op by default."""
+
+    def set_class_prior(self, prior: Tensor) -> None:
+        """Receive each class's estimated prior ``[C]`` (``needs_class_prior`` only). No-op by default."""
 
     def extra_state(self) -> dict[str, Any]:
         """Non-parameter state that must survive a checkpoint (none by default).
