@@ -54,6 +54,7 @@ __all__ = [
     "bc_mean",
     "check_number",
     "check_reduction",
+    "make_room",
 ]
 
 #: every value of ``reduction``, in PyTorch's spelling
@@ -219,6 +220,15 @@ class SPMLLoss(nn.Module):
     def extra_repr(self) -> str:
         params = hyperparameters(self.name) if self.name in _REGISTRY else {}
         return ", ".join(f"{k}={getattr(self, k, v)!r}" for k, v in params.items())
+
+
+def make_room(module: nn.Module, state_dict: dict[str, Any], prefix: str, name: str) -> None:
+    """Give buffer ``name``, registered as None until training sets it (soft OPML's class AP, CRISP's
+    priors), the shape a checkpoint holds for it, so that a fresh module's ``load_state_dict`` fills it
+    rather than refusing the key. Called first in such a loss's ``_load_from_state_dict``."""
+    key = prefix + name
+    if key in state_dict and getattr(module, name) is None:
+        setattr(module, name, torch.empty_like(state_dict[key]))
 
 
 def check_reduction(where: str, reduction: Any, allowed: tuple[str, ...] = REDUCTIONS) -> str:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..labels import validate_observed
-from .base import LossContext, LossOptions, SPMLLoss, check_number, register
+from .base import LossContext, LossOptions, SPMLLoss, check_number, make_room, register
 from .terms import bce_neg, bce_pos, spine
 
 __all__ = ["CRISPLoss", "crisp_risk"]
@@ -147,11 +147,7 @@ class CRISPLoss(SPMLLoss):
         return self.reduce(terms, _class_mean, event_dims=1)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[no-untyped-def]
-        # a checkpoint taken after set_class_prior holds the buffer: make room for it so that a
-        # fresh module resumes with the same priors
-        key = prefix + "class_prior"
-        if key in state_dict and self.class_prior is None:
-            self.class_prior = torch.empty_like(state_dict[key])
+        make_room(self, state_dict, prefix, "class_prior")  # a checkpoint taken after set_class_prior: same priors
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self._set_weight()
 
