@@ -402,12 +402,14 @@ def _print_grid(screen: Any, spec: Any, store: str) -> int:
     for run in runs:
         run_config(run)  # a bad setting, or labels the data cannot give, fail here, as before the first run
     hp = {m: len({json.dumps(r["hparams"], sort_keys=True) for r in runs if r["method"] == m}) for m in spec.methods}
-    own = "1 (each data set's own)"
-    factors = [f"{len(spec.datasets)} dataset(s)",
-               f"{len(spec.observations) if spec.observations else own} observation(s)",
+    factors = [f"{len(spec.datasets)} dataset(s)", f"{len(spec.observations or [None])} observation(s)",
                f"{sum(hp.values())} method/hyperparameter point(s)", f"{len(spec.lrs)} lr(s)",
-               f"{len(spec.batch_sizes) if spec.batch_sizes else own} batch size(s)", f"{len(spec.seeds)} seed(s)"]
+               f"{len(spec.batch_sizes or [None])} batch size(s)", f"{len(spec.seeds)} seed(s)"]
     print_whole_words(screen, f"sweep {spec.name}: {len(runs)} runs = {' x '.join(factors)}; store {store}")
+    own = [axis for axis, given in (("observation", spec.observations), ("batch size", spec.batch_sizes)) if not given]
+    if own:  # what the table's columns below show for them
+        print_whole_words(screen, f"{' and '.join(own)}: each data set's own, as `spmlkit train` resolves it "
+                                  "(docs/sweep-files.md)")
     if spec.settings:
         print_whole_words(screen, "settings of every run: " + ", ".join(f"{k}={v}" for k, v in spec.settings.items()),
                           markup=False)

@@ -230,10 +230,14 @@ def batch_sizes_of(spec: SweepSpec, dataset: str, method: str) -> list[int]:
 def _default_batch_size(dataset: str, method: str, settings: str) -> int:
     """``spmlkit train --dataset D --method M --config SETTINGS``'s batch size (the dataset's
     defaults, the (method, dataset) preset, the settings), once per process and point."""
+    from ...training.config import OptimisationConfig
     from ..presets import resolve_config
 
-    return resolve_config({"dataset": dataset, "method": method}, file_values=json.loads(settings),
-                          file_name="sweep settings").optimisation.batch_size
+    try:
+        return resolve_config({"dataset": dataset, "method": method}, file_values=json.loads(settings),
+                              file_name="sweep settings").optimisation.batch_size
+    except ValueError:  # settings the runs' own check refuses (run_config, before any run), saying why there
+        return OptimisationConfig.batch_size
 
 
 def run_id(run: dict[str, Any]) -> str:
