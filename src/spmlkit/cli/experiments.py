@@ -164,9 +164,8 @@ class _SweepProgress:
                 rec = recs[0]
                 what = f"{rec['run_id']} {rec['method']} lr={rec['lr']:g} seed={rec['seed']}"
             else:
-                def values(key: str, form: str = "{}") -> str:
-                    seen = list(dict.fromkeys(rec[key] for rec in recs))
-                    return ",".join(form.format(v) for v in seen)
+                def values(key: str, form: str = "{}") -> str:  # sorted: workers finish in any order
+                    return ",".join(form.format(v) for v in sorted({rec[key] for rec in recs}))
 
                 what = (f"{len(recs)} runs ({values('method')}; lr={values('lr', '{:g}')}; "
                         f"seed={values('seed')})")
