@@ -36,7 +36,8 @@ CHUNK_ROWS = 1024
 
 #: the graphs of the last few feature matrices seen on the CPU: a sweep trains many runs on one
 #: split (a grid of learning rates, batch sizes, weight decays), and on a large set the distances
-#: cost far more than a run's first steps (delicious, 12,920 x 500: about 10 s)
+#: cost far more than a run's first steps (delicious, 12,920 x 500: 27 to 39 s on the loaded 2-core
+#: development machine, benchmarks/bench_smile.py)
 _RECENT: OrderedDict[tuple, Tensor] = OrderedDict()
 RECENT_GRAPHS = 4
 
