@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._common import console, csv_list, positive_int, print_whole_words
+from ._common import console, csv_list, plugin_refs, positive_int, print_whole_words
 
 if TYPE_CHECKING:
     from ..experiments.sweep.ray_backend import RayOptions
@@ -146,7 +146,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
         datasets = suite_datasets(args.suite) if args.suite else tuple(args.datasets or (DataConfig.dataset,))
         specs = [bm.BenchmarkSpec(dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                                   observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
-                                  head=args.head, val_variant=args.val, subset=args.subset) for d in datasets]
+                                  head=args.head, val_variant=args.val, subset=args.subset,
+                                  plugins=tuple(plugin_refs(args))) for d in datasets]
         out = _output_folder(args.out)
         if len(specs) > 1:
             bm.dataset_folders(datasets, out)
@@ -241,7 +242,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from ..experiments.sweep.cores import default_jobs
 
     with user_input():
-        spec = load_sweep(args.config)
+        spec = load_sweep(args.config, plugins=plugin_refs(args))
         ray_options = _ray_options(args)
     screen = console()
     if args.dry_run:
@@ -340,6 +341,8 @@ def run_report(args: argparse.Namespace) -> int:
         folder = open_report_folder(args.out, overwrite=args.overwrite)
         out = folder.path
     screen = console()
+    for line in plugin_version_notes(ok):
+        screen.print(f"note: {line}", markup=False, soft_wrap=True)
     written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
     for title, markdown in tables:
         screen.print(f"[bold]{title}[/bold]")
@@ -353,6 +356,21 @@ def run_report(args: argparse.Namespace) -> int:
     gone = f"; removed {len(removed)} file(s) of the previous report that this one does not write" if removed else ""
     screen.print(f"wrote {len(written)} files to {out}{gone}")
     return 0
+
+
+def plugin_version_notes(runs: Any) -> list[str]:
+    """One line per method whose runs in the store come from more than one version of its plug-in's
+    code: the table picks one of them, as it picks a learning rate, and the reader should know."""
+    if "plugin_code" not in runs.columns:
+        return []
+    notes = []
+    for method, codes in runs.groupby("method", sort=False)["plugin_code"]:
+        versions = {json.dumps(code) for code in codes if isinstance(code, list)}
+        if len(versions) > 1:
+            notes.append(f"the store holds runs of {len(versions)} versions of the code of method {method} (its "
+                         "plug-in changed between them); each is a configuration of its own, and the table shows the "
+                         'one selected on validation (docs/plugins.md, "What a record says")')
+    return notes
 
 
 def _finished_runs(store_path: Path):

@@ -60,10 +60,19 @@ class BenchmarkSpec:
     #: per-method hyperparameters on top of the dataset's presets (key by key), e.g. a
     #: candidate being tuned; lists are swept as in a sweep file
     hparams: dict[str, dict[str, Any]] | None = None
+    #: plug-ins (.py files relative to the working folder, module names) whose methods or datasets it
+    #: names (docs/plugins.md); loaded here and in every worker
+    plugins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from ..plugins import is_file_reference, load_plugins
+
         if not self.seeds or not self.lrs or not self.methods:
             raise ValueError("a benchmark needs at least one method, one seed and one lr")
+        # absolute, so that a worker started elsewhere (a Ray node) finds the same files
+        self.plugins = tuple(str(Path(ref).expanduser().absolute()) if is_file_reference(ref) else ref
+                             for ref in self.plugins)
+        load_plugins(self.plugins)
         for m in self.methods:
             get_method(m)
         Observation.parse(self.observation)
@@ -80,7 +89,8 @@ class BenchmarkSpec:
         return SweepSpec(name=f"benchmark-{self.dataset}", datasets=[self.dataset], methods=list(self.methods),
                          seeds=list(self.seeds), lrs=list(self.lrs), batch_sizes=[self.batch_size],
                          observations=[self.observation], hparams=dict(self.hparams or {}),
-                         settings=settings, val_variant=self.val_variant, store=str(store))
+                         settings=settings, val_variant=self.val_variant, store=str(store),
+                         plugins=list(self.plugins))
 
 
 def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1,
