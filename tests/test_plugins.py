@@ -355,3 +355,22 @@ def test_report_says_when_a_methods_runs_come_from_two_versions_of_its_code(tmp_
     assert notes == ["note: the store holds runs of 2 versions of the code of method my_loss (its plug-in changed "
                      "between them); each is a configuration of its own, and the table shows the one selected on "
                      'validation (docs/plugins.md, "What a record says")']
+
+
+def test_a_broken_installed_plugin_is_one_line_naming_its_package(tmp_path: Path, monkeypatch, capsys) -> None:
+    from spmlkit import plugins
+
+    site = tmp_path / "site"
+    (site / "broken_spml").mkdir(parents=True)
+    (site / "broken_spml" / "__init__.py").write_text("import nothing_by_this_name\n")
+    info = site / "broken_spml-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-spml\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[spmlkit.plugins]\nbroken = broken_spml\n")
+    monkeypatch.syspath_prepend(str(site))
+    plugins._entry_points.cache_clear()
+    assert main(["datasets"]) == 2
+    assert capsys.readouterr().err == (
+        "spmlkit datasets: error: plug-in entry point 'broken' of the installed package broken-spml raised "
+        "ModuleNotFoundError while it was imported: No module named 'nothing_by_this_name' (__init__.py, line 1); "
+        "fix or uninstall that package (--debug shows the traceback)\n")

@@ -236,7 +236,7 @@ def _load_entry_point(entry: Any) -> Plugin:
     try:
         entry.load()
     except Exception as exc:
-        raise InputError(f"{_broken(where, exc, _spec_origin(module))}; fix or uninstall that package") from exc
+        raise InputError(_broken(where, exc, _spec_origin(module), "fix or uninstall that package")) from exc
     plugin = Plugin(entry.name, module, "entry point", _spec_origin(module),
                     package=dist.name if dist else None, version=dist.version if dist else None)
     if plugin.version is None:
@@ -258,8 +258,9 @@ def _remember(identity: str, plugin: Plugin) -> Plugin:
     return plugin
 
 
-def _broken(label: str, exc: BaseException, file: str | None) -> str:
-    """One line for a plug-in that failed while it was imported: what, and where in the user's file."""
+def _broken(label: str, exc: BaseException, file: str | None, todo: str = "fix it") -> str:
+    """One line for a plug-in that failed while it was imported: what, where in the user's file, and
+    ``todo``."""
     if isinstance(exc, SyntaxError):
         where = f" ({Path(exc.filename).name if exc.filename else file}, line {exc.lineno})" if exc.lineno else ""
         return f"plug-in {label} is not valid Python: {exc.msg}{where}; fix the file"
@@ -269,7 +270,7 @@ def _broken(label: str, exc: BaseException, file: str | None) -> str:
         return f"plug-in {label}: {exc}{_line_in(exc, file)}"
     first = (str(exc).strip().splitlines() or [""])[0]
     return (f"plug-in {label} raised {type(exc).__name__} while it was imported: {first}{_line_in(exc, file)}; "
-            "fix it (--debug shows the traceback)")
+            f"{todo} (--debug shows the traceback)")
 
 
 def _line_in(exc: BaseException, file: str | None) -> str:

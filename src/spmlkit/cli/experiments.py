@@ -297,6 +297,8 @@ def _print_grid(screen: Any, spec: Any, store: str) -> int:
     if spec.settings:
         print_whole_words(screen, "settings of every run: " + ", ".join(f"{k}={v}" for k, v in spec.settings.items()),
                           markup=False)
+    if spec.plugins:
+        print_whole_words(screen, "plug-ins every run loads: " + ", ".join(spec.plugins), markup=False)
     table = Table(title=f"the first {min(len(runs), _GRID_ROWS)} of {len(runs)} runs")
     for col in ("run_id", "dataset", "observation", "method", "hparams", "lr", "batch", "seed"):
         table.add_column(col)
