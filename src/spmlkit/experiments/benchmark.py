@@ -38,7 +38,7 @@ from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
 
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
-           "dataset_folders", "DEFAULT_LRS", "DEFAULT_SEEDS"]
+           "dataset_folders", "labels_measured", "measured_on", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 
 DEFAULT_SEEDS = (0, 1, 2)
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2)
@@ -47,19 +47,31 @@ STORE_NAME = "results.db"
 
 @dataclass
 class BenchmarkSpec:
+    """One data set's benchmark: every method x lr x seed under the shared protocol.
+
+    ``observation``, ``batch_size`` and ``val_variant`` left at None take each data set's own, as
+    ``spmlkit train`` does: a benchmark simulates single positives from full labels, a user's data
+    (a prepared image folder, a feature folder or table of their own) trains on its own labels
+    (``given``) and selects on the observed positives of its validation rows (docs/protocol.md,
+    "Your own data"); the batch is 64 on feature sets, the data set's (or preset's) on images.
+    ``settings`` are further run settings for every run (image settings such as ``backbone``, a
+    ``--config`` file's), under the grid's own axes.
+    """
+
     dataset: str = "yeast"
     methods: tuple[str, ...] = tuple(METHODS)
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     lrs: tuple[float, ...] = DEFAULT_LRS
-    observation: str = "single_positive"
+    observation: str | None = None  # None: the data set's own (presets.default_observation)
     epochs: int = 20
-    batch_size: int = 64
+    batch_size: int | None = None  # None: the data set's own, as `spmlkit train` uses it
     head: str = "linear"
-    val_variant: str | None = None  # None: the dataset's own (presets.default_val_variant)
+    val_variant: str | None = None  # None: the data set's own (presets.default_val_variant)
     subset: int | None = None  # first N official-train rows: for quick checks
     #: per-method hyperparameters on top of the dataset's presets (key by key), e.g. a
     #: candidate being tuned; lists are swept as in a sweep file
     hparams: dict[str, dict[str, Any]] | None = None
+    settings: dict[str, Any] | None = None
     #: plug-ins (.py files relative to the working folder, module names) whose methods or datasets it
     #: names (docs/plugins.md); loaded here and in every worker
     plugins: tuple[str, ...] = ()
@@ -75,22 +87,54 @@ class BenchmarkSpec:
         load_plugins(self.plugins)
         for m in self.methods:
             get_method(m)
-        Observation.parse(self.observation)
-        if self.val_variant is None:
-            from .presets import default_val_variant
+        if self.observation is not None:
+            Observation.parse(self.observation)
 
-            self.val_variant = default_val_variant(self.dataset)
+    @property
+    def observation_used(self) -> str:
+        """The observation the runs train under (the given one, or the data set's own)."""
+        from .presets import default_observation
+
+        return self.observation or default_observation(self.dataset)
+
+    @property
+    def val_used(self) -> str:
+        """The validation labels each run selects on (the given ones, or the data set's own)."""
+        from .presets import default_val_variant
+
+        return self.val_variant or default_val_variant(self.dataset)
 
     def sweep(self, store: str | Path) -> SweepSpec:
         """The grid as a sweep: hyperparameters come from the dataset's presets, as in ``train``."""
-        settings: dict[str, Any] = {"epochs": self.epochs, "head": self.head}
+        settings: dict[str, Any] = {"epochs": self.epochs, "head": self.head, **(self.settings or {})}
         if self.subset is not None:
             settings["subset"] = self.subset
         return SweepSpec(name=f"benchmark-{self.dataset}", datasets=[self.dataset], methods=list(self.methods),
-                         seeds=list(self.seeds), lrs=list(self.lrs), batch_sizes=[self.batch_size],
-                         observations=[self.observation], hparams=dict(self.hparams or {}),
-                         settings=settings, val_variant=self.val_variant, store=str(store),
-                         plugins=list(self.plugins))
+                         seeds=list(self.seeds), lrs=list(self.lrs),
+                         batch_sizes=None if self.batch_size is None else [self.batch_size],
+                         observations=None if self.observation is None else [self.observation],
+                         hparams=dict(self.hparams or {}), settings=settings, val_variant=self.val_variant,
+                         store=str(store), plugins=list(self.plugins))
+
+
+def labels_measured(spec: BenchmarkSpec) -> dict[str, str | None]:
+    """Which labels the table's numbers are measured on (as each run's record says,
+    :meth:`~spmlkit.training.RunResult.labels_measured`): validation on ``"full"`` or ``"observed"``
+    labels, test on ``"full"`` ones, or None where the data set has no labelled test list."""
+    from ..data.registry import resolve_dataset
+
+    return {"val_map_labels": "full" if spec.val_used == "clean" else "observed",
+            "test_map_labels": "full" if resolve_dataset(spec.dataset).test else None}
+
+
+def measured_on(spec: BenchmarkSpec) -> str:
+    """The words a table's title uses for :func:`labels_measured`."""
+    labels = labels_measured(spec)
+    test = ("test mAP (%) on the test list's full labels" if labels["test_map_labels"]
+            else "no labelled test list, so no test mAP")
+    val = ("the validation rows' full labels" if labels["val_map_labels"] == "full"
+           else "the observed positives of the validation rows")
+    return f"{test}; lr selected on {val}"
 
 
 def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1,
@@ -142,14 +186,15 @@ def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, 
     out = Path(out_dir)
     paths = {"runs": out / "runs.csv", "table": out / "table.csv", "markdown": out / "table.md",
              "json": out / "results.json"}
+    rows = [{**r, **labels_measured(spec)} for r in rows]  # every row says which labels its numbers are on
     flat = runs.drop(columns=[c for c in ("history", "test_ap", "analysis", "config", "class_names", "error")
                               if c in runs.columns])
     atomic_write_text(paths["runs"], flat.to_csv(index=False))
     atomic_write_text(paths["table"], pd.DataFrame(rows).to_csv(index=False))
-    title = f"{spec.dataset}, {spec.observation}: test mAP (%), lr selected on {spec.val_variant} val, " \
-            f"mean ± std over {len(spec.seeds)} seeds"
+    title = f"{spec.dataset}, {spec.observation_used}: {measured_on(spec)}, mean ± std over {len(spec.seeds)} seeds"
     atomic_write_text(paths["markdown"], f"**{title}**\n\n" + report.to_markdown(report.paper_table(agg)))
-    atomic_write_json(paths["json"], {"spec": asdict(spec), "table": rows})
+    atomic_write_json(paths["json"], {"spec": {**asdict(spec), "observation": spec.observation_used,
+                                               "val_variant": spec.val_used}, "table": rows})
     return paths
 
 
@@ -217,8 +262,11 @@ def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], sto
         folders[spec.dataset].mkdir(parents=True, exist_ok=True)
         write_outputs(folders[spec.dataset], spec, runs, rows, agg)
         tables[spec.dataset] = rows
-    if not tables:
-        raise ValueError("no run of any data set finished; nothing to rank (see the failures above)")
-    board = build_leaderboard(scores_from_tables(tables))
+        if labels_measured(spec)["test_map_labels"] is None:  # its table stands; it has no test mAP to rank
+            failed[spec.dataset] = "data set without a labelled test list (no test mAP to rank)"
+    ranked = {dataset: rows for dataset, rows in tables.items() if dataset not in failed}
+    if not ranked:
+        raise ValueError("no data set has finished runs with a test mAP; nothing to rank (see the failures above)")
+    board = build_leaderboard(scores_from_tables(ranked))
     board.left_out.update(failed)
     return tables, board, write_leaderboard(out_dir, board, title=title)

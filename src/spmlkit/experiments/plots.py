@@ -93,6 +93,7 @@ METHOD_COLORS: dict[str, str] = {
     "opml_sp": "#54278f",
     "gr": "#d62728",  # GR: red
     "pu_mlc": "#e377c2",
+    "crisp": "#7b4173",  # CRISP: plum
 }
 
 _POS_STYLE = {"alpha": 0.45}

@@ -1,4 +1,4 @@
-"""Between-epoch label-state algorithms (APL, LL-Cp, OPML correction, SPLC)."""
+"""Between-epoch label-state algorithms (APL, LL-Cp, OPML correction, SPLC) and CRISP's class-prior estimation."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from ..names import REGISTRY, Registry, origin_of
 from ..signatures import init_defaults
 from .apl import APL
 from .base import LabelingAlgorithm
+from .class_prior import ClassPriorEstimation
 from .opml_correction import OPMLCorrection
 
-__all__ = ["ALGORITHMS", "APL", "LabelingAlgorithm", "OPMLCorrection", "create", "hyperparameters", "register"]
+__all__ = ["ALGORITHMS", "APL", "ClassPriorEstimation", "LabelingAlgorithm", "OPMLCorrection", "create",
+           "hyperparameters", "register"]
 
 #: between-epoch algorithms by the name method recipes use (spmlkit.methods); the labeling family
 #: of the one registry (spmlkit.names)
@@ -33,6 +35,7 @@ def register(name: str) -> Callable[[type[LabelingAlgorithm]], type[LabelingAlgo
 
 register("apl")(APL)
 register("opml_correction")(OPMLCorrection)
+register("class_prior")(ClassPriorEstimation)
 
 
 def hyperparameters(name: str) -> dict[str, Any]:

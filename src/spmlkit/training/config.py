@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["RunConfig", "DataConfig", "ModelConfig", "MethodConfig", "OptimisationConfig", "ScheduleConfig",
-           "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "config_from_dict",
+           "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "applies_to", "config_from_dict",
            "flat_settings", "load_config_file", "merged_plugins", "saved_settings", "save_config"]
 
 
@@ -480,6 +480,13 @@ def flat_settings(values: dict[str, Any], *, where: str = "config") -> dict[str,
                 raise ValueError(f"{where}: {flat_name!r} is given twice")
             flat[flat_name] = setting
     return flat
+
+
+def applies_to(setting: str) -> str | None:
+    """The one kind of run a flat setting applies to, ``"images"`` (``backbone``, ``image_size``, ...)
+    or ``"features"`` (``head``, ``standardize``, ...); None for a setting of every run."""
+    section, name = _FIELD_OF[setting]
+    return next(f.metadata.get("applies") for f in dataclasses.fields(SECTIONS[section]) if f.name == name)
 
 
 def config_from_dict(values: dict[str, Any], *, base: RunConfig | None = None, where: str = "config") -> RunConfig:

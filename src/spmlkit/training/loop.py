@@ -299,7 +299,21 @@ def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndar
     if truth_train is not None:
         for record, stats in zip(records, pseudo_label_stats([run.state for run in runs], truth_train)):
             record.update(stats)
+        _prior_errors(runs, records, truth_train)
     return records
+
+
+def _prior_errors(runs: list[Run], records: list[dict[str, float]], truth_train: np.ndarray) -> None:
+    """``class_prior_error``: the mean over classes of |estimated prior - the training split's true
+    prior|, for runs whose method estimates priors (CRISP; the curve of the paper's Figure 4)."""
+    truth = None
+    for run, record in zip(runs, records):
+        prior = run.components.class_prior()
+        if prior is None:
+            continue
+        if truth is None:
+            truth = np.asarray(truth_train, dtype=np.float64).mean(axis=0)
+        record["class_prior_error"] = float(np.abs(prior.detach().cpu().numpy() - truth).mean())
 
 
 def _val_maps(group: Group, runs: list[Run], val_targets: np.ndarray) -> list[float]:
