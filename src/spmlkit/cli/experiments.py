@@ -244,9 +244,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
     with user_input():
         specs, notes = _benchmark_specs(args)
         datasets = [spec.dataset for spec in specs]
+        if len(specs) > 1:  # a refusal here leaves no output folder behind
+            bm.dataset_folders(datasets, args.out)
         out = _output_folder(args.out)
-        if len(specs) > 1:
-            bm.dataset_folders(datasets, out)
     screen = console()
     for line in notes:
         print_whole_words(screen, f"note: {line}", markup=False)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the registry itself stays light: the command line builds it
     from .tabular import TabularDataset
 
 __all__ = ["DATASETS", "FEATURE_DATASETS", "PREPARABLE", "DatasetEntry", "DatasetRef", "Registry", "is_feature_dataset",
-           "labels_held", "load_features", "register_dataset", "resolve_dataset"]
+           "labels_held", "load_features", "register_dataset", "resolve_dataset", "same_data"]
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +234,34 @@ def labels_held(dataset: str, prepared: str | None = None) -> DatasetRef:
         except ValueError:
             return ref  # not a prepared folder: reading it says what is wrong
     return ref
+
+
+def same_data(first: str, second: str) -> str | None:
+    """Why two dataset arguments name the same data (None when they do not): a MULAN set and its
+    ``mulan/<set>`` alias, river's yeast and MULAN's (equal array for array: tests/test_mulan.py),
+    two spellings of one folder. Naming one data set twice in one benchmark would train it twice
+    and give it two rows of a leaderboard."""
+    def identity(argument: str) -> tuple[str, str]:
+        if argument in DATASETS:
+            name = DATASETS[argument].name.removeprefix("mulan/")
+            return ("mulan", name) if name in _mulan_names() else ("named", DATASETS[argument].name)
+        return ("folder", str(Path(argument).expanduser().resolve()))
+
+    if first == second or identity(first) != identity(second):
+        return None
+    kind, name = identity(first)
+    if kind == "folder":
+        return f"both are the folder {name}"
+    if name == "yeast":
+        return "river's copy of yeast and MULAN's own files hold the same arrays"
+    return f"mulan/{name} is another name for {name}"
+
+
+@lru_cache(maxsize=1)
+def _mulan_names() -> frozenset[str]:
+    from .mulan import MULAN_SETS
+
+    return frozenset(MULAN_SETS)
 
 
 def is_feature_dataset(name: str) -> bool:

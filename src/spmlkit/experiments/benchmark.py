@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..io import atomic_write_json, atomic_write_text
 from ..methods import METHODS, get_method
+from ..output_dir import MARKER
 from ..protocol import Observation
 from . import report
 from .leaderboard import Leaderboard, build_leaderboard, scores_from_tables, write_leaderboard
@@ -43,6 +44,9 @@ __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "wri
 DEFAULT_SEEDS = (0, 1, 2)
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2)
 STORE_NAME = "results.db"
+#: what a benchmark of several data sets keeps in ``<out>`` itself beside the data sets' folders
+OWN_FILES = (STORE_NAME, f"{STORE_NAME}-wal", f"{STORE_NAME}-shm", f"{STORE_NAME}-journal", "leaderboard.md",
+             "leaderboard.csv", "leaderboard.json", "leaderboard.png", "leaderboard_nemenyi.csv", MARKER)
 
 
 @dataclass
@@ -204,14 +208,24 @@ def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, 
 def dataset_folders(datasets: Sequence[str], out_dir: str | Path) -> dict[str, Path]:
     """Each data set's output folder: ``<out>/<name>`` (a feature folder's last path part).
 
-    A data set named twice, or two folders with the same last part, would write one table over
-    the other: that is the user's to fix (ValueError).
+    A data set named twice (under one name or two: ``emotions`` and ``mulan/emotions``), two
+    folders with the same last part, or a folder named as a file the benchmark keeps in
+    ``<out>`` (its ``results.db``, the leaderboard) would write one output over another, or fail
+    after every run trained: each is the user's to fix, and refused before any run (ValueError).
     """
+    from ..data.registry import same_data
+
     folders: dict[str, Path] = {}
     for ds in datasets:
         if ds in folders:
             raise ValueError(f"--dataset {ds} is given twice; name each data set once")
+        same = next(((other, why) for other in folders if (why := same_data(other, ds))), None)
+        if same is not None:
+            raise ValueError(f"--dataset {same[0]} and --dataset {ds} are the same data set ({same[1]}); name it once")
         folder = Path(out_dir) / Path(ds).name
+        if folder.name in OWN_FILES:
+            raise ValueError(f"the tables of data set {ds} would go to {folder}, which is the benchmark's own "
+                             f"{folder.name}; give the feature folder another name (or a link to it)")
         clash = next((other for other, f in folders.items() if f == folder), None)
         if clash is not None:
             raise ValueError(f"data sets {clash} and {ds} would both write their tables to {folder}; give the "

@@ -18,6 +18,7 @@ import torch
 
 from ...training import RunConfig, train
 from ...training.config import applies_to, flat_settings
+from ...training.divergence import RunDiverged
 from ...training.device import num_threads
 from ...plugins import plugin_records
 from ...training.provenance import command_line, process_git_commit, utc_now
@@ -111,6 +112,8 @@ def execute_run(run: dict[str, Any], runs_dir: str | None = None, threads: int |
     try:
         with num_threads(threads):
             fields = _train(run, runs_dir)
+    except RunDiverged as exc:  # its one line says everything (training/divergence.py)
+        record = failed_record(run, str(exc), started, t0)
     except Exception as exc:
         # the frames nearest to where it was raised: a plug-in's loss that fails shows its own file's line
         record = failed_record(run, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-_FRAMES)}", started, t0)
@@ -148,9 +151,13 @@ def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None,
     seconds, finished = (time.perf_counter() - t0) / len(runs), now()
     records = []
     for run, res in zip(runs, results):
-        record = record_head(run, started, group_size=len(runs))
-        record.update(_result_fields(res))
-        record.update({"status": "ok", "error": None, "seconds": seconds, "finished_at": finished})
+        if res.diverged is not None:  # a failed run with its line, as alone
+            record = failed_record(run, res.diverged, started, t0)
+            record.update({"group_size": len(runs), "seconds": seconds, "finished_at": finished})
+        else:
+            record = record_head(run, started, group_size=len(runs))
+            record.update(_result_fields(res))
+            record.update({"status": "ok", "error": None, "seconds": seconds, "finished_at": finished})
         records.append(record)
     return records
 
