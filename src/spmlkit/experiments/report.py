@@ -74,7 +74,7 @@ def select_and_aggregate(
     df: pd.DataFrame,
     *,
     by: Sequence[str] = ("dataset", "observation", "method"),
-    config_keys: Sequence[str] = ("lr", "batch_size", "hparams"),
+    config_keys: Sequence[str] = ("lr", "batch_size", "hparams", "plugin_code"),
     metric: str = "test_map",
     select_on: str = "val_map",
     scale: float = 100.0,
@@ -100,7 +100,9 @@ def select_and_aggregate(
     Args:
         df: one row per run (``ResultsStore.to_dataframe()``).
         by: grouping columns; one output row per group.
-        config_keys: columns that define a configuration (absent ones are ignored).
+        config_keys: columns that define a configuration (absent ones are ignored). ``plugin_code``
+            (a plug-in method's code, docs/plugins.md) keeps runs of two versions of a user's file
+            apart: they are two configurations, never averaged together.
         metric: reported column (``test_map`` or e.g. ``test.CF1@0.5``), a fraction.
         select_on: selection column, a fraction; larger is better.
         scale: factor applied to ``metric`` and ``select_on`` (100: percent).
