@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from ..errors import InputError
+from ..io import new_file_mode
 
 __all__ = ["DATA_ENV", "DownloadError", "data_home", "fetch_file"]
 
@@ -52,6 +53,7 @@ def fetch_file(url: str, dest: str | os.PathLike, sha256: str, *, manual: str, t
                             f"with {DATA_ENV}=DIR, or {manual}") from None
     tmp = Path(tmp_name)
     try:
+        os.chmod(tmp, new_file_mode())  # a data file is shared like any other (spmlkit.io says why)
         digest, received, announced = _stream(url, fd, timeout, manual)
         if announced is not None and received != announced:
             raise DownloadError(f"the download of {url} stopped after {received} of {announced} bytes; nothing was "
