@@ -20,7 +20,7 @@ _FORMATS = ("md", "tex", "csv")
 
 
 def add_parsers(sub: Any) -> None:
-    from ..experiments.benchmark import DEFAULT_LRS, DEFAULT_SEEDS
+    from ..experiments.benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS
     from ..experiments.suites import SUITES
 
     p = sub.add_parser("benchmark", help="compare every method on a feature dataset (paper-style table), or on "

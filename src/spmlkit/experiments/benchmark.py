@@ -33,6 +33,7 @@ from ..io import atomic_write_json, atomic_write_text
 from ..methods import METHODS, get_method
 from ..protocol import Observation
 from . import report
+from .benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS
 from .leaderboard import Leaderboard, build_leaderboard, scores_from_tables, write_leaderboard
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
@@ -40,8 +41,6 @@ from .sweep import SweepResult, SweepSpec, expand, run_sweep
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
            "dataset_folders", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 
-DEFAULT_SEEDS = (0, 1, 2)
-DEFAULT_LRS = (1e-3, 3e-3, 1e-2)
 STORE_NAME = "results.db"
 
 
