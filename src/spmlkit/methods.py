@@ -53,6 +53,14 @@ class Method:
     #: what PU-MLC's two-GPU code does for its temperature, prior and mixup)
     batch_statistics: str = "global"
 
+    @property
+    def sees_more_labels(self) -> bool:
+        """Whether it trains on more labels than the observation gives the other methods (full
+        labels, or one positive and every negative): a reference that bounds what the missing
+        labels cost, shown beside a leaderboard's ranks rather than in them (docs/leaderboard.md,
+        "References beside the ranks")."""
+        return self.labels != "observed"
+
 
 def _m(*args: Any, **kwargs: Any) -> Method:
     return Method(*args, **kwargs)
@@ -104,8 +112,13 @@ _METHOD_KNOBS = {"penalty": "weight of the L1/L2 parameter penalty (l1r, l2r)",
 
 
 def get_method(name: str) -> Method:
+    """The recipe named ``name``; an unknown name is one line with the closest known one."""
     if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; valid methods are: {', '.join(METHODS)}")
+        import difflib
+
+        close = difflib.get_close_matches(str(name), list(METHODS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown method {name!r}{hint}; valid methods are: {', '.join(METHODS)}")
     return METHODS[name]
 
 

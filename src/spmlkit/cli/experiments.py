@@ -44,6 +44,14 @@ def add_parsers(sub: Any) -> None:
                    help="validation labels for model selection (default: clean where the data set has full "
                         "labels, observed for your own prepared data)")
     p.add_argument("--subset", type=int, help="use only the first N training rows, for a quick check (default: all)")
+    p.add_argument("--hparams-from", metavar="SOURCE",
+                   help="where every method's hyperparameters come from, the same on every data set: defaults (each "
+                        "method's recipe defaults) or a data set whose presets to use everywhere, e.g. yeast "
+                        "(`spmlkit presets --dataset yeast`; methods without one keep their defaults). Default: the "
+                        "data set's own presets with one --dataset, defaults with several")
+    p.add_argument("--rank-references", action="store_true",
+                   help="rank bce (full labels) and iun (one positive and all negatives) with the other methods "
+                        "(default: shown beside the ranks, not ranked, since they see more labels)")
     p.add_argument("--jobs", type=positive_int,
                    help="parallel worker processes (default: one per CPU this process may use)")
     p.add_argument("--out", default="spmlkit-results/benchmark",
@@ -144,9 +152,12 @@ def run_benchmark(args: argparse.Namespace) -> int:
     methods = tuple(args.methods) if args.methods else tuple(METHODS)
     with user_input():
         datasets = suite_datasets(args.suite) if args.suite else tuple(args.datasets or (DataConfig.dataset,))
-        specs = [bm.BenchmarkSpec(dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
-                                  observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
-                                  head=args.head, val_variant=args.val, subset=args.subset) for d in datasets]
+        specs = bm.one_source([bm.BenchmarkSpec(
+            dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs), observation=args.observation,
+            epochs=args.epochs, batch_size=args.batch_size, head=args.head, val_variant=args.val, subset=args.subset,
+            hparams_from=args.hparams_from) for d in datasets])
+        if args.rank_references and len(specs) == 1:
+            raise ValueError("--rank-references ranks methods across data sets; give several --dataset or a --suite")
         out = _output_folder(args.out)
         if len(specs) > 1:
             bm.dataset_folders(datasets, out)
@@ -168,27 +179,42 @@ def run_benchmark(args: argparse.Namespace) -> int:
     rows, agg = bm.summarize(runs, methods)
     paths = bm.write_outputs(out, spec, runs, rows, agg)
     _print_benchmark_table(screen, spec, rows)
+    print_whole_words(screen, bm.hyperparameter_source(spec), markup=False)
     print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                               f"{result.skipped} finished runs reused from {result.store})")
+    _print_next(screen, result.store, out)
     return 1 if tracker.failures else 0
+
+
+def _print_next(screen: Any, store: Path, out: Path) -> None:
+    """What to do with a benchmark's store next: the report's figures of every run."""
+    print_whole_words(screen, f"Next: `spmlkit report --store {store} --out {out / 'report'}` draws the analysis "
+                              "figures of these runs (densities, pseudo-labels, training curves, AP gains)",
+                      markup=False)
 
 
 def _print_benchmark_table(screen: Any, spec: Any, rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{spec.dataset}: test mAP (%) of the lr selected on {spec.val_variant} val, "
-                  f"mean ± std over {len(spec.seeds)} seeds")
+    from ..experiments.benchmark import gap_note, table_title
+    from ..experiments.report import format_gap
+
+    with_gap = any(not math.isnan(r["gap_closed"]) for r in rows)
+    table = Table(title=table_title(spec))
     for col, justify in (("method", "left"), ("test mAP", "right"), ("gap closed", "right"), ("lr", "right"),
                          ("val mAP", "right"), ("description", "left")):
-        table.add_column(col, justify=justify)
+        if col != "gap closed" or with_gap:
+            table.add_column(col, justify=justify)
     for r in rows:
         label = {"bce": "full labels (BCE)", "iun": "1P + all N"}.get(r["method"], r["method"])
-        gap = "" if math.isnan(r["gap_closed"]) else f"{100 * r['gap_closed']:+.0f}%"
+        gap = ["" if math.isnan(r["gap_closed"]) else format_gap(r["gap_closed"])] if with_gap else []
+        score = f"{r['test_map']:.2f}" + (f" ± {r['test_map_std']:.2f}" if r["seeds"] > 1 else "")
         style = "bold" if r["method"] in ("bce", "an") else None
-        table.add_row(label, f"{r['test_map']:.2f} ± {r['test_map_std']:.2f}", gap, f"{r['lr']:g}",
-                      f"{r['val_map']:.2f}", r["description"], style=style)
+        table.add_row(label, score, *gap, f"{r['lr']:g}", f"{r['val_map']:.2f}", r["description"], style=style)
     screen.print(table)
-    screen.print("gap closed = (method - AN) / (full BCE - AN)")
+    note = gap_note(rows)
+    if note:
+        print_whole_words(screen, note, markup=False)
 
 
 def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int, screen: Any, t0: float) -> int:
@@ -203,13 +229,15 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
     names = args.suite or f"{len(specs)} data sets"
     tracker = _SweepProgress(screen, f"benchmark {names} ({specs[0].observation})", args.quiet,
                              str(out / bm.STORE_NAME), jobs)
+    hyperparameters = bm.hyperparameter_source(specs[0], [s.dataset for s in specs])
     with tracker.progress:
         result = bm.run_benchmarks(specs, out, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start)
     tracker.print_failures()
     title = (f"Leaderboard over {', '.join(s.dataset for s in specs)} ({specs[0].observation}): test mAP (%), lr "
              f"selected on {specs[0].val_variant} val, mean over {len(specs[0].seeds)} seeds")
     try:
-        tables, board, paths = bm.write_suite_outputs(out, specs, result.store, title=title)
+        tables, board, paths = bm.write_suite_outputs(out, specs, result.store, title=title,
+                                                      rank_references=args.rank_references)
     except ValueError as exc:
         raise InputError(f"{exc}. Earlier tables in {out} are left as they were") from None
     for spec in specs:
@@ -221,12 +249,16 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
     ranked.add_column("avg rank", justify="right")
     for place, (method, rank) in enumerate(board.average_rank.items(), start=1):
         ranked.add_row(str(place), display_name(str(method)), f"{rank:.2f}")
+    for method in board.references:
+        ranked.add_row("–", f"{display_name(str(method))} (reference, not ranked)", "–", style="dim")
     screen.print(ranked)
+    print_whole_words(screen, hyperparameters, markup=False)
     for line in summary_lines(board):
-        screen.print(line)
+        print_whole_words(screen, line, markup=False)
     print_whole_words(screen, f"wrote the tables of {len(tables)} data sets to {out}/<data set>/ and "
                               f"{', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                               f"{result.skipped} finished runs reused from {result.store})")
+    _print_next(screen, result.store, out)
     return 1 if tracker.failures else 0
 
 
@@ -385,14 +417,23 @@ def _output_folder(path: str) -> Path:
 def run_presets(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from ..experiments.presets import list_presets
+    from ..experiments.presets import list_presets, preset_sources
 
+    shown = [p for p in list_presets() if not args.dataset or p.dataset == args.dataset]
+    if not shown:  # a table with no rows says nothing; say what such a data set trains with instead
+        import difflib
+
+        close = difflib.get_close_matches(args.dataset, preset_sources(), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print_whole_words(console(), f"no preset is tuned on {args.dataset}{hint}: its runs use the data set's defaults "
+                                     "and each method's recipe defaults (`spmlkit methods`; `spmlkit train --dataset "
+                                     f"{args.dataset} --dry-run` shows a run's settings). Presets exist for: "
+                                     f"{', '.join(preset_sources())}", markup=False)
+        return 0
     table = Table(title="spmlkit presets  (spmlkit train --preset NAME [--root DIR])")
     for col in ("preset", "target (published)", "source", "batch", "lr", "epochs", "hyperparameters", "notes"):
         table.add_column(col)
-    for p in list_presets():
-        if args.dataset and p.dataset != args.dataset:
-            continue
+    for p in shown:
         t = p.target
         target = "" if t is None else f"{t.mean:.2f}" + ("" if t.std is None else f" ± {t.std:.2f}")
         hp = ", ".join(f"{k}={v}" for k, v in p.config.get("hparams", {}).items())

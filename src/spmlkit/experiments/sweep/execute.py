@@ -40,7 +40,8 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
 
     values = {k: run[k] for k in ("dataset", "method", "observation", "seed", "lr", "batch_size", "hparams",
                                   "val_variant")}
-    config = resolve_config(values, file_values=run["settings"], file_name=f"sweep settings (run {run['run_id']})")
+    config = resolve_config(values, file_values=run["settings"], file_name=f"sweep settings (run {run['run_id']})",
+                            hparams_from=run.get("hparams_from"))
     check_dataset(config)
     if not is_feature_run(config):
         config.output.out = str(Path(runs_dir or "runs") / run["run_id"])

@@ -48,10 +48,18 @@ class SweepSpec:
     #: exist, observed for a user's prepared folder), resolved per run so a run's id names it
     val_variant: str | None = None
     store: str = "results.db"
+    #: where every method's hyperparameters come from on every data set, when not from each
+    #: (method, dataset) preset as in ``train``: "defaults" (the recipes') or a data set whose presets
+    #: are taken everywhere (:func:`~spmlkit.experiments.presets.hparams_preset`); a benchmark across
+    #: data sets sets it (docs/leaderboard.md, "One source of hyperparameters")
+    hparams_from: str | None = None
 
     def __post_init__(self) -> None:
         from ...methods import get_method, resolve_hparams
         from ...protocol import Observation
+        from ..presets import check_hparams_from
+
+        check_hparams_from(self.hparams_from)
 
         for m in self.methods:
             get_method(m)
@@ -215,8 +223,19 @@ def make_run(spec: SweepSpec, dataset: str, observation: str, method: str, hpara
     run = {"sweep": spec.name, "dataset": dataset, "method": method, "observation": observation, "seed": int(seed),
            "lr": float(lr), "batch_size": int(batch_size), "hparams": hparams, "val_variant": spec.val_variant or _dataset_val_variant(dataset),
            "settings": dict(spec.settings)}
+    if spec.hparams_from is not None and _preset_involved(method, dataset, spec.hparams_from):
+        run["hparams_from"] = spec.hparams_from
     run["run_id"] = run_id(run)
     return run
+
+
+def _preset_involved(method: str, dataset: str, hparams_from: str) -> bool:
+    """Whether ``hparams_from`` can change the run: a preset of the method applies to the data
+    set either way. Only then does the run carry it, so a run that no preset touches keeps the
+    id it has in any other sweep or benchmark, and is found finished there."""
+    from ..presets import PRESETS, hparams_preset
+
+    return f"{method}/{dataset}" in PRESETS or hparams_preset(method, dataset, hparams_from) is not None
 
 
 def _dataset_val_variant(dataset: str) -> str:
