@@ -315,3 +315,37 @@ def test_tied_methods_share_a_split_dot_and_say_tied(tmp_path):
     assert not np.array_equal(halves[0], halves[1]) and all(v[:, 0].min() > -0.6 and v[:, 0].max() < 0.6 for v in halves)
     assert {round(float(np.sign(v[np.abs(v[:, 0]) > 0.2, 0]).mean())) for v in halves} == {-1, 1}  # left, right
     save_png(fig, tmp_path / "ties.png")
+
+
+@pytest.mark.parametrize("first, second, why", [
+    ("emotions", "mulan/emotions", "mulan/emotions is another name for emotions"),
+    ("mulan/yeast", "yeast", "river's copy of yeast and MULAN's own files hold the same arrays"),
+    ("FOLDER", "FOLDER/", "both are the folder "),
+])
+def test_cli_refuses_one_data_set_under_two_names_with_advice_that_applies(tmp_path, capsys, first, second, why):
+    """Two names of one data set would train it twice and rank it twice; "give the feature folders distinct
+    names" cannot apply to two names of a MULAN set. Refused before anything is written, --out included."""
+    folder = _feature_folder(tmp_path / "feats", seed=1)
+    first, second = (str(folder) if a == "FOLDER" else str(folder) + "/" if a == "FOLDER/" else a
+                     for a in (first, second))
+    out = tmp_path / "o"
+    assert main(["benchmark", "--dataset", first, "--dataset", second, "--methods", "an", "--seeds", "0", "--lrs",
+                 "0.01", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"--dataset {first} and --dataset {second} are the same data set ({why}" in err and err.endswith(
+        "; name it once")
+    assert not out.exists()
+
+
+def test_cli_refuses_a_feature_folder_named_as_a_file_the_benchmark_keeps_before_any_run(tmp_path, capsys):
+    """A feature folder named results.db would have its tables written over the benchmark's store: it used to
+    fail only after every run trained."""
+    feats = _feature_folder(tmp_path / "results.db", seed=1)
+    out = tmp_path / "o"
+    assert main(["benchmark", "--dataset", "yeast", "--dataset", str(feats), "--methods", "an", "--seeds", "0",
+                 "--lrs", "0.01", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"the tables of data set {feats} would go to {out / 'results.db'}, which is the benchmark's "
+                        "own results.db; give the feature folder another name (or a link to it)")
+    assert not out.exists()

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from spmlkit import losses
-from spmlkit.labeling import APL, OPMLCorrection
+from spmlkit.labeling import APL, ClassPriorEstimation, OPMLCorrection
 from spmlkit.labels import LabelBatch
 from spmlkit.methods import METHODS, get_method, resolve_hparams
 from spmlkit.training.components import build_components, method_label_matrix
@@ -26,7 +26,8 @@ def test_every_method_builds_the_parts_its_recipe_names_and_its_step_loss_is_the
     assert [r.name for r in comp.regularizers] == [reg for reg, _ in method.regularizers]
     assert (comp.algorithm is None) == (method.labeling is None)
     if method.labeling is not None:
-        assert isinstance(comp.algorithm, {"apl": APL, "opml_correction": OPMLCorrection}[method.labeling])
+        assert isinstance(comp.algorithm, {"apl": APL, "opml_correction": OPMLCorrection,
+                                           "class_prior": ClassPriorEstimation}[method.labeling])
     assert comp.penalty == method.weight_penalty
     data = {"num_train": 4, "num_classes": 3, "observed": OBS, "expected_num_pos": 1.75, "seed": 0}
 

@@ -200,7 +200,7 @@ def test_methods_that_need_true_labels_and_simulated_observations_are_refused(tm
         (["--method", "bce"], "method 'bce' trains on 'full' labels and needs the full training labels"),
         (["--method", "iun"], "method 'iun' trains on '1p_alln' labels and needs the full training labels"),
         (["--method", "an", "--observation", "single_positive"],
-         "has no full labels to simulate observation 'single_positive' from; use observation 'given'"),
+         "no full labels to simulate observation 'single_positive' from; use observation 'given'"),
         (["--method", "an", "--val", "clean"], "has no clean labels to validate on; use val_variant 'observed'"),
     ]):
         assert main(["train", "--prepared", str(prepared), *quick, *extra, "--out", str(tmp_path / f"r{i}")]) == 2

@@ -33,7 +33,7 @@ class Method:
     #: complete truth, oracle reference), "1p_alln" (one positive plus every true negative)
     labels: str = "observed"
     loss_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: between-epoch label-state algorithm: None, "apl" or "opml_correction"
+    #: between-epoch label-state algorithm: None, "apl", "opml_correction" or "class_prior"
     labeling: str | None = None
     labeling_kwargs: dict[str, Any] = field(default_factory=dict)
     #: extra regularising losses added to the main loss: (loss name, kwargs)
@@ -102,6 +102,8 @@ METHODS: dict[str, Method] = {
            regularizers=(("highrank", {}),)),
         _m("pu_mlc", "pu_mlc", "variational PU learning with re-balancing and mixup",
            "Yuan, Zhang, Huang, ICME 2024", mixup=True, batch_statistics="process"),
+        _m("crisp", "crisp", "class priors estimated after every epoch + unbiased risk with those priors",
+           "Liu, Xu, Wang, Geng (CRISP)", labeling="class_prior"),
     ]
 }
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the registry itself stays light: the command line builds it
     from .tabular import TabularDataset
 
 __all__ = ["DATASETS", "FEATURE_DATASETS", "PREPARABLE", "DatasetEntry", "DatasetRef", "Registry", "is_feature_dataset",
-           "load_features", "resolve_dataset"]
+           "labels_held", "load_features", "resolve_dataset", "same_data"]
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +123,14 @@ class DatasetRef:
     """What a dataset argument is: its kind and how it is read.
 
     ``form``: ``"named"`` (a registered name), ``"features-folder"`` (written by ``spmlkit
-    extract``), ``"prepared-folder"`` (written by ``spmlkit prepare``; ``name`` is the dataset it
-    records) or ``"user-form"`` (``folder``/``csv``/``prepared``: users' data, found through
-    ``--prepared``).
+    extract`` or ``spmlkit prepare table``), ``"prepared-folder"`` (written by ``spmlkit prepare``;
+    ``name`` is the dataset it records) or ``"user-form"`` (``folder``/``csv``/``prepared``: users'
+    data, found through ``--prepared``).
+
+    ``labels``: what the train list holds, ``"full"`` labels (a benchmark: observation is
+    simulated from them) or ``"observed"`` ones (a user's own: observation "given"); ``test``:
+    whether there is a labelled test list. Both come from the folder's ``meta.json``, so a sweep
+    checks them before any run without reading the data (docs/protocol.md, "Your own data").
     """
 
     argument: str
@@ -133,6 +138,8 @@ class DatasetRef:
     form: str
     name: str
     path: Path | None = None
+    labels: str = "full"
+    test: bool = True
 
 
 def resolve_dataset(argument: str) -> DatasetRef:
@@ -144,21 +151,24 @@ def resolve_dataset(argument: str) -> DatasetRef:
         entry = DATASETS[argument]
         return DatasetRef(argument, entry.kind, "named", entry.name)
     if argument in (*USER_DATASETS, "prepared"):
-        return DatasetRef(argument, "images", "user-form", argument)
+        return DatasetRef(argument, "images", "user-form", argument, labels="observed" if argument != "prepared"
+                          else "full")
     # a folder is decided once per process and absolute path (a relative one means another folder elsewhere)
     return _resolve_folder(argument, str(Path(argument).expanduser().absolute()))
 
 
 @lru_cache(maxsize=64)
 def _resolve_folder(argument: str, absolute: str) -> DatasetRef:
-    from .feature_dir import is_feature_dir
+    from .feature_dir import feature_dir_labels, is_feature_dir
 
     path = Path(absolute)
     if is_feature_dir(path):
-        return DatasetRef(argument, "features", "features-folder", argument, path)
+        held = feature_dir_labels(path)
+        return DatasetRef(argument, "features", "features-folder", argument, path, held.labels, held.test)
     recorded = _prepared_dataset(path)
     if recorded is not None:
-        return DatasetRef(argument, "images", "prepared-folder", recorded, path)
+        name, labels, test = recorded
+        return DatasetRef(argument, "images", "prepared-folder", name, path, labels, test)
     if path.exists():
         raise ValueError(f"{argument} is neither a folder written by `spmlkit extract` nor one written by "
                          "`spmlkit prepare` (no meta.json of spmlkit's in it, or a damaged one); prepare it first (`spmlkit prepare "
@@ -170,8 +180,9 @@ def _resolve_folder(argument: str, absolute: str) -> DatasetRef:
                      "folder written by `spmlkit extract`, or a folder written by `spmlkit prepare`")
 
 
-def _prepared_dataset(path: Path) -> str | None:
-    """The dataset a ``spmlkit prepare`` folder records, None when ``path`` is not one."""
+def _prepared_dataset(path: Path) -> tuple[str, str, bool] | None:
+    """The dataset a ``spmlkit prepare`` folder records, which labels its train list holds
+    ("full" or "observed") and whether it has a test list; None when ``path`` is not one."""
     import json
 
     from .formats.prepared import META
@@ -180,10 +191,56 @@ def _prepared_dataset(path: Path) -> str | None:
     if not meta.is_file():
         return None
     try:
-        recorded = json.loads(meta.read_text()).get("dataset")
+        recorded = json.loads(meta.read_text())
+        name = recorded.get("dataset")
     except (OSError, ValueError, AttributeError):
         return None
-    return recorded if isinstance(recorded, str) else None
+    if not isinstance(name, str):
+        return None
+    counts = recorded.get("counts")
+    test = not (isinstance(counts, dict) and counts.get("test") == 0)
+    return name, "observed" if recorded.get("observation") == "given" else "full", test
+
+
+def labels_held(dataset: str, prepared: str | None = None) -> DatasetRef:
+    """What a run's data holds (:attr:`DatasetRef.labels`, :attr:`DatasetRef.test`), from the
+    dataset argument and, for a user's data named by its form (``folder``, ``csv``), the prepared
+    folder it reads; decided from ``meta.json`` files only."""
+    ref = resolve_dataset(dataset)
+    if ref.form == "user-form" and prepared:
+        try:
+            return resolve_dataset(prepared)
+        except ValueError:
+            return ref  # not a prepared folder: reading it says what is wrong
+    return ref
+
+
+def same_data(first: str, second: str) -> str | None:
+    """Why two dataset arguments name the same data (None when they do not): a MULAN set and its
+    ``mulan/<set>`` alias, river's yeast and MULAN's (equal array for array: tests/test_mulan.py),
+    two spellings of one folder. Naming one data set twice in one benchmark would train it twice
+    and give it two rows of a leaderboard."""
+    def identity(argument: str) -> tuple[str, str]:
+        if argument in DATASETS:
+            name = DATASETS[argument].name.removeprefix("mulan/")
+            return ("mulan", name) if name in _mulan_names() else ("named", DATASETS[argument].name)
+        return ("folder", str(Path(argument).expanduser().resolve()))
+
+    if first == second or identity(first) != identity(second):
+        return None
+    kind, name = identity(first)
+    if kind == "folder":
+        return f"both are the folder {name}"
+    if name == "yeast":
+        return "river's copy of yeast and MULAN's own files hold the same arrays"
+    return f"mulan/{name} is another name for {name}"
+
+
+@lru_cache(maxsize=1)
+def _mulan_names() -> frozenset[str]:
+    from .mulan import MULAN_SETS
+
+    return frozenset(MULAN_SETS)
 
 
 def is_feature_dataset(name: str) -> bool:

@@ -36,6 +36,7 @@ import pandas as pd
 
 from ..io import atomic_write_json, atomic_write_text
 from ..methods import METHODS, get_method
+from ..output_dir import MARKER
 from ..protocol import Observation
 from . import report
 from .benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS
@@ -45,27 +46,38 @@ from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
 
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
-           "dataset_folders", "one_source", "hyperparameter_source", "reference_methods", "gap_note", "DEFAULT_LRS",
-           "DEFAULT_SEEDS"]
+           "dataset_folders", "labels_measured", "measured_on", "one_source", "hyperparameter_source",
+           "reference_methods", "gap_note", "table_title", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 
 STORE_NAME = "results.db"
+#: what a benchmark of several data sets keeps in ``<out>`` itself beside the data sets' folders
+OWN_FILES = (STORE_NAME, f"{STORE_NAME}-wal", f"{STORE_NAME}-shm", f"{STORE_NAME}-journal", "leaderboard.md",
+             "leaderboard.csv", "leaderboard.json", "leaderboard.png", "leaderboard_nemenyi.csv", MARKER)
 
 
 @dataclass
 class BenchmarkSpec:
-    """One data set's benchmark grid (docs/leaderboard.md, "From Python"): every method x lr x seed,
-    each run trained for ``epochs`` at ``batch_size`` under ``observation``, the lr selected on
-    ``val_variant`` validation mAP."""
+    """One data set's benchmark: every method x lr x seed under the shared protocol
+    (docs/leaderboard.md, "From Python").
+
+    ``observation``, ``batch_size`` and ``val_variant`` left at None take each data set's own, as
+    ``spmlkit train`` does: a benchmark simulates single positives from full labels, a user's data
+    (a prepared image folder, a feature folder or table of their own) trains on its own labels
+    (``given``) and selects on the observed positives of its validation rows (docs/protocol.md,
+    "Your own data"); the batch is 64 on feature sets, the data set's (or preset's) on images.
+    ``settings`` are further run settings for every run (image settings such as ``backbone``, a
+    ``--config`` file's), under the grid's own axes.
+    """
 
     dataset: str = "yeast"
     methods: tuple[str, ...] = tuple(METHODS)
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     lrs: tuple[float, ...] = DEFAULT_LRS
-    observation: str = "single_positive"
+    observation: str | None = None  # None: the data set's own (presets.default_observation)
     epochs: int = 20
-    batch_size: int = 64
+    batch_size: int | None = None  # None: the data set's own, as `spmlkit train` uses it
     head: str = "linear"
-    val_variant: str | None = None  # None: the dataset's own (presets.default_val_variant)
+    val_variant: str | None = None  # None: the data set's own (presets.default_val_variant)
     subset: int | None = None  # first N official-train rows: for quick checks
     #: per-method hyperparameters on top of the dataset's presets (key by key), e.g. a
     #: candidate being tuned; lists are swept as in a sweep file
@@ -75,30 +87,63 @@ class BenchmarkSpec:
     #: "defaults", :func:`one_source`); "defaults", each method's recipe defaults; a data set's
     #: name (e.g. "yeast"), the hyperparameters of that data set's presets, whatever data set runs
     hparams_from: str | None = None
+    settings: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.seeds or not self.lrs or not self.methods:
             raise ValueError("a benchmark needs at least one method, one seed and one lr")
         for m in self.methods:
             get_method(m)
-        Observation.parse(self.observation)
+        if self.observation is not None:
+            Observation.parse(self.observation)
         check_hparams_from(self.hparams_from)
-        if self.val_variant is None:
-            from .presets import default_val_variant
 
-            self.val_variant = default_val_variant(self.dataset)
+    @property
+    def observation_used(self) -> str:
+        """The observation the runs train under (the given one, or the data set's own)."""
+        from .presets import default_observation
+
+        return self.observation or default_observation(self.dataset)
+
+    @property
+    def val_used(self) -> str:
+        """The validation labels each run selects on (the given ones, or the data set's own)."""
+        from .presets import default_val_variant
+
+        return self.val_variant or default_val_variant(self.dataset)
 
     def sweep(self, store: str | Path) -> SweepSpec:
         """The grid as a sweep: hyperparameters come from the dataset's presets, as in ``train``,
         or from the source ``hparams_from`` names."""
-        settings: dict[str, Any] = {"epochs": self.epochs, "head": self.head}
+        settings: dict[str, Any] = {"epochs": self.epochs, "head": self.head, **(self.settings or {})}
         if self.subset is not None:
             settings["subset"] = self.subset
         return SweepSpec(name=f"benchmark-{self.dataset}", datasets=[self.dataset], methods=list(self.methods),
-                         seeds=list(self.seeds), lrs=list(self.lrs), batch_sizes=[self.batch_size],
-                         observations=[self.observation], hparams=dict(self.hparams or {}),
-                         settings=settings, val_variant=self.val_variant, store=str(store),
-                         hparams_from=self.hparams_from)
+                         seeds=list(self.seeds), lrs=list(self.lrs),
+                         batch_sizes=None if self.batch_size is None else [self.batch_size],
+                         observations=None if self.observation is None else [self.observation],
+                         hparams=dict(self.hparams or {}), settings=settings, val_variant=self.val_variant,
+                         store=str(store), hparams_from=self.hparams_from)
+
+
+def labels_measured(spec: BenchmarkSpec) -> dict[str, str | None]:
+    """Which labels the table's numbers are measured on (as each run's record says,
+    :meth:`~spmlkit.training.RunResult.labels_measured`): validation on ``"full"`` or ``"observed"``
+    labels, test on ``"full"`` ones, or None where the data set has no labelled test list."""
+    from ..data.registry import resolve_dataset
+
+    return {"val_map_labels": "full" if spec.val_used == "clean" else "observed",
+            "test_map_labels": "full" if resolve_dataset(spec.dataset).test else None}
+
+
+def measured_on(spec: BenchmarkSpec) -> str:
+    """The words a table's title uses for :func:`labels_measured`."""
+    labels = labels_measured(spec)
+    test = ("test mAP (%) on the test list's full labels" if labels["test_map_labels"]
+            else "no labelled test list, so no test mAP")
+    val = ("the validation rows' full labels" if labels["val_map_labels"] == "full"
+           else "the observed positives of the validation rows")
+    return f"{test}; lr selected on {val}"
 
 
 def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1,
@@ -193,6 +238,7 @@ def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, 
     out = Path(out_dir)
     paths = {"runs": out / "runs.csv", "table": out / "table.csv", "markdown": out / "table.md",
              "json": out / "results.json"}
+    rows = [{**r, **labels_measured(spec)} for r in rows]  # every row says which labels its numbers are on
     flat = runs.drop(columns=[c for c in ("history", "test_ap", "analysis", "config", "class_names", "error")
                               if c in runs.columns])
     atomic_write_text(paths["runs"], flat.to_csv(index=False))
@@ -202,16 +248,17 @@ def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, 
     notes = [hyper, *table.attrs["notes"]]
     atomic_write_text(paths["markdown"], f"**{table_title(spec)}**\n\n" + report.to_markdown(table)
                       + "".join(f"\n{note}\n" for note in notes))
-    atomic_write_json(paths["json"], {"spec": asdict(spec), "hyperparameters": hyper, "notes": table.attrs["notes"],
-                                      "table": rows})
+    atomic_write_json(paths["json"], {"spec": {**asdict(spec), "observation": spec.observation_used,
+                                               "val_variant": spec.val_used},
+                                      "hyperparameters": hyper, "notes": table.attrs["notes"], "table": rows})
     return paths
 
 
 def table_title(spec: BenchmarkSpec) -> str:
-    """A data set's table title: what the numbers are and over how many seeds."""
+    """A data set's table title: what the numbers are, on which labels, and over how many seeds."""
     n = len(spec.seeds)
     spread = f"mean ± std over {n} seeds" if n > 1 else "one seed (no standard deviation)"
-    return f"{spec.dataset}, {spec.observation}: test mAP (%), lr selected on {spec.val_variant} val, {spread}"
+    return f"{spec.dataset} ({spec.observation_used}): {measured_on(spec)}, {spread}"
 
 
 # --------------------------------------------------------------------------- several data sets
@@ -220,14 +267,24 @@ def table_title(spec: BenchmarkSpec) -> str:
 def dataset_folders(datasets: Sequence[str], out_dir: str | Path) -> dict[str, Path]:
     """Each data set's output folder: ``<out>/<name>`` (a feature folder's last path part).
 
-    A data set named twice, or two folders with the same last part, would write one table over
-    the other: that is the user's to fix (ValueError).
+    A data set named twice (under one name or two: ``emotions`` and ``mulan/emotions``), two
+    folders with the same last part, or a folder named as a file the benchmark keeps in
+    ``<out>`` (its ``results.db``, the leaderboard) would write one output over another, or fail
+    after every run trained: each is the user's to fix, and refused before any run (ValueError).
     """
+    from ..data.registry import same_data
+
     folders: dict[str, Path] = {}
     for ds in datasets:
         if ds in folders:
             raise ValueError(f"--dataset {ds} is given twice; name each data set once")
+        same = next(((other, why) for other in folders if (why := same_data(other, ds))), None)
+        if same is not None:
+            raise ValueError(f"--dataset {same[0]} and --dataset {ds} are the same data set ({same[1]}); name it once")
         folder = Path(out_dir) / Path(ds).name
+        if folder.name in OWN_FILES:
+            raise ValueError(f"the tables of data set {ds} would go to {folder}, which is the benchmark's own "
+                             f"{folder.name}; give the feature folder another name (or a link to it)")
         clash = next((other for other, f in folders.items() if f == folder), None)
         if clash is not None:
             raise ValueError(f"data sets {clash} and {ds} would both write their tables to {folder}; give the "
@@ -251,7 +308,7 @@ def reference_methods(spec: BenchmarkSpec) -> tuple[str, ...]:
     ``bce`` (every label) and ``iun`` (one positive and every negative). They bound what missing
     labels cost; ranked among the methods they would win by seeing more, not by a better method.
     Under ``observation="full"`` every method sees every label, and nothing is a reference."""
-    if spec.observation == "full":
+    if spec.observation_used == "full":
         return ()
     return tuple(m for m in spec.methods if m in METHODS and METHODS[m].sees_more_labels)
 
@@ -305,10 +362,13 @@ def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], sto
         folders[spec.dataset].mkdir(parents=True, exist_ok=True)
         write_outputs(folders[spec.dataset], spec, runs, rows, agg, datasets=datasets)
         tables[spec.dataset] = rows
-    if not tables:
-        raise ValueError("no run of any data set finished; nothing to rank (see the failures above)")
+        if labels_measured(spec)["test_map_labels"] is None:  # its table stands; it has no test mAP to rank
+            failed[spec.dataset] = "data set without a labelled test list (no test mAP to rank)"
+    ranked = {dataset: rows for dataset, rows in tables.items() if dataset not in failed}
+    if not ranked:
+        raise ValueError("no data set has finished runs with a test mAP; nothing to rank (see the failures above)")
     references = () if rank_references else reference_methods(specs[0])
-    board = build_leaderboard(scores_from_tables(tables), references=references, spread=spread_from_tables(tables))
+    board = build_leaderboard(scores_from_tables(ranked), references=references, spread=spread_from_tables(ranked))
     board.left_out.update(failed)
     board.setup.append(hyperparameter_source(specs[0], datasets))
     return tables, board, write_leaderboard(out_dir, board, title=title)

@@ -93,6 +93,7 @@ METHOD_COLORS: dict[str, str] = {
     "opml_sp": "#54278f",
     "gr": "#d62728",  # GR: red
     "pu_mlc": "#e377c2",
+    "crisp": "#7b4173",  # CRISP: plum
 }
 
 _POS_STYLE = {"alpha": 0.45}
@@ -578,13 +579,18 @@ def _ap_gain_heatmap(gains: dict[str, np.ndarray], names: Sequence[str], with_na
 
 
 def _keeps_label_state(method: str) -> bool:
-    """Whether a method changes its training labels between or within epochs: a label-state
-    algorithm (APL, OPML's correction) or a loss that corrects labels (LL-Cp)."""
+    """Whether a method makes pseudo-labels: a label-state algorithm that writes the label state
+    (APL's pseudo-negatives, OPML's corrections; CRISP's class-prior estimate leaves it as it is)
+    or a loss that corrects labels (LL-Cp)."""
+    from ..labeling import ALGORITHMS
     from ..losses import loss_class
     from ..methods import METHODS
 
     recipe = METHODS.get(method)
-    return recipe is not None and (recipe.labeling is not None or bool(loss_class(recipe.loss).corrects_labels))
+    if recipe is None:
+        return False
+    writes_state = recipe.labeling is not None and not ALGORITHMS.get(recipe.labeling).provides_class_prior
+    return writes_state or bool(loss_class(recipe.loss).corrects_labels)
 
 
 def plot_pseudo_labels(records: Sequence[Record]) -> Figure:

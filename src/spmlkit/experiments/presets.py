@@ -19,8 +19,14 @@ from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig,
                                saved_settings)
 from ..training.defaults import FEATURE_DEFAULTS
 
-__all__ = ["Preset", "DATASET_DEFAULTS", "PRESETS", "RECIPE_DEFAULTS", "get_preset", "list_presets",
-           "dataset_defaults", "resolve_config", "hparams_preset", "preset_sources", "check_hparams_from"]
+__all__ = ["Preset", "DATASET_DEFAULTS", "OWN_LABELS", "PRESETS", "RECIPE_DEFAULTS", "get_preset", "list_presets",
+           "dataset_defaults", "default_observation", "default_val_variant", "resolve_config", "hparams_preset",
+           "preset_sources", "check_hparams_from"]
+
+#: what a user's own data defaults to, whatever its kind (docs/protocol.md, "Your own data"): its own
+#: labels ("given"), and selection on the observed positives of the held-out rows, the only labels it has
+OWN_LABELS: dict[str, Any] = {"observation": "given", "val_variant": "observed"}
+
 
 #: base protocol per dataset (docs/protocol.md, "Training protocols"; EM's chosen batch size and lr per dataset)
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -49,10 +55,9 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     # set (a small set gives few steps per epoch, so each must move further). Batch 16 as COCO and NUS-WIDE
     # (--batch-size 8, VOC's and CUB's, halves the memory on a smaller GPU).
     "folder": {"backbone": "torchvision:resnet50", "pretrained": True, "image_size": 448, "batch_size": 16,
-               "lr": 1e-4, "epochs": 10, "observation": "given", "val_variant": "observed"},
-    "csv": {"backbone": "torchvision:resnet50", "pretrained": True, "image_size": 448, "batch_size": 16,
-            "lr": 1e-4, "epochs": 10, "observation": "given", "val_variant": "observed"},
+               "lr": 1e-4, "epochs": 10, **OWN_LABELS},
 }
+DATASET_DEFAULTS["csv"] = dict(DATASET_DEFAULTS["folder"])  # the same images, labelled in a file
 
 #: notes of the dataset-defaults presets (``get_preset("voc2007")``)
 _DATASET_NOTES = {
@@ -117,6 +122,11 @@ _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = 
     ("opml", {d: {} for d in _D4}, {"optimizer": "sgd"}, "OPML Table II", "a, b and lr/batch/epochs are lost"),
     ("opml_sp", {d: {} for d in _D4}, {"optimizer": "sgd"}, "OPML Table II",
      "a, b, r, rho and epochs are lost: spmlkit defaults"),
+    # CRISP: 10 epochs, batch from {8, 16}, lr and weight decay from {1e-2, 1e-3, 1e-4, 1e-5} chosen on
+    # validation, δ = τ = 0.01 (its Appendix A.6); which grid values won is unpublished
+    ("crisp", {d: {"delta": 0.01, "tau": 0.01} for d in _D4}, {"epochs": 10}, "CRISP Table 1",
+     "delta = tau = 0.01 as published; the lr, weight decay and batch it chose per dataset on validation are "
+     "unpublished: the base protocol's lr and batch (both inside its grid) and weight decay 0 (its grid has none)"),
     # PU-MLC's COCO list is every train2014 image in JSON order (docs/protocol.md, "MS-COCO 2014"), and it
     # trains on the whole official train list (no validation split; docs/protocol.md, "Known-label ratio")
     ("pu_mlc", {"voc2007": {"gamma": 0.85, "alpha": 2.0},
@@ -253,20 +263,37 @@ def get_preset(name: str) -> Preset:
 
 def dataset_defaults(dataset: str) -> dict[str, Any]:
     """The defaults of a dataset: its table entry, the feature defaults for any other feature
-    dataset (an ``extract`` folder), nothing for an unknown name (the run will say what is wrong)."""
+    dataset (a feature folder; one of a user's own observed labels also defaults to them,
+    :data:`OWN_LABELS`), nothing for an unknown name (the run will say what is wrong)."""
     if dataset in DATASET_DEFAULTS:
         return dict(DATASET_DEFAULTS[dataset])
     from ..data import registry
 
-    return dict(FEATURE_DEFAULTS) if registry.is_feature_dataset(dataset) else {}
+    if not registry.is_feature_dataset(dataset):
+        return {}
+    own = registry.resolve_dataset(dataset).labels == "observed"
+    return {**FEATURE_DEFAULTS, **(OWN_LABELS if own else {})}
+
+
+def _defaults_of(dataset: str) -> dict[str, Any]:
+    """:func:`dataset_defaults` of a dataset argument, a folder written by ``spmlkit prepare`` included."""
+    name = prepared_identity(dataset)[0] if _is_prepared_folder(dataset) else dataset
+    return dataset_defaults(name)
 
 
 def default_val_variant(dataset: str) -> str:
     """The validation labels a dataset selects on when nobody says: ``clean`` where full labels
-    exist, ``observed`` for users' own data (a name ``folder``/``csv`` or a folder they prepared),
-    which brings only the labels it has (docs/protocol.md, "Your own data")."""
-    name = prepared_identity(dataset)[0] if _is_prepared_folder(dataset) else dataset
-    return dataset_defaults(name).get("val_variant", "clean")
+    exist, ``observed`` for users' own data (a name ``folder``/``csv``, a folder they prepared or
+    a feature folder of their own labels), which brings only the labels it has (docs/protocol.md,
+    "Your own data")."""
+    return _defaults_of(dataset).get("val_variant", "clean")
+
+
+def default_observation(dataset: str) -> str:
+    """The observation a dataset trains under when nobody says: ``given`` (its own labels) for a
+    user's data, else the dataset's own default (``single_positive``, PU-MLC's ``ratio=0.1`` for
+    VOC 2007), as ``spmlkit train`` resolves it."""
+    return _defaults_of(dataset).get("observation", DataConfig.observation)
 
 
 #: ``hparams_from`` meaning: each method's recipe defaults, no preset's hyperparameters

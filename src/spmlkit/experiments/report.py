@@ -51,6 +51,12 @@ def _canon(value: Any) -> Any:
     return value
 
 
+def _number(value: Any) -> float:
+    """A metric of a record as a float: a number that does not exist (a run without a labelled test
+    list; the store keeps NaN as null) is NaN, shown as a missing cell."""
+    return math.nan if value is None else float(value)
+
+
 def _order_key(column: str, value: Any) -> tuple:
     """Canonical sort key: datasets and methods in the papers' order, others alphabetical."""
     table = {"dataset": DATASET_LABELS, "method": METHOD_LABELS}.get(column)
@@ -123,13 +129,13 @@ def select_and_aggregate(
 
         def score(item: tuple[str, list[dict[str, Any]]]) -> tuple:
             ckey, runs = item
-            vals = np.array([float(r[select_on]) for r in runs])
+            vals = np.array([_number(r[select_on]) for r in runs])
             mean = -math.inf if np.isnan(vals).any() else float(vals.mean())
             return (-mean, -len(runs), ckey)
 
         ckey, runs = min(configs.items(), key=score)
-        x = np.array([float(r[metric]) for r in runs]) * scale
-        v = np.array([float(r[select_on]) for r in runs]) * scale
+        x = np.array([_number(r[metric]) for r in runs]) * scale
+        v = np.array([_number(r[select_on]) for r in runs]) * scale
         row: dict[str, Any] = dict(zip(by, gkey))
         for k in keys:
             row[k] = runs[0][k]

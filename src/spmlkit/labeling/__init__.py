@@ -1,4 +1,4 @@
-"""Between-epoch label-state algorithms (APL, LL-Cp, OPML correction, SPLC)."""
+"""Between-epoch label-state algorithms (APL, LL-Cp, OPML correction, SPLC) and CRISP's class-prior estimation."""
 
 from __future__ import annotations
 
@@ -9,15 +9,17 @@ from ..names import Registry
 from ..signatures import init_defaults
 from .apl import APL
 from .base import LabelingAlgorithm
+from .class_prior import ClassPriorEstimation
 from .opml_correction import OPMLCorrection
 
-__all__ = ["ALGORITHMS", "APL", "LabelingAlgorithm", "OPMLCorrection", "create", "hyperparameters"]
+__all__ = ["ALGORITHMS", "APL", "ClassPriorEstimation", "LabelingAlgorithm", "OPMLCorrection", "create", "hyperparameters"]
 
 #: between-epoch algorithms by the name method recipes use (spmlkit.methods); the same kind of
 #: registry as the losses' and the datasets' (spmlkit.names)
 ALGORITHMS: Registry[type[LabelingAlgorithm]] = Registry("labeling algorithm")
 ALGORITHMS.register("apl", APL)
 ALGORITHMS.register("opml_correction", OPMLCorrection)
+ALGORITHMS.register("class_prior", ClassPriorEstimation)
 
 
 def hyperparameters(name: str) -> dict[str, Any]:

@@ -54,6 +54,7 @@ __all__ = [
     "bc_mean",
     "check_number",
     "check_reduction",
+    "make_room",
 ]
 
 #: every value of ``reduction``, in PyTorch's spelling
@@ -107,6 +108,10 @@ class SPMLLoss(nn.Module):
     corrects_labels: ClassVar[bool] = False
     #: True for losses that need the per-class training AP once per epoch (soft OPML)
     needs_class_ap: ClassVar[bool] = False
+    #: True for losses that need each class's estimated prior once per epoch (CRISP): the method's
+    #: label algorithm estimates it (``provides_class_prior``) and the trainer passes it to
+    #: :meth:`set_class_prior`
+    needs_class_prior: ClassVar[bool] = False
     #: constructor arguments that describe the data rather than the method; the trainer fills
     #: them, and they are never listed as hyperparameters
     data_arguments: ClassVar[tuple[str, ...]] = ()
@@ -151,6 +156,9 @@ class SPMLLoss(nn.Module):
 
     def set_class_ap(self, ap: Tensor) -> None:
         """Receive the per-class training AP ``[C]`` (``needs_class_ap`` only). No-op by default."""
+
+    def set_class_prior(self, prior: Tensor) -> None:
+        """Receive each class's estimated prior ``[C]`` (``needs_class_prior`` only). No-op by default."""
 
     def extra_state(self) -> dict[str, Any]:
         """Non-parameter state that must survive a checkpoint (none by default).
@@ -212,6 +220,15 @@ class SPMLLoss(nn.Module):
     def extra_repr(self) -> str:
         params = hyperparameters(self.name) if self.name in _REGISTRY else {}
         return ", ".join(f"{k}={getattr(self, k, v)!r}" for k, v in params.items())
+
+
+def make_room(module: nn.Module, state_dict: dict[str, Any], prefix: str, name: str) -> None:
+    """Give buffer ``name``, registered as None until training sets it (soft OPML's class AP, CRISP's
+    priors), the shape a checkpoint holds for it, so that a fresh module's ``load_state_dict`` fills it
+    rather than refusing the key. Called first in such a loss's ``_load_from_state_dict``."""
+    key = prefix + name
+    if key in state_dict and getattr(module, name) is None:
+        setattr(module, name, torch.empty_like(state_dict[key]))
 
 
 def check_reduction(where: str, reduction: Any, allowed: tuple[str, ...] = REDUCTIONS) -> str:

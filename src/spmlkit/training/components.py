@@ -95,6 +95,10 @@ class MethodComponents:
         label estimator, soft OPML's class AP) are what R runs stack for a batched step."""
         return nn.ModuleList([self.loss, *self.regularizers])
 
+    def class_prior(self) -> torch.Tensor | None:
+        """The label algorithm's latest estimate of each class's prior (CRISP), None for the others."""
+        return None if self.algorithm is None else self.algorithm.class_prior()
+
     def param_groups(self, lr: float) -> list[dict[str, Any]]:
         """Extra optimiser groups owned by the method (ROLE's label estimator)."""
         groups = list(self.loss.param_groups(lr))
@@ -163,7 +167,8 @@ class MethodComponents:
         return lam * norm
 
     def after_epoch(self, probs: torch.Tensor, state: LabelState, epoch: int) -> dict[str, float]:
-        """Run the label-state algorithm on the whole-training-set predictions."""
+        """Run the label-state algorithm on the whole-training-set predictions; a loss that
+        ``needs_class_prior`` then gets the algorithm's new estimate."""
         record: dict[str, float] = {}
         class_ap = None
         if self.needs_class_ap:
@@ -175,6 +180,9 @@ class MethodComponents:
         if self.algorithm is not None:
             stats = self.algorithm.step(probs, state, epoch, class_ap=class_ap) or {}
             record.update({f"labeling_{k}": float(v) for k, v in stats.items() if np.isscalar(v)})
+            prior = self.algorithm.class_prior()
+            if self.loss.needs_class_prior and prior is not None:
+                self.loss.set_class_prior(prior)
         return record
 
     # ---------------------------------------------------------------- checkpoints
@@ -227,6 +235,9 @@ def build_components(
         run_args = {"num_epochs": epochs}
         kw = {k: run_args[k] for k in labeling.ALGORITHMS[m.labeling].run_arguments}
         algorithm = labeling.create(m.labeling, **resolved.labeling_kwargs, **kw)
+    if loss.needs_class_prior and (algorithm is None or not algorithm.provides_class_prior):
+        raise ValueError(f"method {m.name!r}: loss {m.loss!r} needs class priors, but its label algorithm "
+                         f"{m.labeling!r} does not estimate them; name one that does (e.g. 'class_prior')")
     penalty = None
     if m.weight_penalty is not None:
         kind, lam = m.weight_penalty

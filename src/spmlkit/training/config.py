@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["RunConfig", "DataConfig", "ModelConfig", "MethodConfig", "OptimisationConfig", "ScheduleConfig",
-           "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "config_from_dict",
+           "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "applies_to", "config_from_dict",
            "default_setting", "flat_settings", "load_config_file", "saved_settings", "save_config"]
 
 
@@ -225,6 +225,7 @@ class RecipeConfig:
             raise ValueError(f"warmup_frac must be in (0, 1), got {self.warmup_frac!r}")
         for name in ("div_factor", "final_div_factor", "step_gamma"):
             _positive_number(name, getattr(self, name))
+        _schedule_stays_at_or_below_lr(self)
         _non_negative("min_lr", self.min_lr)
         for name in ("cycle_momentum", "freeze_bn", "drop_last", "lgconv_bias"):
             if not isinstance(getattr(self, name), bool):
@@ -388,6 +389,22 @@ class RunConfig:
             )
 
 
+def _schedule_stays_at_or_below_lr(recipe: RecipeConfig) -> None:
+    """The lr a run sets is the highest its schedule reaches (docs/protocol.md, "Runs that
+    diverge"): factors that would take it above (``div_factor: 1e-300`` starts a one-cycle at
+    lr x 1e300) cannot train and are refused before the run, not found after it diverged."""
+    if recipe.div_factor < 1:
+        raise ValueError(f"div_factor must be at least 1, got {recipe.div_factor!r}: the one-cycle schedule starts at "
+                         "lr / div_factor and rises to lr, the highest lr it reaches")
+    if recipe.div_factor * recipe.final_div_factor < 1:
+        raise ValueError(f"final_div_factor {recipe.final_div_factor!r} with div_factor {recipe.div_factor!r} would end "
+                         "the one-cycle schedule at lr / div_factor / final_div_factor, above lr, the highest lr it "
+                         "reaches; make their product at least 1")
+    if recipe.step_gamma > 1:
+        raise ValueError(f"step_gamma must be at most 1, got {recipe.step_gamma!r}: the step schedule multiplies the lr "
+                         "by it every step_epochs epochs, and lr is the highest lr it reaches")
+
+
 def _check_recipe(config: RunConfig) -> None:
     """The recipe's checks that involve other sections (docs/protocol.md, "Recipes")."""
     recipe = config.recipe
@@ -481,6 +498,13 @@ def flat_settings(values: dict[str, Any], *, where: str = "config") -> dict[str,
                 raise ValueError(f"{where}: {flat_name!r} is given twice")
             flat[flat_name] = setting
     return flat
+
+
+def applies_to(setting: str) -> str | None:
+    """The one kind of run a flat setting applies to, ``"images"`` (``backbone``, ``image_size``, ...)
+    or ``"features"`` (``head``, ``standardize``, ...); None for a setting of every run."""
+    section, name = _FIELD_OF[setting]
+    return next(f.metadata.get("applies") for f in dataclasses.fields(SECTIONS[section]) if f.name == name)
 
 
 def config_from_dict(values: dict[str, Any], *, base: RunConfig | None = None, where: str = "config") -> RunConfig:

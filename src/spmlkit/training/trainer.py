@@ -32,6 +32,7 @@ from ..labels import LabelState
 from .config import RunConfig
 from .device import autocast_factory, deterministic_cuda, num_threads, peak_memory, reset_peak_memory
 from .distributed import Distributed
+from .divergence import RunDiverged, divergence_message
 from .evaluation import evaluate_test, unobserved_analysis
 from .linear_init import linear_init
 from .loggers import LoggerGroup, check_loggers, open_loggers
@@ -219,6 +220,11 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
     try:
         run_loop(group, epochs=config.schedule.epochs, val_targets=plan.split.val_targets, truth_train=plan.split.truth_train,
                  hooks=hooks)
+        if run.loop.diverged is not None:
+            message = divergence_message(config, run.loop.diverged, _lr_now(run))
+            if run_dir is not None and dist.is_main:
+                run_dir.write_diverged(message, run.loop, config)
+            raise RunDiverged(message)
     except _StopNow:
         ls = run.loop
         return RunResult(config, ls.best_epoch, ls.best_val_map, float("nan"), ls.history, finished=False,
@@ -243,6 +249,11 @@ def _evaluate(plans: list[RunPlan], group: Group, *, resumed_from: int, run_dir:
                    else [None] * n)
     results = []
     for run_plan, run, test, val, train_p in zip(plans, runs, test_probs, val_probs, train_probs):
+        if run.loop.diverged is not None:  # a failed run: no test numbers (training/divergence.py)
+            results.append(RunResult(run_plan.config, run.loop.best_epoch, run.loop.best_val_map, float("nan"),
+                                     run.loop.history, finished=False, class_names=list(data.class_names),
+                                     diverged=divergence_message(run_plan.config, run.loop.diverged, _lr_now(run))))
+            continue
         ap: list[float] = []
         evaluation: dict = {}
         if test is not None:  # users' data may have no labelled test set
@@ -297,6 +308,14 @@ def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
     params = [p for g in groups for p in g["params"]]
     fused = {"fused": True} if params and all(p.is_floating_point() for p in params) else {}
     return torch.optim.Adam(groups, lr=config.optimisation.lr, weight_decay=config.optimisation.weight_decay, **fused)
+
+
+def _lr_now(run: Run) -> float | None:
+    """The lr a run's schedule had reached (None without a schedule)."""
+    recipe = run.recipe
+    if recipe is None or recipe.scheduler is None:
+        return None
+    return float(recipe.optimizer.param_groups[0]["lr"])
 
 
 def _out(run_dir: RunDirectory | None):
