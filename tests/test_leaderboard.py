@@ -230,6 +230,11 @@ def test_cli_two_datasets_end_to_end_and_resumed(tmp_path, capsys, monkeypatch):
     saved = json.loads((out / "leaderboard.json").read_text())
     assert saved["friedman"] is None and saved["critical_difference"] == pytest.approx(critical_difference(2, 2))
     assert saved["references"] == ["bce"]
+    from spmlkit.experiments.store import ResultsStore
+
+    sources = {(r["dataset"], r["method"]): r.get("hparams_from") for r in ResultsStore(out / "results.db").records()}
+    assert sources[("yeast", "em")] == "defaults"  # the record says so: yeast has an em preset it did not use
+    assert sources[("yeast", "an")] is None and sources[(str(feats), "em")] is None  # no preset either way
     assert "Next: `spmlkit report --store" in " ".join(printed.split())
 
     # resumable: the same grid again, here named as a suite (--suite reads SUITES when the parser

@@ -73,6 +73,17 @@ def test_select_and_aggregate_numbers(df: pd.DataFrame) -> None:
     assert apl["std"] == 0.0 and apl["n_seeds"] == 1
 
 
+def test_runs_of_equal_hparams_from_two_sources_are_two_configurations() -> None:
+    """yeast's em with its preset (alpha 0.005, hparams {}) and with the recipe defaults (alpha 0.1, also
+    hparams {}, the record saying hparams_from "defaults"): two configurations, never one of 6 seeds."""
+    runs = [rec(f"p{s}", "em", s, 0.42, 0.41) for s in range(3)]
+    runs += [rec(f"d{s}", "em", s, 0.40, 0.30, hparams_from="defaults") for s in range(3)]
+    agg = select_and_aggregate(pd.DataFrame(runs))
+    (row,) = agg.to_dict("records")
+    assert row["n_configs"] == 2 and row["n_seeds"] == 3 and row["mean"] == pytest.approx(41.0)
+    assert math.isnan(row["hparams_from"]) if isinstance(row["hparams_from"], float) else row["hparams_from"] is None
+
+
 def test_select_other_metric_and_ties(df: pd.DataFrame) -> None:
     agg = select_and_aggregate(df, metric="test.CF1@0.5")
     em = agg[(agg.dataset == "voc2012") & (agg.method == "em")].iloc[0]

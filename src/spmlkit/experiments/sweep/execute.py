@@ -153,14 +153,19 @@ def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None,
 
 def record_head(run: dict[str, Any], started: str, group_size: int = 1) -> dict[str, Any]:
     """The keys of a run's record that describe the run rather than its results;
-    ``group_size``: how many runs trained together with it in one loop (1: alone)."""
-    return {
+    ``group_size``: how many runs trained together with it in one loop (1: alone). A run whose
+    hyperparameters come from a stated source (``hparams_from``) says so, so that a report tells
+    it from a run of the same ``hparams`` that took its data set's preset."""
+    head = {
         "run_id": run["run_id"], "sweep": run["sweep"], "dataset": run["dataset"], "method": run["method"],
         "observation": run["observation"], "seed": run["seed"], "lr": run["lr"], "batch_size": run["batch_size"],
         "hparams": run["hparams"], "config": run, "started_at": started, "spmlkit_version": package_version(),
         "git_commit": process_git_commit(), "group_size": group_size, "torch_version": torch.__version__,
         "python_version": platform.python_version(), "command": command_line(),
     }
+    if "hparams_from" in run:
+        head["hparams_from"] = run["hparams_from"]
+    return head
 
 
 def failed_record(run: dict[str, Any], error: str, started: str, t0: float) -> dict[str, Any]:
