@@ -84,7 +84,7 @@ def test_structural_arguments_are_filled_but_user_values_win():
 def test_unknown_hyperparameter_lists_valid_ones():
     with pytest.raises(ValueError, match=r"no hyperparameter 'alhpa'.*alpha.*beta.*theta"):
         resolve_hparams("em_apl", {"alhpa": 0.2})
-    with pytest.raises(ValueError, match="valid methods are"):
+    with pytest.raises(ValueError, match="valid names are"):
         get_method("nope")
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._common import console, csv_list, positive_int, print_whole_words
+from ._common import console, csv_list, plugin_refs, positive_int, print_whole_words
 
 if TYPE_CHECKING:
     from ..experiments.sweep.ray_backend import RayOptions
@@ -198,7 +198,8 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
     from ..experiments import benchmark as bm
     from ..experiments.suites import suite_datasets
     from ..methods import METHODS, get_method
-    from ..training.config import DataConfig  # train's default dataset is the benchmark's
+    from ..plugins import load_plugins
+    from ..training.config import DataConfig, merged_plugins  # train's default dataset is the benchmark's
     from ..training.run_dir import RunDirectory
 
     datasets = suite_datasets(args.suite) if args.suite else tuple(args.datasets or (DataConfig.dataset,))
@@ -212,6 +213,8 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
         typed = getattr(args, option)
         chosen[option] = typed if typed is not None else settings.pop(setting, default)
     settings.update({k: getattr(args, k) for k in ("backbone", "pretrained", "image_size") if getattr(args, k) is not None})
+    plugins = tuple(merged_plugins(plugin_refs(args), settings.pop("plugins", None), where=f"config file {args.config}"))
+    load_plugins(plugins)  # a --config file's too, before its methods are looked up
     notes = []
     methods = tuple(args.methods) if args.methods else tuple(METHODS)
     own = [d for d in datasets if labels_held(d).labels == "observed"]
@@ -223,7 +226,8 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
     specs = bm.one_source([bm.BenchmarkSpec(
         dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs), observation=chosen["observation"],
         epochs=chosen["epochs"], batch_size=chosen["batch_size"], head=chosen["head"], val_variant=chosen["val"],
-        subset=chosen["subset"], settings=settings, hparams_from=args.hparams_from) for d in datasets])
+        subset=chosen["subset"], settings=settings, plugins=plugins, hparams_from=args.hparams_from)
+        for d in datasets])
     return specs, notes + _other_kind_notes(specs[0].sweep("results.db"))
 
 
@@ -378,7 +382,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from ..experiments.sweep.cores import default_jobs
 
     with user_input():
-        spec = load_sweep(args.config)
+        spec = load_sweep(args.config, plugins=plugin_refs(args))
         ray_options = _ray_options(args)
         notes = _other_kind_notes(spec)  # a setting no data set uses: refused here
     screen = console()
@@ -440,6 +444,8 @@ def _print_grid(screen: Any, spec: Any, store: str) -> int:
     if spec.settings:
         print_whole_words(screen, "settings of every run: " + ", ".join(f"{k}={v}" for k, v in spec.settings.items()),
                           markup=False)
+    if spec.plugins:
+        print_whole_words(screen, "plug-ins every run loads: " + ", ".join(spec.plugins), markup=False)
     table = Table(title=f"the first {min(len(runs), _GRID_ROWS)} of {len(runs)} runs")
     for col in ("run_id", "dataset", "observation", "method", "hparams", "lr", "batch", "seed"):
         table.add_column(col)
@@ -484,6 +490,8 @@ def run_report(args: argparse.Namespace) -> int:
         folder = open_report_folder(args.out, overwrite=args.overwrite)
         out = folder.path
     screen = console()
+    for line in plugin_version_notes(ok):
+        screen.print(f"note: {line}", markup=False, soft_wrap=True)
     written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
     for title, markdown in tables:
         screen.print(f"[bold]{title}[/bold]")
@@ -497,6 +505,21 @@ def run_report(args: argparse.Namespace) -> int:
     gone = f"; removed {len(removed)} file(s) of the previous report that this one does not write" if removed else ""
     screen.print(f"wrote {len(written)} files to {out}{gone}")
     return 0
+
+
+def plugin_version_notes(runs: Any) -> list[str]:
+    """One line per method whose runs in the store come from more than one version of its plug-in's
+    code: the table picks one of them, as it picks a learning rate, and the reader should know."""
+    if "plugin_code" not in runs.columns:
+        return []
+    notes = []
+    for method, codes in runs.groupby("method", sort=False)["plugin_code"]:
+        versions = {json.dumps(code) for code in codes if isinstance(code, list)}
+        if len(versions) > 1:
+            notes.append(f"the store holds runs of {len(versions)} versions of the code of method {method} (its "
+                         "plug-in changed between them); each is a configuration of its own, and the table shows the "
+                         'one selected on validation (docs/plugins.md, "What a record says")')
+    return notes
 
 
 def _finished_runs(store_path: Path):

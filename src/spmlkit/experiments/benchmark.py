@@ -88,10 +88,19 @@ class BenchmarkSpec:
     #: name (e.g. "yeast"), the hyperparameters of that data set's presets, whatever data set runs
     hparams_from: str | None = None
     settings: dict[str, Any] | None = None
+    #: plug-ins (.py files relative to the working folder, module names) whose methods or datasets it
+    #: names (docs/plugins.md); loaded here and in every worker
+    plugins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from ..plugins import is_file_reference, load_plugins
+
         if not self.seeds or not self.lrs or not self.methods:
             raise ValueError("a benchmark needs at least one method, one seed and one lr")
+        # absolute, so that a worker started elsewhere (a Ray node) finds the same files
+        self.plugins = tuple(str(Path(ref).expanduser().absolute()) if is_file_reference(ref) else ref
+                             for ref in self.plugins)
+        load_plugins(self.plugins)
         for m in self.methods:
             get_method(m)
         if self.observation is not None:
@@ -123,7 +132,7 @@ class BenchmarkSpec:
                          batch_sizes=None if self.batch_size is None else [self.batch_size],
                          observations=None if self.observation is None else [self.observation],
                          hparams=dict(self.hparams or {}), settings=settings, val_variant=self.val_variant,
-                         store=str(store), hparams_from=self.hparams_from)
+                         store=str(store), plugins=list(self.plugins), hparams_from=self.hparams_from)
 
 
 def labels_measured(spec: BenchmarkSpec) -> dict[str, str | None]:

@@ -586,9 +586,9 @@ def _keeps_label_state(method: str) -> bool:
     from ..losses import loss_class
     from ..methods import METHODS
 
-    recipe = METHODS.get(method)
-    if recipe is None:
+    if method not in METHODS:  # a method this installation does not know (another version's, a plug-in not loaded)
         return False
+    recipe = METHODS[method]
     writes_state = recipe.labeling is not None and not ALGORITHMS.get(recipe.labeling).provides_class_prior
     return writes_state or bool(loss_class(recipe.loss).corrects_labels)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig, config_from_dict, flat_settings,
-                               saved_settings)
+                               merged_plugins, saved_settings)
 from ..training.defaults import FEATURE_DEFAULTS
 
 __all__ = ["Preset", "DATASET_DEFAULTS", "OWN_LABELS", "PRESETS", "RECIPE_DEFAULTS", "get_preset", "list_presets",
@@ -349,11 +349,19 @@ def resolve_config(
        option. A typed option that disagrees with it is refused by the run folder, never dropped.
 
     Every layer may name its settings flat or in sections (:mod:`~spmlkit.training.config`);
-    ``hparams`` merge key by key across layers.
+    ``hparams`` merge key by key across layers, and so do ``plugins``, which are loaded before
+    anything is looked up (a plug-in's dataset has feature defaults, its method may have a preset;
+    docs/plugins.md), whichever process builds the configuration.
     """
+    from ..plugins import load_plugins
+
     values = flat_settings(dict(values or {}), where="options")
     file_values = flat_settings(dict(file_values or {}), where=file_name)
     resume_values = saved_settings(dict(resume_values or {}))
+    plugins: list[str] = []
+    for where, layer in (("options", values), (file_name, file_values), ("the run being resumed", resume_values)):
+        plugins = merged_plugins(plugins, layer.get("plugins"), where=where)
+    load_plugins(plugins)
     named = get_preset(preset) if preset else None
     dataset = values.get("dataset") or file_values.get("dataset") or (named.dataset if named else None)
     prepared = values.get("prepared") or file_values.get("prepared")
@@ -385,6 +393,8 @@ def resolve_config(
         # the run being resumed decides what it computes; where it is written and how it is fed stay
         # the user's. What the user chose explicitly must agree with it: used or refused, never dropped
         kept = {k: v for k, v in resume_values.items() if k in RunConfig().flat() and k not in RESUME_FREE}
+        if resume_values.get("plugins"):  # its plug-ins load again (the user's are added to them)
+            kept["plugins"] = resume_values["plugins"]
         chosen = {**(named.config if preset else {}), **file_values, **values}
         _check_agrees_with_resumed(chosen, kept)
         layers.append(("the run being resumed", kept))
@@ -398,7 +408,7 @@ def _check_agrees_with_resumed(chosen: dict[str, Any], saved: dict[str, Any]) ->
     """Refuse explicitly chosen settings that differ from the run being resumed, naming each."""
     differ = []
     for key, value in chosen.items():
-        if key not in saved:
+        if key not in saved or key == "plugins":  # plug-ins add up (resolve_config)
             continue
         if key == "hparams":
             differ += [f"hparam {k}={v!r} (the run has {saved['hparams'].get(k)!r})" for k, v in (value or {}).items()

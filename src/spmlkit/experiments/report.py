@@ -75,7 +75,7 @@ def select_and_aggregate(
     df: pd.DataFrame,
     *,
     by: Sequence[str] = ("dataset", "observation", "method"),
-    config_keys: Sequence[str] = ("lr", "batch_size", "hparams", "hparams_from"),
+    config_keys: Sequence[str] = ("lr", "batch_size", "hparams", "hparams_from", "plugin_code"),
     metric: str = "test_map",
     select_on: str = "val_map",
     scale: float = 100.0,
@@ -101,9 +101,11 @@ def select_and_aggregate(
     Args:
         df: one row per run (``ResultsStore.to_dataframe()``).
         by: grouping columns; one output row per group.
-        config_keys: columns that define a configuration (absent ones are ignored); ``hparams_from``
+        config_keys: columns that define a configuration (absent ones are ignored). ``hparams_from``
             tells a run that took its data set's preset from one of equal ``hparams`` that did not
-            (docs/leaderboard.md, "One source of hyperparameters").
+            (docs/leaderboard.md, "One source of hyperparameters"); ``plugin_code`` (a plug-in
+            method's code, docs/plugins.md) keeps runs of two versions of a user's file apart: they
+            are two configurations, never averaged together.
         metric: reported column (``test_map`` or e.g. ``test.CF1@0.5``), a fraction.
         select_on: selection column, a fraction; larger is better.
         scale: factor applied to ``metric`` and ``select_on`` (100: percent).
