@@ -265,7 +265,7 @@ def test_methods_without_label_state_skip_the_pseudo_label_figure(tmp_path: Path
     assert sorted(figures) == sorted(f"{s}_yeast_single_positive" for s in PER_DATASET if s != "pseudo_labels")
     assert notes == [
         "figure pseudo_labels (yeast, single_positive) skipped: no method here keeps a label state (no pseudo-label "
-        "accuracy, no pseudo-negative or correction counts); em_apl, ll_cp and opml_sp do",
+        "accuracy, no pseudo-negative or correction counts); ll_cp, em_apl and opml_sp do",
         "figure sensitivity skipped: no learning rate, batch size or method hyperparameter takes several values "
         "within a method; sweep one (e.g. lrs: [0.001, 0.01]) to get it",
     ]
@@ -281,14 +281,17 @@ def test_a_single_run_of_one_method(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_no_an_and_no_analysis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs without the analysis pass (no histograms) and without AN: only the training
-    curves and the sensitivity remain, and the notes say why the others are missing."""
+    """Runs without an analysis of their unobserved labels (no histograms: data of a user's own has no
+    truth to measure them against) and without AN: only the training curves and the sensitivity remain,
+    and the notes say why the others are missing, naming no option that does not exist."""
     store = ResultsStore(tmp_path / "r.db")
     store.add_many({**real_like(m, 0, lr), "analysis": None} for m in ("em", "gr") for lr in (1e-3, 1e-2))
     figures, notes = render_all(store, tmp_path / "f", monkeypatch)
     assert sorted(figures) == ["sensitivity_lr", "training_curves_yeast_single_positive"]
     assert notes[0] == ("figure densities (yeast, single_positive) skipped: no run record has analysis histograms; "
-                        "train with the analysis pass enabled")
+                        "the analysis of unobserved training labels needs the training rows' full labels, which every "
+                        "named data set and extracted feature folder has, and data of your own (observed labels only) "
+                        "does not")
     assert notes[1].endswith("no AN run is here; add `an` to the sweep's methods")
 
 
@@ -327,7 +330,7 @@ def test_ap_gain_with_many_classes_stays_in_bounds(tmp_path: Path, n_methods: in
     assert not any(t.get_text().startswith("class ") for ax in fig.axes for t in ax.get_xticklabels())
     xlabel = fig.axes[1 if n_methods == 2 else 0].get_xlabel()
     assert xlabel == ("class (sorted by gain; 312 classes)" if n_methods == 2
-                      else "class (312, sorted by mean gain over the methods)")
+                      else "class (312, sorted by the compared methods' mean gain)")
 
 
 def test_missing_values_draw_without_warnings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

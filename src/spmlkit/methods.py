@@ -60,6 +60,14 @@ class Method:
     #: what PU-MLC's two-GPU code does for its temperature, prior and mixup)
     batch_statistics: str = "global"
 
+    @property
+    def sees_more_labels(self) -> bool:
+        """Whether it trains on more labels than the observation gives the other methods (full
+        labels, or one positive and every negative): a reference that bounds what the missing
+        labels cost, shown beside a leaderboard's ranks rather than in them (docs/leaderboard.md,
+        "References beside the ranks")."""
+        return self.labels != "observed"
+
 
 def _m(*args: Any, **kwargs: Any) -> Method:
     return Method(*args, **kwargs)

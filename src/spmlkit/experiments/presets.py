@@ -19,8 +19,9 @@ from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig,
                                merged_plugins, saved_settings)
 from ..training.defaults import FEATURE_DEFAULTS
 
-__all__ = ["Preset", "DATASET_DEFAULTS", "OWN_LABELS", "PRESETS", "get_preset", "list_presets", "dataset_defaults",
-           "default_observation", "default_val_variant", "resolve_config"]
+__all__ = ["Preset", "DATASET_DEFAULTS", "OWN_LABELS", "PRESETS", "RECIPE_DEFAULTS", "get_preset", "list_presets",
+           "dataset_defaults", "default_observation", "default_val_variant", "resolve_config", "hparams_preset",
+           "preset_sources", "check_hparams_from"]
 
 #: what a user's own data defaults to, whatever its kind (docs/protocol.md, "Your own data"): its own
 #: labels ("given"), and selection on the observed positives of the held-out rows, the only labels it has
@@ -319,6 +320,33 @@ def default_observation(dataset: str) -> str:
     return _defaults_of(dataset).get("observation", DataConfig.observation)
 
 
+#: ``hparams_from`` meaning: each method's recipe defaults, no preset's hyperparameters
+RECIPE_DEFAULTS = "defaults"
+
+
+def preset_sources() -> tuple[str, ...]:
+    """The data sets some preset was tuned on, in ``spmlkit presets`` order: the values
+    ``hparams_from`` takes besides :data:`RECIPE_DEFAULTS`."""
+    return tuple(dict.fromkeys(p.dataset for p in list_presets() if p.name == f"{p.method}/{p.dataset}"))
+
+
+def check_hparams_from(source: str | None) -> None:
+    """Refuse an ``hparams_from`` that names neither the recipe defaults nor a data set with presets."""
+    if source is not None and source != RECIPE_DEFAULTS and source not in preset_sources():
+        raise ValueError(f"--hparams-from {source!r}: no preset was tuned on {source!r}; give {RECIPE_DEFAULTS} "
+                         f"(each method's recipe defaults) or one of {', '.join(preset_sources())}")
+
+
+def hparams_preset(method: str, dataset: str, hparams_from: str | None) -> Preset | None:
+    """The preset whose hyperparameters a run of ``method`` on ``dataset`` takes: with
+    ``hparams_from`` None the (method, dataset) preset when one exists (what ``train`` does);
+    :data:`RECIPE_DEFAULTS` none; a data set's name that data set's preset of the method, on
+    whatever data set the run trains (docs/leaderboard.md, "One source of hyperparameters")."""
+    if hparams_from == RECIPE_DEFAULTS:
+        return None
+    return PRESETS.get(f"{method}/{dataset if hparams_from is None else hparams_from}")
+
+
 def resolve_config(
     values: dict[str, Any] | None = None,
     *,
@@ -326,6 +354,7 @@ def resolve_config(
     file_values: dict[str, Any] | None = None,
     file_name: str = "config file",
     resume_values: dict[str, Any] | None = None,
+    hparams_from: str | None = None,
 ) -> RunConfig:
     """The one way every entry point builds a run's configuration. Later layers win:
 
@@ -333,7 +362,10 @@ def resolve_config(
     2. the dataset's defaults (:func:`dataset_defaults`);
     3. the preset: the one named, or else the (method, dataset) preset when one exists, so
        ``--dataset yeast --method em_apl`` trains with the same hyperparameters as the
-       benchmark's row;
+       benchmark's row. ``hparams_from`` changes the second case (a benchmark across data
+       sets, where every method's hyperparameters come from one source): ``"defaults"``
+       applies no preset, a data set's name applies only the *hyperparameters* of the
+       method's preset on that data set (:func:`hparams_preset`);
     4. a config file (or a sweep's ``settings``);
     5. ``values``: options given explicitly (the command line, a sweep's grid point);
     6. ``resume_values``: the saved configuration of the run being resumed (``--resume``), for
@@ -367,11 +399,17 @@ def resolve_config(
     dataset = dataset or resume_values.get("dataset") or DataConfig.dataset
     method = values.get("method") or file_values.get("method") or (named.method if named and named.method else None) \
         or resume_values.get("method") or MethodConfig.name
-    if named is None and f"{method}/{dataset}" in PRESETS:
-        named = PRESETS[f"{method}/{dataset}"]
+    check_hparams_from(hparams_from)
+    source = None
+    if named is None and hparams_from is None:
+        named = PRESETS.get(f"{method}/{dataset}")
+    elif named is None:
+        source = hparams_preset(method, dataset, hparams_from)
     layers = [("dataset defaults", dataset_defaults(dataset))]
     if named is not None:
         layers.append((f"preset {named.name}", named.config))
+    if source is not None:
+        layers.append((f"the hyperparameters of preset {source.name}", {"hparams": source.config["hparams"]}))
     if file_values:
         layers.append((file_name, file_values))
     layers.append(("options", {**values, "dataset": dataset, "method": method}))
