@@ -27,6 +27,8 @@ ELEMENTWISE = [
 SETWISE = ["zlpr", "opml", "opml_soft"]
 #: batch-wise losses whose regulariser belongs to the whole batch: no "none"
 BATCH_TERM = ["epr", "role"]
+#: LAC's two stages: losses of two augmented views (and label-wise embeddings), image runs only
+TWO_VIEWS = ["lac", "plc"]
 B, C = 5, 4
 
 
@@ -55,7 +57,14 @@ def call(fn: losses.SPMLLoss, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if fn.name == "em_apl":
         gen = torch.Generator().manual_seed(2)
         pseudo = PseudoLabels(torch.rand(z.shape, generator=gen) < 0.5, torch.rand(z.shape, generator=gen).double())
-    return fn(z, y, pseudo=pseudo, index=index)
+    views = {}
+    if fn.needs_views:  # LAC/PLC: a strong view of the same rows, and label-wise embeddings of both views
+        gen = torch.Generator().manual_seed(3)
+        views["strong"] = z + torch.randn(z.shape, generator=gen, dtype=z.dtype)
+        if fn.needs_embeddings:
+            emb = torch.randn(2, *z.shape, 3, generator=gen, dtype=z.dtype)
+            views["embeddings"] = torch.nn.functional.normalize(emb, dim=-1)
+    return fn(z, y, pseudo=pseudo, index=index, **views)
 
 
 def batch(seed: int = 0, rows: int = B, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,12 +82,12 @@ def close(a: torch.Tensor, b: torch.Tensor | float) -> None:
 
 # --------------------------------------------------------------------------- declarations / registry
 def test_families_cover_every_registered_loss():
-    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + ["highrank", "pu_mlc", "crisp"]) == ALL
+    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + ["highrank", "pu_mlc", "crisp"] + TWO_VIEWS) == ALL
 
 
 def test_capabilities_are_declared_on_the_class():
     expected = {"needs_index": {"role"}, "corrects_labels": {"ll_cp"}, "needs_class_ap": {"opml_soft"},
-                "needs_class_prior": {"crisp"}}
+                "needs_class_prior": {"crisp"}, "needs_views": {"plc", "lac"}, "needs_embeddings": {"lac"}}
     cls = {name: type(build(name)) for name in ALL}
     for flag, names in expected.items():
         assert {name for name in ALL if getattr(cls[name], flag)} == names, flag

@@ -52,6 +52,9 @@ class Method:
     #: "global" (the whole global batch, as one process) or "process" (each process's slice,
     #: what PU-MLC's two-GPU code does for its temperature, prior and mixup)
     batch_statistics: str = "global"
+    #: why the method has no meaning on a feature dataset ("" when it has one): such runs are refused
+    #: in one line, and ``spmlkit methods`` shows the reason
+    images_only: str = ""
 
 
 def _m(*args: Any, **kwargs: Any) -> Method:
@@ -59,6 +62,10 @@ def _m(*args: Any, **kwargs: Any) -> Method:
 
 
 _COLE = "Cole et al., CVPR 2021"
+_LAC = "Xie, Xiao, Huang, NeurIPS 2022 (LAC)"
+#: why LAC's two stages need images (docs/methods.md, "plc")
+_TWO_VIEWS = ("it learns from a weak and a strong augmentation of each image (flip vs cutout, RandAugment, colour "
+              "jitter); a row of fixed features has no augmentations to be consistent across")
 _EM = "Zhou et al., ECCV 2022"
 METHODS: dict[str, Method] = {
     m.name: m
@@ -96,6 +103,10 @@ METHODS: dict[str, Method] = {
            "Yuan, Zhang, Huang, ICME 2024", mixup=True, batch_statistics="process"),
         _m("crisp", "crisp", "class priors estimated after every epoch + unbiased risk with those priors",
            "Liu, Xu, Wang, Geng (CRISP)", labeling="class_prior"),
+        _m("plc", "plc", "LAC stage 1: AN on a weak view + hard pseudo-label consistency on a strong view", _LAC,
+           images_only=_TWO_VIEWS),
+        _m("lac", "lac", "LAC stage 2: PLC + label-aware contrast of label-wise embeddings over a memory queue", _LAC,
+           images_only=_TWO_VIEWS),
     ]
 }
 
