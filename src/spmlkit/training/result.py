@@ -45,6 +45,9 @@ class RunResult:
     #: where the numbers came from (:func:`~spmlkit.training.provenance.run_provenance`): versions,
     #: command line, device, start and end times, the project's git commit when there is one
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: the one line of a run that diverged (training/divergence.py): a failed run without test
+    #: numbers, which :func:`~spmlkit.training.train` raises and a group returns
+    diverged: str | None = None
     model: nn.Module | None = field(default=None, repr=False, compare=False)
     label_state: LabelState | None = field(default=None, repr=False, compare=False)
 
