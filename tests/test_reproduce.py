@@ -14,9 +14,8 @@ import pytest
 from spmlkit.cli import main
 from spmlkit.experiments.presets import PRESETS
 from spmlkit.experiments.published import CRISP_METHODS, published, published_rows
-from spmlkit.experiments.reproduce import ReproducedCell, get_reproduction, reproduction_methods, reproduction_sweep
+from spmlkit.experiments.reproduce import ReproducedCell, get_reproduction, reproduction_methods, reproduction_sweeps
 from spmlkit.methods import METHODS
-from tests.fixtures.mulan import data_home_with, needs_mulan
 
 
 def test_crisps_tables_are_there_cell_for_cell():
@@ -59,11 +58,28 @@ def test_the_rows_are_every_registered_method_of_the_tables_in_their_order():
     assert methods == tuple(m for m in dict.fromkeys(CRISP_METHODS.values()) if m in METHODS and m not in (
         "plc", "boostlu_ll_r", "boostlu_ll_cp", "boostlu_ll_ct"))  # no tabular row for those
     assert methods[:7] == ("an", "an_ls", "wan", "epr", "role", "em", "em_apl")
-    spec = reproduction_sweep(rep, "x.db", datasets=["yeast", "scene"], methods=["an"])
-    assert (spec.datasets, spec.seeds, spec.lrs, spec.weight_decays, spec.batch_sizes) == (
-        ["mulan/yeast", "scene"], [0, 1, 2, 3, 4], [1e-2, 1e-3, 1e-4, 1e-5], [1e-2, 1e-3, 1e-4, 1e-5], [8, 16])
+    specs = reproduction_sweeps(rep, "x.db", datasets=["yeast", "scene"], methods=["an", "em"])
+    assert [s.datasets for s in specs] == [["yeast"], ["scene"]]
+    for spec in specs:
+        assert (spec.seeds, spec.lrs, spec.weight_decays, spec.batch_sizes, spec.hparams_from) == (
+            [0, 1, 2, 3, 4], [1e-2, 1e-3, 1e-4, 1e-5], [1e-2, 1e-3, 1e-4, 1e-5], [8, 16], "defaults")
     with pytest.raises(ValueError, match="crisp-tabular has no data set 'mirflickr'"):
-        reproduction_sweep(rep, "x.db", datasets=["mirflickr"], methods=["an"])
+        reproduction_sweeps(rep, "x.db", datasets=["mirflickr"], methods=["an"])
+
+
+def test_a_method_takes_the_hyperparameters_a_paper_published_for_the_set_not_spmlkits_own_tuning():
+    from spmlkit.experiments.reproduce import published_hparams
+
+    assert PRESETS["em/yeast"].config["hparams"] == {"alpha": 0.005}  # tuned by spmlkit on its own protocol
+    assert published_hparams("em", "yeast") == {} and published_hparams("an", "scene") == {}
+    rep = get_reproduction("crisp-tabular")
+    specs = reproduction_sweeps(rep, "x.db", datasets=["yeast"], methods=["an", "em"])
+    from spmlkit.experiments.sweep import expand, run_config
+
+    em = next(r for r in expand(specs[0]) if r["method"] == "em")
+    assert run_config(em).method.hparams == {}  # the recipe's defaults, not em/yeast's alpha
+    if "smile/scene" in PRESETS:  # SMILE's README values, once smile is a registered method
+        assert published_hparams("smile", "scene") == PRESETS["smile/scene"].config["hparams"] != {}
 
 
 def test_z_divides_by_the_published_std_floored_at_half_the_printed_digit():
@@ -74,11 +90,9 @@ def test_z_divides_by_the_published_std_floored_at_half_the_printed_digit():
     assert math.isnan(cell(0.5, None, None).z)
 
 
-@needs_mulan
 @pytest.mark.usefixtures("one_thread")
 def test_reproduce_runs_the_grid_selects_on_validation_and_writes_the_tables_beside_the_paper(
-        tmp_path: Path, monkeypatch, capsys):
-    monkeypatch.setenv("SPMLKIT_DATA", str(data_home_with(tmp_path, "yeast")))
+        tmp_path: Path, capsys):
     out = tmp_path / "rep"
     args = ["reproduce", "crisp-tabular", "--datasets", "yeast", "--methods", "an", "--trials", "2", "--epochs", "1",
             "--subset", "300", "--out", str(out), "--jobs", "2", "--quiet"]
@@ -103,7 +117,7 @@ def test_reproduce_runs_the_grid_selects_on_validation_and_writes_the_tables_bes
     assert ap["ours"] == pytest.approx(chosen["test.smile.example_ap"].mean(), abs=1e-12)
     assert ap["ours_spmlkit"] == pytest.approx(chosen["test.example_ap"].mean(), abs=1e-12)
     saved = json.loads((out / "crisp-tabular.json").read_text())
-    assert saved["sweep"]["settings"]["partition"] == "random" and len(saved["cells"]) == 5
+    assert saved["sweeps"][0]["settings"]["partition"] == "random" and len(saved["cells"]) == 5
     assert "| AN | " in (out / "crisp-tabular.md").read_text()
     # the same command again trains nothing
     assert main(args) == 0

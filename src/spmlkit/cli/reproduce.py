@@ -54,24 +54,25 @@ def run_reproduce(args: argparse.Namespace) -> int:
         for method in methods:
             get_method(method)
         out = _output_folder(Path(args.out or Path("spmlkit-results") / "reproduce" / rep.name))
-        spec = rp.reproduction_sweep(rep, out / rp.STORE_NAME, datasets=datasets, methods=methods,
-                                     trials=args.trials, epochs=args.epochs, subset=args.subset)
+        specs = rp.reproduction_sweeps(rep, out / rp.STORE_NAME, datasets=datasets, methods=methods,
+                                       trials=args.trials, epochs=args.epochs, subset=args.subset)
     screen = console()
     t0 = time.perf_counter()
-    jobs = args.jobs if args.jobs is not None else default_jobs(spec.datasets)  # a typed --jobs is used as given
+    jobs = args.jobs if args.jobs is not None else default_jobs([s.datasets[0] for s in specs])  # typed: as given
     tracker = _SweepProgress(screen, f"reproduce {rep.name}", args.quiet, str(out / rp.STORE_NAME), jobs)
-    result, stopped = stoppable_sweep("reproduce", tracker, out / rp.STORE_NAME, lambda: rp.run_reproduction(
-        spec, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start))
+    results, stopped = stoppable_sweep("reproduce", tracker, out / rp.STORE_NAME, lambda: rp.run_reproduction(
+        specs, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start))
     if stopped is not None:
         return stopped
-    cells = rp.summarize_reproduction(rep, spec, result.store)
+    cells = rp.summarize_reproduction(rep, specs, out / rp.STORE_NAME)
     if not cells:
-        raise InputError(f"no run of the reproduction finished ({result.failed} failed; the first error is above). "
+        failed = sum(r.failed for r in results)
+        raise InputError(f"no run of the reproduction finished ({failed} failed; the first error is above). "
                          f"Earlier tables in {out} are left as they were")
-    paths = rp.write_reproduction(out, rep, spec, cells)
+    paths = rp.write_reproduction(out, rep, specs, cells)
     _print_tables(screen, rep, cells)
     print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
-                              f"{result.skipped} finished runs reused from {result.store})")
+                              f"{sum(r.skipped for r in results)} finished runs reused from {out / rp.STORE_NAME})")
     return 1 if tracker.failures else 0
 
 

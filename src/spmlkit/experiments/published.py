@@ -16,7 +16,9 @@ Sources, by short name:
   reference protocol, 5 trials) and Tables 2, 8, 9, 10 and 11 (ranking loss, average precision,
   coverage, Hamming loss and one-error on six MULAN-style sets under the tabular protocol:
   random 80/10/10 partitions, 5 trials, SMILE's metric code; docs/protocol.md, "The tabular
-  protocol" and "Metric conventions").
+  protocol" and "Metric conventions"). Its Table 1 rows are the targets of the image presets of the
+  methods spmlkit has (``crisp``, ``plc``, ``wan``, ``epr``, and the others beside their own papers'). Its
+  numbers have three decimals.
 
 Each row names its ``metric``: ``map`` rows are mAP in percent, as printed (mean over runs,
 and the std where printed); the tabular rows of CRISP (``ranking_loss``, ``example_ap``,
@@ -24,8 +26,8 @@ and the std where printed); the tabular rows of CRISP (``ranking_loss``, ``examp
 (coverage divided by the number of labels). Method
 and dataset names are spmlkit's (:data:`METHOD_LABELS` maps them back to the papers'
 labels); methods that spmlkit does not implement keep a lower-case form of the paper's name
-(``smile``, ``mime``, ``sarb``, ``plc``, ``boostlu_ll_r``, ...), and so do data sets spmlkit
-cannot read (CRISP's ``image`` and ``mirflickr``). Observations use spmlkit's text form
+(``mime``, ``sarb``, ``boostlu_ll_r``, ...), and so do data sets spmlkit cannot read (CRISP's
+``image`` and ``mirflickr``). Observations use spmlkit's text form
 (:class:`spmlkit.protocol.Observation`): ``single_positive``, ``full``, ``ratio=0.1``.
 Note that ``bce`` and ``iun`` rows of the SPML tables are the references "All P. & All N."
 and "1 P. & All N.", i.e. methods that see more labels, listed under the SPML setting.
@@ -112,6 +114,10 @@ METHOD_LABELS: dict[str, str] = {
     "opml_sp": "OPML-SP",
     "gr": "GR",
     "pu_mlc": "PU-MLC",
+    "crisp": "CRISP",
+    "smile": "SMILE",
+    "plc": "PLC",
+    "lac": "LAC",
 }
 
 #: spmlkit dataset name -> label used in the papers; the order is the canonical column order

@@ -4,9 +4,12 @@
 Class-Priors Help Single-Positive Multi-Label Learning?", arXiv 2309.13886, Tables 2, 8, 9, 10 and
 11) on the four of its six data sets that spmlkit can read, for every method of those tables that
 spmlkit has (a method registered later, such as ``smile`` or ``crisp``, gets its row by being
-registered): the papers' protocol (docs/protocol.md, "The tabular protocol") as a sweep of
-data sets x methods x trials x lr x weight decay x batch size into a results store, so an
-interrupted reproduction resumes and a finished run is never trained twice.
+registered): the papers' protocol (docs/protocol.md, "The tabular protocol") as one sweep per data
+set of methods x trials x lr x weight decay x batch size into one results store, so an interrupted
+reproduction resumes and a finished run is never trained twice. Each method trains with the
+hyperparameters published for that set where a preset holds them (SMILE's README values), else
+with its recipe's defaults: spmlkit's own tuned presets (``em/yeast``, ...) belong to its own
+protocol and are not applied.
 
 For each (data set, method) the configuration (lr, weight decay, batch size) with the best mean
 validation mAP over the trials is chosen, as everywhere in spmlkit (docs/protocol.md, "Model
@@ -32,14 +35,15 @@ import numpy as np
 import pandas as pd
 
 from ..io import atomic_write_json, atomic_write_text
-from .presets import TABULAR_PROTOCOL
+from .presets import PRESETS, RECIPE_DEFAULTS, TABULAR_PROTOCOL
 from .published import CRISP_METHODS, published_rows
 from .report import select_and_aggregate
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
 
 __all__ = ["Reproduction", "REPRODUCTIONS", "ReproducedCell", "get_reproduction", "reproduction_methods",
-           "reproduction_sweep", "run_reproduction", "summarize_reproduction", "write_reproduction", "STD_FLOOR"]
+           "reproduction_sweeps", "published_hparams", "run_reproduction", "summarize_reproduction",
+           "write_reproduction", "STD_FLOOR"]
 
 STORE_NAME = "results.db"
 #: the smallest published std a difference is divided by: half the last printed digit (0.001)
@@ -76,7 +80,7 @@ REPRODUCTIONS: dict[str, Reproduction] = {
         name="crisp-tabular", source="CRISP",
         tables={"CRISP Table 2": "ranking_loss", "CRISP Table 8": "example_ap", "CRISP Table 9": "coverage",
                 "CRISP Table 10": "hamming_loss", "CRISP Table 11": "one_error"},
-        datasets={"yeast": "mulan/yeast", "scene": "scene", "corel5k": "corel5k", "delicious": "delicious"},
+        datasets={"yeast": "yeast", "scene": "scene", "corel5k": "corel5k", "delicious": "delicious"},
         method_labels=CRISP_METHODS, lrs=(1e-2, 1e-3, 1e-4, 1e-5), weight_decays=(1e-2, 1e-3, 1e-4, 1e-5),
         batch_sizes=(8, 16), trials=5, settings=dict(TABULAR_PROTOCOL),
         description="CRISP (arXiv 2309.13886) Tables 2, 8-11: five example-based metrics on the MULAN sets under "
@@ -95,7 +99,8 @@ def reproduction_methods(rep: Reproduction) -> tuple[str, ...]:
     from ..methods import METHODS
 
     published = {r.method for table in rep.tables for r in published_rows(source=table)}
-    return tuple(m for m in dict.fromkeys(rep.method_labels.values()) if m in published and m in METHODS)
+    return tuple(m for m in dict.fromkeys(rep.method_labels.values())
+                 if m in published and m in METHODS and not METHODS[m].images_only)
 
 
 def _dataset_argument(rep: Reproduction, dataset: str) -> str:
@@ -104,28 +109,72 @@ def _dataset_argument(rep: Reproduction, dataset: str) -> str:
     return rep.datasets[dataset]
 
 
-def reproduction_sweep(rep: Reproduction, store: str | Path, *, datasets: Sequence[str], methods: Sequence[str],
-                       trials: int | None = None, epochs: int | None = None, subset: int | None = None
-                       ) -> SweepSpec:
-    """The reproduction as one sweep: trial t is seed t (it draws the partition, the observed
-    positives, the initial weights and the batch order). ``epochs`` and ``subset`` (the first N
-    rows of each whole set) change the paper's protocol, for quick checks."""
+#: the source of spmlkit's own tuned presets, which are not a paper's published hyperparameters
+_OWN_TUNING = "spmlkit (chosen on validation)"
+
+
+def published_hparams(method: str, dataset: str) -> dict[str, Any]:
+    """The hyperparameters published for ``method`` on ``dataset``: those of its (method, dataset)
+    preset when a paper's values fill it, else none (the recipe's defaults)."""
+    preset = PRESETS.get(f"{method}/{dataset}")
+    if preset is None or preset.source == _OWN_TUNING:
+        return {}
+    return dict(preset.config.get("hparams", {}))
+
+
+def reproduction_sweeps(rep: Reproduction, store: str | Path, *, datasets: Sequence[str], methods: Sequence[str],
+                        trials: int | None = None, epochs: int | None = None, subset: int | None = None
+                        ) -> list[SweepSpec]:
+    """The reproduction as one sweep per data set, all into ``store``: trial t is seed t (it draws
+    the partition, the observed positives, the initial weights and the batch order); each method's
+    hyperparameters are :func:`published_hparams` (one set per data set, hence a sweep each).
+    ``epochs`` and ``subset`` (the first N rows of each whole set) change the paper's protocol, for
+    quick checks."""
     settings = dict(rep.settings)
     if epochs is not None:
         settings["epochs"] = epochs
     if subset is not None:
         settings["subset"] = subset
-    return SweepSpec(name=f"reproduce-{rep.name}", datasets=[_dataset_argument(rep, d) for d in datasets],
-                     methods=list(methods), seeds=list(range(rep.trials if trials is None else trials)),
-                     lrs=list(rep.lrs), batch_sizes=list(rep.batch_sizes), observations=["single_positive"],
-                     settings=settings, val_variant="clean", store=str(store),
-                     weight_decays=list(rep.weight_decays))
+    specs = []
+    for name in datasets:
+        dataset = _dataset_argument(rep, name)
+        hparams = {m: hp for m in methods if (hp := published_hparams(m, dataset))}
+        specs.append(SweepSpec(
+            name=f"reproduce-{rep.name}", datasets=[dataset], methods=list(methods),
+            seeds=list(range(rep.trials if trials is None else trials)), lrs=list(rep.lrs),
+            batch_sizes=list(rep.batch_sizes), observations=["single_positive"], hparams=hparams, settings=settings,
+            val_variant="clean", store=str(store), weight_decays=list(rep.weight_decays),
+            hparams_from=RECIPE_DEFAULTS))
+    return specs
 
 
-def run_reproduction(spec: SweepSpec, *, jobs: int = 1, on_result: Callable[[dict[str, Any]], None] | None = None,
-                     on_start: Callable[[int, int], None] | None = None) -> SweepResult:
-    """Train every unfinished run of ``spec`` into its store."""
-    return run_sweep(spec, jobs=jobs, on_result=on_result, on_start=on_start)
+def run_reproduction(specs: Sequence[SweepSpec], *, jobs: int = 1,
+                     on_result: Callable[[dict[str, Any]], None] | None = None,
+                     on_start: Callable[[int, int], None] | None = None) -> list[SweepResult]:
+    """Train every unfinished run of ``specs`` (a reproduction's sweeps) into their store, one data set
+    after the other; ``on_start(total, finished)`` is told the whole reproduction's counts, once."""
+    results: list[SweepResult] = []
+    started = False
+
+    def start(total: int, finished: int) -> None:
+        nonlocal started
+        if on_start is not None and not started:
+            everything = sum(len(expand(s)) for s in specs)
+            on_start(everything, everything - sum(_unfinished(s) for s in specs))
+        started = True
+
+    for spec in specs:
+        results.append(run_sweep(spec, jobs=jobs, on_result=on_result, on_start=start))
+    return results
+
+
+def _unfinished(spec: SweepSpec) -> int:
+    """Runs of ``spec`` its store does not hold as finished."""
+    ids = {r["run_id"] for r in expand(spec)}
+    if not Path(spec.store).is_file():
+        return len(ids)
+    done = ResultsStore(spec.store).to_dataframe()
+    return len(ids) if done.empty else len(ids - set(done.loc[done["status"] == "ok", "run_id"]))
 
 
 @dataclass(frozen=True)
@@ -153,18 +202,19 @@ class ReproducedCell:
         return (self.ours - self.published) / max(self.published_std, STD_FLOOR)
 
 
-def _runs(store: str | Path, spec: SweepSpec) -> pd.DataFrame:
-    ids = {r["run_id"] for r in expand(spec)}
+def _runs(store: str | Path, specs: Sequence[SweepSpec]) -> pd.DataFrame:
+    ids = {r["run_id"] for spec in specs for r in expand(spec)}
     df = ResultsStore(store).to_dataframe()
     if df.empty:
         return df
     return df[df["run_id"].isin(ids) & (df["status"] == "ok")]
 
 
-def summarize_reproduction(rep: Reproduction, spec: SweepSpec, store: str | Path) -> list[ReproducedCell]:
+def summarize_reproduction(rep: Reproduction, specs: Sequence[SweepSpec], store: str | Path
+                           ) -> list[ReproducedCell]:
     """Every (table, method, data set) with finished runs: the selected configuration's test
     metrics over the trials beside the published numbers. Nothing finished: an empty list."""
-    runs = _runs(store, spec)
+    runs = _runs(store, specs)
     if runs.empty:
         return []
     labels = {m: label for label, m in rep.method_labels.items()}
@@ -227,22 +277,22 @@ def table_markdown(rep: Reproduction, cells: list[ReproducedCell], table: str) -
     return "\n".join(lines)
 
 
-def write_reproduction(out_dir: str | Path, rep: Reproduction, spec: SweepSpec, cells: list[ReproducedCell]
-                       ) -> dict[str, Path]:
+def write_reproduction(out_dir: str | Path, rep: Reproduction, specs: Sequence[SweepSpec],
+                       cells: list[ReproducedCell]) -> dict[str, Path]:
     """``<rep>.md`` (every table), ``<rep>.csv`` (one row per cell) and ``<rep>.json``, atomically."""
     out = Path(out_dir)
     paths = {"markdown": out / f"{rep.name}.md", "csv": out / f"{rep.name}.csv", "json": out / f"{rep.name}.json"}
     intro = (f"# {rep.name}\n\n{rep.description}.\n\nValues in the papers' metric convention (SMILE's code: coverage "
              "divided by the number of labels, Hamming loss at p > 0.5; docs/protocol.md, \"Metric conventions\"); "
-             f"configuration chosen per method and data set on mean validation mAP over {len(spec.seeds)} trials.\n")
+             f"configuration chosen per method and data set on mean validation mAP over {len(specs[0].seeds)} "
+             "trials.\n")
     body = "\n\n".join(t for t in (table_markdown(rep, cells, table) for table in rep.tables) if t)
     atomic_write_text(paths["markdown"], intro + "\n" + body + "\n")
     frame = pd.DataFrame([{**{k: v for k, v in asdict(c).items() if k != "config"}, **c.config, "z": c.z}
                           for c in cells])
     atomic_write_text(paths["csv"], frame.to_csv(index=False))
-    atomic_write_json(paths["json"], {"reproduction": rep.name, "sweep": {"datasets": spec.datasets,
-                                                                          "methods": spec.methods,
-                                                                          "trials": len(spec.seeds),
-                                                                          "settings": spec.settings},
+    sweeps = [{"dataset": s.datasets[0], "methods": s.methods, "hparams": s.hparams, "trials": len(s.seeds),
+               "settings": s.settings} for s in specs]
+    atomic_write_json(paths["json"], {"reproduction": rep.name, "sweeps": sweeps,
                                       "cells": [{**asdict(c), "z": None if np.isnan(c.z) else c.z} for c in cells]})
     return paths
