@@ -196,6 +196,7 @@ def summarize(runs: pd.DataFrame, methods: tuple[str, ...] | None = None) -> tup
             "method": m, "description": METHODS[m].description if m in METHODS else "", "lr": float(r["lr"]),
             "seeds": int(r["n_seeds"]), "val_map": float(r["select_mean"]), "test_map": float(r["mean"]),
             "test_map_std": float(r["std"]), "best_epoch": float(np.mean([epochs[i] for i in r["run_ids"]])),
+            **({"weight_decay": float(r["weight_decay"])} if "weight_decay" in r else {}),  # a --weight-decays grid's
         })
     denominator = _gap_denominator(rows)[0]
     an = next((r["test_map"] for r in rows if r["method"] == "an"), math.nan)
