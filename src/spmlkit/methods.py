@@ -27,7 +27,7 @@ from typing import Any
 from . import losses
 from .names import BUILTIN, REGISTRY, NameTaken, Registry, origin_of
 
-__all__ = ["Method", "METHODS", "get_method", "register", "resolve_hparams", "ResolvedMethod"]
+__all__ = ["Method", "METHODS", "bottleneck_width", "get_method", "register", "resolve_hparams", "ResolvedMethod"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Method:
     #: complete truth, oracle reference), "1p_alln" (one positive plus every true negative)
     labels: str = "observed"
     loss_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: between-epoch label-state algorithm: None, "apl", "opml_correction" or "class_prior"
+    #: between-epoch label-state algorithm: None, "apl", "opml_correction", "class_prior" or "confident_positives"
     labeling: str | None = None
     labeling_kwargs: dict[str, Any] = field(default_factory=dict)
     #: extra regularising losses added to the main loss: (loss name, kwargs)
@@ -59,6 +59,9 @@ class Method:
     #: "global" (the whole global batch, as one process) or "process" (each process's slice,
     #: what PU-MLC's two-GPU code does for its temperature, prior and mixup)
     batch_statistics: str = "global"
+    #: the width of the Gaussian bottleneck the method's model classifies through (MIME: 256), used
+    #: unless a run sets ``bottleneck`` itself; 0: none (docs/methods.md, "mime")
+    bottleneck: int = 0
 
 
 def _m(*args: Any, **kwargs: Any) -> Method:
@@ -86,6 +89,8 @@ def register(method: Method) -> Method:
         raise TypeError(f"methods.register takes a spmlkit.methods.Method, got {type(method).__name__}")
     if method.labels not in _LABELS:
         raise ValueError(f"method {method.name!r}: labels must be one of {', '.join(_LABELS)}, got {method.labels!r}")
+    if isinstance(method.bottleneck, bool) or not isinstance(method.bottleneck, int) or method.bottleneck < 0:
+        raise ValueError(f"method {method.name!r}: bottleneck must be an integer >= 0 (0: none), got {method.bottleneck!r}")
     for loss in (method.loss, *(name for name, _ in method.regularizers)):
         losses.loss_class(loss)  # an unknown loss: one line naming the closest
     if method.labeling is not None:
@@ -134,6 +139,9 @@ for _recipe in [
            "Yuan, Zhang, Huang, ICME 2024", mixup=True, batch_statistics="process"),
         _m("crisp", "crisp", "class priors estimated after every epoch + unbiased risk with those priors",
            "Liu, Xu, Wang, Geng (CRISP)", labeling="class_prior"),
+        _m("mime", "mime", "Gaussian bottleneck before the classifier (KL-regularised) + confident predictions "
+           "become positive pseudo-labels", "Liu, Xu, Lv, Geng, ICML 2023 (MIME)", labeling="confident_positives",
+           bottleneck=256),
     ]:
     register(_recipe)
 
@@ -163,6 +171,14 @@ REGISTRY.loss.subscribe(_method_of_loss)
 _METHOD_KNOBS = {"penalty": "weight of the L1/L2 parameter penalty (l1r, l2r)",
                  "highrank_lam": "weight of the high-rank regulariser (opml_sp)",
                  "mixup_weight": "weight of PU-MLC's mixup consistency term (pu_mlc)"}
+
+
+def bottleneck_width(method: str | Method, value: int | None) -> int:
+    """The bottleneck width a run's model has: ``value`` (the run's ``bottleneck`` setting) when set,
+    else the method's own (:attr:`Method.bottleneck`; 0 means none)."""
+    if value is not None:
+        return int(value)
+    return (get_method(method) if isinstance(method, str) else method).bottleneck
 
 
 def get_method(name: str) -> Method:

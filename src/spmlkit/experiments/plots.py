@@ -94,6 +94,7 @@ METHOD_COLORS: dict[str, str] = {
     "gr": "#d62728",  # GR: red
     "pu_mlc": "#e377c2",
     "crisp": "#7b4173",  # CRISP: plum
+    "mime": "#637939",  # MIME: olive
 }
 
 _POS_STYLE = {"alpha": 0.45}

@@ -102,6 +102,7 @@ METHOD_LABELS: dict[str, str] = {
     "gr": "GR",
     "pu_mlc": "PU-MLC",
     "crisp": "CRISP",
+    "mime": "MIME",
 }
 
 #: spmlkit dataset name -> label used in the papers; the order is the canonical column order

@@ -11,8 +11,8 @@ Every loss is an ``nn.Module`` called as ``fn(logits, labels, **context)``:
 * optional keyword context that only some methods read, so the training loop can pass the
   same context to every loss without knowing which one runs:
   ``pseudo`` (:class:`PseudoLabels`, the soft pseudo-negatives of APL), ``index`` (long
-  ``[B]`` dataset indices, for ROLE's per-example estimator). Subclasses receive them as
-  one :class:`LossContext`.
+  ``[B]`` dataset indices, for ROLE's per-example estimator), ``latent`` (the model's Gaussian
+  codes ``(μ, σ)``, for MIME's KL term). Subclasses receive them as one :class:`LossContext`.
 
 What a loss needs from the loop beyond that (``index``, label corrections, the class AP,
 extra optimiser groups, checkpoint state) is declared by :class:`SPMLLoss` class attributes
@@ -86,6 +86,8 @@ class LossContext:
     pseudo: PseudoLabels | None = None
     #: long ``[B]`` dataset indices of the batch rows (read by losses with ``needs_index``)
     index: Tensor | None = None
+    #: the model's Gaussian codes ``(μ, σ)``, each ``[B, C, w]`` (read by losses with ``needs_latent``)
+    latent: tuple[Tensor, Tensor] | None = None
 
 
 class SPMLLoss(nn.Module):
@@ -112,6 +114,9 @@ class SPMLLoss(nn.Module):
     #: label algorithm estimates it (``provides_class_prior``) and the trainer passes it to
     #: :meth:`set_class_prior`
     needs_class_prior: ClassVar[bool] = False
+    #: True for losses of the model's latent codes (MIME's KL term): the model must have a Gaussian
+    #: bottleneck (:class:`~spmlkit.models.GaussianBottleneck`), whose ``(μ, σ)`` the step passes as ``latent=``
+    needs_latent: ClassVar[bool] = False
     #: constructor arguments that describe the data rather than the method; the trainer fills
     #: them, and they are never listed as hyperparameters
     data_arguments: ClassVar[tuple[str, ...]] = ()
@@ -192,10 +197,11 @@ class SPMLLoss(nn.Module):
         *,
         pseudo: PseudoLabels | None = None,
         index: Tensor | None = None,
+        latent: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         _check_inputs(self.name or type(self).__name__, logits, labels, values=self.validate_args)
         labels = labels.to(dtype=logits.dtype)
-        return self.loss(logits, labels, LossContext(pseudo, index))
+        return self.loss(logits, labels, LossContext(pseudo, index, latent))
 
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         """The formula, on inputs :meth:`forward` has already checked."""

@@ -3,16 +3,23 @@
 ``build_model("torchvision:resnet50", num_classes, pretrained=True)`` is the model of every
 SPML paper (docs/protocol.md, "Training protocols"): ImageNet-V1 ResNet-50 -> global average
 pooling -> linear layer. ``lgconv=True`` adds PU-MLC's local-global convolutions
-(docs/methods.md, "pu_mlc").
+(docs/methods.md, "pu_mlc"). ``bottleneck`` puts MIME's Gaussian bottleneck before the classifier and
+``label_queries`` the label-query transformer of the LAC and MIME code before it (docs/methods.md, "mime").
 """
 
 from .backbones import SMALL_MODELS, SmallResNet, create_backbone, torchvision_weights
-from .head import FeatureHead, SPMLNet, build_model, global_average_pool
+from .bottleneck import BottleneckNet, GaussianBottleneck
+from .head import FeatureHead, SPMLNet, build_model, feature_model, global_average_pool
+from .label_query import LabelQueryHead, LabelQueryNet, sine_positions
 from .lgconv import LgConv, convert_lgconv, count_lgconv, lgconv_branch_parameters, skip_reason
 
 __all__ = [
     "SMALL_MODELS",
+    "BottleneckNet",
     "FeatureHead",
+    "GaussianBottleneck",
+    "LabelQueryHead",
+    "LabelQueryNet",
     "LgConv",
     "SPMLNet",
     "SmallResNet",
@@ -20,8 +27,10 @@ __all__ = [
     "convert_lgconv",
     "count_lgconv",
     "create_backbone",
+    "feature_model",
     "global_average_pool",
     "lgconv_branch_parameters",
+    "sine_positions",
     "skip_reason",
     "torchvision_weights",
 ]

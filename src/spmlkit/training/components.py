@@ -130,15 +130,18 @@ class MethodComponents:
 
     def training_loss(self, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, logits: torch.Tensor,
                       batch: LabelBatch, mixing: Mixing | None,
-                      parameters: Callable[[], Iterable[torch.Tensor]]) -> torch.Tensor:
+                      parameters: Callable[[], Iterable[torch.Tensor]], *,
+                      latent: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """The method's loss of one step. ``forward`` maps inputs to logits (PU-MLC's mixup term
         needs an extra forward pass, with ``mixing`` from :meth:`draw_mixing`); ``parameters``
-        gives the model's trainable weights (L1/L2 penalties)."""
+        gives the model's trainable weights (L1/L2 penalties); ``latent`` the model's Gaussian codes
+        for a loss that ``needs_latent`` (MIME)."""
         device = logits.device
         labels = batch.labels.to(device)
         pseudo = losses.PseudoLabels(batch.pseudo.mask.to(device), batch.pseudo.target.to(device))
         index = batch.index.to(device)
-        value = self.loss(logits, labels, pseudo=pseudo, index=index)
+        extra = {"latent": latent} if self.loss.needs_latent else {}
+        value = self.loss(logits, labels, pseudo=pseudo, index=index, **extra)
         for reg in self.regularizers:
             value = value + reg(logits, labels, pseudo=pseudo, index=index)
         if self.penalty is not None:

@@ -90,11 +90,24 @@ class ModelConfig:
     head: str = _features("linear")  # feature runs: linear | mlp
     hidden: int = _features(256)
     dropout: float = _features(0.0)
+    #: width of a Gaussian bottleneck before the classifier (MIME's; docs/methods.md, "mime"): None takes
+    #: the method's own (256 for mime, none for every other method), 0 none
+    bottleneck: int | None = None
+    bottleneck_samples: int = 10  # the bottleneck's draws averaged per step (MIME's code: 10)
+    #: images: the label-query transformer between the backbone and the classifier (the LAC and MIME code's)
+    label_queries: bool = _images(False)
 
     def __post_init__(self) -> None:
         _choice("head", self.head, ("linear", "mlp"))
         _positive_int("hidden", self.hidden)
         _non_negative("dropout", self.dropout)
+        if self.bottleneck is not None and (isinstance(self.bottleneck, bool) or not isinstance(self.bottleneck, int)
+                                            or self.bottleneck < 0):
+            raise ValueError(f"bottleneck must be an integer >= 0 (0: none) or null (the method's own), "
+                             f"got {self.bottleneck!r}")
+        _positive_int("bottleneck_samples", self.bottleneck_samples)
+        if not isinstance(self.label_queries, bool):
+            raise ValueError(f"label_queries must be true or false, got {self.label_queries!r}")
 
 
 @dataclass
@@ -128,7 +141,7 @@ class MethodConfig:
 class OptimisationConfig:
     """How the model is optimised: the optimiser, its step, the batch, the seed."""
 
-    optimizer: str = "adam"  # adam | sgd
+    optimizer: str = "adam"  # adam | adamax (MIME's code) | sgd
     lr: float = 1e-5
     head_lr_mult: float = _images(1.0)
     weight_decay: float = 0.0
@@ -139,7 +152,7 @@ class OptimisationConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _choice("optimizer", self.optimizer, ("adam", "sgd"))
+        _choice("optimizer", self.optimizer, ("adam", "adamax", "sgd"))
         _positive_number("lr", self.lr)
         _positive_int("batch_size", self.batch_size)
         _non_negative("weight_decay", self.weight_decay)

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ..labels import validate_observed
-from ..methods import Method, ResolvedMethod, resolve_hparams
+from ..methods import Method, ResolvedMethod, bottleneck_width, resolve_hparams
 from .components import MethodComponents, build_components, expected_positives, method_label_matrix
 from .config import RecipeConfig, RunConfig
 from .device import resolve_device
@@ -40,7 +40,7 @@ from .distributed import Distributed
 from .recipe import check_recipe
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
 
-__all__ = ["VARYING", "RunPlan", "batch_key", "plan_run", "requested_device", "unbatchable_reason"]
+__all__ = ["VARYING", "RunPlan", "batch_key", "check_model", "plan_run", "requested_device", "unbatchable_reason"]
 
 #: the settings in which runs of one batched group may differ; everything else they share
 VARYING = ("seed", "lr")
@@ -76,6 +76,12 @@ class RunPlan:
     def kind(self) -> str:
         """"features" or "images"."""
         return self.data.kind
+
+    @property
+    def bottleneck(self) -> int:
+        """The width of the model's Gaussian bottleneck (MIME's), 0 for none: the run's ``bottleneck``
+        setting, or the method's own."""
+        return bottleneck_width(self.method, self.config.model.bottleneck)
 
     @functools.cached_property
     def group_key(self) -> str | None:
@@ -155,12 +161,38 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
         if not (train_labels != 0).any():
             raise ValueError(f"the training rows of {data.name} carry no observed label at all under observation "
                              f"{config.data.observation!r}; there is nothing to learn from")
+        check_model(config, resolved.method, data.kind)
         device = _device(config, data, dist)
         check_recipe(config, data, len(split.train_idx), dist)  # docs/protocol.md, "Recipes"
     global_batch = (config.method.batch_statistics or resolved.method.batch_statistics) == "global"
     return RunPlan(config=config, resolved=resolved, data=data, split=split, train_labels=train_labels,
                    expected_num_pos=expected_positives(train_labels, split.truth_train), device=device,
                    global_batch=global_batch)
+
+
+def check_model(config: RunConfig, method: Method, kind: str) -> None:
+    """The model parts the method needs and the run's other settings can give (ValueError: what is
+    wrong, what to do). MIME's loss reads the codes of a Gaussian bottleneck, which only a model with
+    one has; a bottleneck is trained by no other loss; it replaces a feature run's head; LinearInit
+    trains a linear head on pooled features, which a bottleneck or label-query model does not have."""
+    from .. import losses
+
+    width = bottleneck_width(method, config.model.bottleneck)
+    needs_latent = losses.loss_class(method.loss).needs_latent
+    if needs_latent and not width:
+        raise ValueError(f"method {method.name!r} trains the KL term of a Gaussian bottleneck before the classifier, "
+                         f"and bottleneck 0 removes it: leave bottleneck unset (the method's {method.bottleneck}) "
+                         "or set a width > 0")
+    if width and not needs_latent:
+        raise ValueError(f"bottleneck {width} is MIME's model part, and method {method.name!r} does not train its KL "
+                         "term: set bottleneck 0 (or leave it unset), or train method mime")
+    if width and kind == "features" and config.model.head != "linear":
+        raise ValueError(f"on features the bottleneck is the whole network, so head {config.model.head!r} would be a "
+                         "second one: leave head linear (the default) or set bottleneck 0")
+    if config.schedule.linear_init_epochs and (width or (kind == "images" and config.model.label_queries)):
+        part = "a Gaussian bottleneck" if width else "label queries"
+        raise ValueError(f"LinearInit trains a linear layer on pooled backbone features, and a model with {part} "
+                         "classifies otherwise: set linear_init_epochs 0")
 
 
 def requested_device(config: RunConfig, kind: str) -> str:

@@ -81,15 +81,20 @@ class RunData:
 
     def build_model(self, config: RunConfig) -> nn.Module:
         """A fresh model; call after seeding the global torch RNG (its initial weights)."""
-        from ..models import FeatureHead, build_model
+        from ..methods import bottleneck_width
+        from ..models import build_model, feature_model
 
+        model = config.model
+        width = bottleneck_width(config.method.name, model.bottleneck)  # MIME's Gaussian bottleneck, or 0
         if self.kind == "features":
-            return FeatureHead(int(self.X_train.shape[1]), self.num_classes, config.model.head, config.model.hidden, config.model.dropout)
+            return feature_model(int(self.X_train.shape[1]), self.num_classes, head=model.head, hidden=model.hidden,
+                                 dropout=model.dropout, bottleneck=width, bottleneck_samples=model.bottleneck_samples)
         recipe = config.recipe  # the official PU-MLC code's LgConv: a projection bias, gamma ~ N(0, 1e-4)
         options = ({"project_bias": recipe.lgconv_bias, "gamma_init": recipe.lgconv_gamma_init}
-                   if config.model.lgconv else None)
-        return build_model(config.model.backbone, self.num_classes, pretrained=config.model.pretrained,
-                           lgconv=config.model.lgconv, lgconv_options=options)
+                   if model.lgconv else None)
+        return build_model(model.backbone, self.num_classes, pretrained=model.pretrained, lgconv=model.lgconv,
+                           lgconv_options=options, bottleneck=width, bottleneck_samples=model.bottleneck_samples,
+                           label_queries=model.label_queries)
 
 
 def _check_features(name: str, split: str, X: np.ndarray | None, rows: int | None, dim: int | None = None) -> None:

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..labels import LabelBatch, PseudoLabels
+from ..models.bottleneck import Latent
 from .components import MethodComponents, Mixing
 from .distributed import Distributed
 
@@ -61,22 +62,37 @@ class RunStep(nn.Module):
             return self.model(inputs)
         return self.dist.gather_rows(self.model(inputs[self.dist.shard(len(inputs))]).float(), len(inputs))
 
+    def _forward(self, train_model: nn.Module, x: torch.Tensor, noise: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, Latent | None]:
+        """Logits (float32) and, for a loss that reads them, the model's latent codes. A model with a
+        Gaussian bottleneck gets its step's draws ``noise`` (docs/methods.md, "mime")."""
+        kwargs: dict[str, Any] = {} if noise is None else {"noise": noise}
+        if self.components.loss.needs_latent:
+            logits, (mu, std) = train_model(x, latent=True, **kwargs)
+            return logits.float(), (mu.float(), std.float())
+        return train_model(x, **kwargs).float(), None
+
     def forward(self, x: torch.Tensor, index: torch.Tensor, labels: torch.Tensor, pseudo_mask: torch.Tensor,
-                pseudo_target: torch.Tensor, mixing: Mixing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                pseudo_target: torch.Tensor, mixing: Mixing | None = None, noise: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x``: this process's inputs; ``index``, ``labels``, ``pseudo_*``: the rows the loss sees
-        (the whole global batch in global mode, this process's slice otherwise). With R runs'
-        stacked weights swapped in, ``self.model`` is all R models and its parameters are the
-        stacked ones (the L1/L2 penalties then take one norm per run)."""
+        (the whole global batch in global mode, this process's slice otherwise); ``noise``: the draws
+        of a bottleneck model for the rows of ``x``. With R runs' stacked weights swapped in,
+        ``self.model`` is all R models and its parameters are the stacked ones (the L1/L2 penalties
+        then take one norm per run)."""
         train_model = self.model if self._wrapped[0] is None else self._wrapped[0]
         if self.autocast is not None:
             with self.autocast():
-                logits = train_model(x).float()
+                logits, latent = self._forward(train_model, x, noise)
         else:
-            logits = train_model(x).float()
+            logits, latent = self._forward(train_model, x, noise)
         if self.global_batch and self.dist.enabled:  # the loss of the whole global batch
             logits = self.dist.gather_rows(logits, len(index))
+            if latent is not None:
+                latent = (self.dist.gather_rows(latent[0], len(index)), self.dist.gather_rows(latent[1], len(index)))
             if self.components.method.mixup:
                 x = self.dist.gather_rows(x, len(index))
         batch = LabelBatch(labels, PseudoLabels(pseudo_mask, pseudo_target), index)
-        loss = self.components.training_loss(self._mixup_forward, x, logits, batch, mixing, self._trainable)
+        loss = self.components.training_loss(self._mixup_forward, x, logits, batch, mixing, self._trainable,
+                                             latent=latent)
         return loss, self.components.corrections(logits, batch)
