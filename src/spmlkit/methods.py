@@ -63,6 +63,14 @@ class Method:
     #: unless a run sets ``bottleneck`` itself; 0: none (docs/methods.md, "mime")
     bottleneck: int = 0
 
+    @property
+    def sees_more_labels(self) -> bool:
+        """Whether it trains on more labels than the observation gives the other methods (full
+        labels, or one positive and every negative): a reference that bounds what the missing
+        labels cost, shown beside a leaderboard's ranks rather than in them (docs/leaderboard.md,
+        "References beside the ranks")."""
+        return self.labels != "observed"
+
 
 def _m(*args: Any, **kwargs: Any) -> Method:
     return Method(*args, **kwargs)
@@ -139,6 +147,8 @@ for _recipe in [
            "Yuan, Zhang, Huang, ICME 2024", mixup=True, batch_statistics="process"),
         _m("crisp", "crisp", "class priors estimated after every epoch + unbiased risk with those priors",
            "Liu, Xu, Wang, Geng (CRISP)", labeling="class_prior"),
+        _m("smile", "smile", "label enhancement: soft targets from a GCN's Beta label distributions on a k-NN graph",
+           "Xu et al., NeurIPS 2022"),
         _m("mime", "mime", "Gaussian bottleneck before the classifier (KL-regularised) + confident predictions "
            "become positive pseudo-labels", "Liu, Xu, Lv, Geng, ICML 2023 (MIME)", labeling="confident_positives",
            bottleneck=256),

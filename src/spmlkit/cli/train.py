@@ -27,9 +27,9 @@ _OPTIONS = {
 
 def _default(setting: str) -> str:
     """A setting's default as help text shows it: ``RunConfig``'s field default."""
-    from ..training.config import RunConfig
+    from ..training.config import default_setting
 
-    value = RunConfig().flat()[setting]
+    value = default_setting(setting)
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 

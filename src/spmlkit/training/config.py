@@ -33,7 +33,7 @@ from typing import Any
 
 __all__ = ["RunConfig", "DataConfig", "ModelConfig", "MethodConfig", "OptimisationConfig", "ScheduleConfig",
            "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "applies_to", "config_from_dict",
-           "flat_settings", "load_config_file", "merged_plugins", "saved_settings", "save_config"]
+           "default_setting", "flat_settings", "load_config_file", "merged_plugins", "saved_settings", "save_config"]
 
 
 def _images(default: Any = None, *, factory: Any = None) -> Any:
@@ -443,6 +443,14 @@ def _other_kind(kind: str) -> str:
 
 def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def default_setting(name: str) -> Any:
+    """A setting's default, by its flat name, read from its field: the value ``RunConfig().flat()[name]``
+    has, without building (and checking) a whole configuration, which imports the methods and so
+    torch. The command line's help prints these (docs/architecture.md, "Start-up time")."""
+    section, field_name = _FIELD_OF[name]
+    return _default(next(f for f in dataclasses.fields(SECTIONS[section]) if f.name == field_name))
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

@@ -59,7 +59,7 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     where = f"sweep settings (run {run['run_id']})"
     settings = {k: v for k, v in flat_settings(dict(run["settings"]), where=where).items()
                 if applies_to(k) in (None, kind)}  # another kind's settings: said once by the sweep
-    config = resolve_config(values, file_values=settings, file_name=where)
+    config = resolve_config(values, file_values=settings, file_name=where, hparams_from=run.get("hparams_from"))
     check_labels(config)
     if kind == "images":
         config.output.out = str(Path(runs_dir or "runs") / run["run_id"])
@@ -165,9 +165,12 @@ def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None,
 def record_head(run: dict[str, Any], started: str, group_size: int = 1) -> dict[str, Any]:
     """The keys of a run's record that describe the run rather than its results;
     ``group_size``: how many runs trained together with it in one loop (1: alone). A run of a
-    plug-in's method or dataset also names that code (``plugin_code``), which the report reads."""
+    plug-in's method or dataset also names that code (``plugin_code``), which the report reads; a
+    run whose hyperparameters come from a stated source (``hparams_from``) says so, so that a
+    report tells it from a run of the same ``hparams`` that took its data set's preset."""
     code = {"plugin_code": run["plugin_code"]} if run.get("plugin_code") else {}
-    return {**code,
+    source = {"hparams_from": run["hparams_from"]} if "hparams_from" in run else {}
+    return {**code, **source,
         "run_id": run["run_id"], "sweep": run["sweep"], "dataset": run["dataset"], "method": run["method"],
         "observation": run["observation"], "seed": run["seed"], "lr": run["lr"], "batch_size": run["batch_size"],
         "hparams": run["hparams"], "config": run, "started_at": started, "spmlkit_version": package_version(),

@@ -54,6 +54,11 @@ class SweepSpec:
     #: exist, observed for a user's prepared folder), resolved per run so a run's id names it
     val_variant: str | None = None
     store: str = "results.db"
+    #: where every method's hyperparameters come from on every data set, when not from each
+    #: (method, dataset) preset as in ``train``: "defaults" (the recipes') or a data set whose presets
+    #: are taken everywhere (:func:`~spmlkit.experiments.presets.hparams_preset`); a benchmark across
+    #: data sets sets it (docs/leaderboard.md, "One source of hyperparameters")
+    hparams_from: str | None = None
     #: plug-ins whose methods, losses or datasets the grid names (.py files, module names;
     #: docs/plugins.md): loaded here, and carried by every run so that a worker loads them too
     plugins: list[str] = field(default_factory=list)
@@ -62,6 +67,9 @@ class SweepSpec:
         from ...methods import get_method, resolve_hparams
         from ...plugins import load_plugins
         from ...protocol import Observation
+        from ..presets import check_hparams_from
+
+        check_hparams_from(self.hparams_from)
 
         if "plugins" in self.settings:
             raise ValueError(f"sweep {self.name!r}: give plug-ins as the sweep file's own `plugins:` key, not in "
@@ -275,6 +283,8 @@ def make_run(spec: SweepSpec, dataset: str, observation: str, method: str, hpara
     run = {"sweep": spec.name, "dataset": dataset, "method": method, "observation": observation, "seed": int(seed),
            "lr": float(lr), "batch_size": int(batch_size), "hparams": hparams, "val_variant": spec.val_variant or _dataset_val_variant(dataset),
            "settings": dict(spec.settings)}
+    if spec.hparams_from is not None and _preset_involved(method, dataset, spec.hparams_from):
+        run["hparams_from"] = spec.hparams_from
     # both only with plug-ins, so that every other run keeps the id it always had
     if spec.plugins:
         run["plugins"] = list(spec.plugins)
@@ -287,6 +297,15 @@ def make_run(spec: SweepSpec, dataset: str, observation: str, method: str, hpara
         run["plugin_code"] = code
     run["run_id"] = run_id(run)
     return run
+
+
+def _preset_involved(method: str, dataset: str, hparams_from: str) -> bool:
+    """Whether ``hparams_from`` can change the run: a preset of the method applies to the data
+    set either way. Only then does the run carry it, so a run that no preset touches keeps the
+    id it has in any other sweep or benchmark, and is found finished there."""
+    from ..presets import PRESETS, hparams_preset
+
+    return f"{method}/{dataset}" in PRESETS or hparams_preset(method, dataset, hparams_from) is not None
 
 
 def _dataset_val_variant(dataset: str) -> str:
