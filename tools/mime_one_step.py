@@ -182,8 +182,8 @@ def _our_name(name: str) -> str | None:
     """The official state-dict key ``name`` as spmlkit's :class:`BottleneckNet` names it (None: no counterpart)."""
     rules = (("backbone.0.body.", "backbone."), ("encoder.encoder.layers.", "head.queries.encoder."),
              ("encoder.decoder.layers.", "head.queries.decoder."), ("encoder.decoder.norm.", "head.queries.decoder_norm."),
-             ("query_embed.weight", "head.queries.queries.weight"), ("fc.W", "head.bottleneck.weight"),
-             ("fc.b", "head.bottleneck.bias"), ("proj.0.", "head.bottleneck.hidden."),
+             ("query_embed.weight", "head.queries.queries.weight"), ("fc.W", "head.bottleneck.classifier.weight"),
+             ("fc.b", "head.bottleneck.classifier.bias"), ("proj.0.", "head.bottleneck.hidden."),
              ("proj.2.", "head.bottleneck.stats."))
     for theirs, mine in rules:
         if name.startswith(theirs):
@@ -216,7 +216,7 @@ def ours(args: argparse.Namespace) -> None:
         for key, value in rec.items():
             if key.startswith(prefix) and (mine := _our_name(key[len(prefix):])) is not None:
                 t = torch.from_numpy(value)
-                values[mine] = t[0] if mine in ("head.bottleneck.weight", "head.bottleneck.bias") else t
+                values[mine] = t[0] if mine.startswith("head.bottleneck.classifier.") else t
         return values
 
     images, truth, observed = _inputs()

@@ -62,6 +62,8 @@ class Method:
     #: the width of the Gaussian bottleneck the method's model classifies through (MIME: 256), used
     #: unless a run sets ``bottleneck`` itself; 0: none (docs/methods.md, "mime")
     bottleneck: int = 0
+    #: what of the method has no meaning on fixed features, and why ("": all of it has; `spmlkit methods`)
+    on_features: str = ""
 
     @property
     def sees_more_labels(self) -> bool:
@@ -151,7 +153,9 @@ for _recipe in [
            "Xu et al., NeurIPS 2022"),
         _m("mime", "mime", "Gaussian bottleneck before the classifier (KL-regularised) + confident predictions "
            "become positive pseudo-labels", "Liu, Xu, Lv, Geng, ICML 2023 (MIME)", labeling="confident_positives",
-           bottleneck=256),
+           bottleneck=256,
+           on_features="the label-query transformer: a feature row has no feature map for class queries to read, so "
+                       "the bottleneck reads the row, one code per row (label_queries is refused)"),
     ]:
     register(_recipe)
 

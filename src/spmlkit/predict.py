@@ -54,10 +54,11 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
 
     Returns the model, the checkpoint (config, class names, threshold, ``"transform"``) and
     the file read. Image runs rebuild their backbone + head without downloading weights;
-    feature runs their :class:`~spmlkit.models.FeatureHead`, whose input width is read from
-    the saved weights (checkpoints of older runs do not record it elsewhere).
+    feature runs their :class:`~spmlkit.models.FeatureHead` (or MIME's bottleneck), whose input width is
+    read from the saved weights (checkpoints of older runs do not record it elsewhere).
     """
-    from .models import FeatureHead, build_model
+    from .methods import bottleneck_width
+    from .models import build_model, feature_model
 
     path = Path(checkpoint)
     if path.is_dir():
@@ -67,17 +68,22 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
         if key not in ckpt:
             raise ValueError(f"{path} is not an spmlkit run checkpoint (no {key!r}); pass a run folder or its best.pt")
     cfg = saved_settings(ckpt["config"])
+    width = bottleneck_width(cfg.get("method", "an"), cfg.get("bottleneck"))  # MIME's Gaussian bottleneck, or 0
+    samples = int(cfg.get("bottleneck_samples", 10))
     if (ckpt.get("transform") or {}).get("kind") == "features":
         widths = [v.shape[1] for k, v in ckpt["model"].items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
         if not widths:
             raise ValueError(f"{path} is a feature run without a linear layer's weights; the file was changed after "
                              "training: use the best.pt written by `spmlkit train`, or train the run again")
-        model: torch.nn.Module = FeatureHead(int(widths[0]), len(ckpt["class_names"]), cfg.get("head", "linear"),
-                                             int(cfg.get("hidden", 256)), float(cfg.get("dropout", 0.0)))
+        model: torch.nn.Module = feature_model(int(widths[0]), len(ckpt["class_names"]), head=cfg.get("head", "linear"),
+                                               hidden=int(cfg.get("hidden", 256)), dropout=float(cfg.get("dropout", 0.0)),
+                                               bottleneck=width, bottleneck_samples=samples)
     else:
         lgconv = cfg.get("lgconv", False)  # the recipe's LgConv variant has a projection bias
         model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False, lgconv=lgconv,
-                            lgconv_options={"project_bias": bool(cfg.get("lgconv_bias", False))} if lgconv else None)
+                            lgconv_options={"project_bias": bool(cfg.get("lgconv_bias", False))} if lgconv else None,
+                            bottleneck=width, bottleneck_samples=samples,
+                            label_queries=bool(cfg.get("label_queries", False)))
     _check_weights_fit(path, ckpt, model)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()

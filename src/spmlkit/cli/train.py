@@ -21,7 +21,7 @@ _OPTIONS = {
     "linear_init_epochs": "linear_init_epochs", "weight_decay": "weight_decay", "out": "out",
     "pretrained": "pretrained", "lgconv": "lgconv", "head": "head", "subset": "subset", "features": "dataset",
     "batch_statistics": "batch_statistics", "decode": "decode", "compile": "compile", "loggers": "loggers",
-    "deterministic": "deterministic",
+    "deterministic": "deterministic", "bottleneck": "bottleneck", "label_queries": "label_queries",
 }
 
 
@@ -79,6 +79,9 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                             "default: pretrained)")
     model.add_argument("--lgconv", action="store_true", default=None,
                        help="add PU-MLC's local-global convolutions (default: off)")
+    model.add_argument("--label-queries", action="store_true", default=None,
+                       help="put the label-query transformer of the LAC and MIME code (one output per class) between "
+                            "the backbone and the classifier (default: off)")
     model.add_argument("--image-size", type=int, metavar="PIXELS",
                        help=f"images are resized to PIXELS x PIXELS (default: {_default('image_size')})")
     machine = p.add_argument_group("machine")
@@ -110,6 +113,9 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                              f"{_default('val_frac')})")
     method.add_argument("--head", choices=("linear", "mlp"),
                         help=f"feature datasets: the network on the features (default: {_default('head')})")
+    method.add_argument("--bottleneck", type=int, metavar="WIDTH",
+                        help="width of MIME's Gaussian bottleneck before the classifier, 0 for none (default: the "
+                             "method's own: 256 for mime, none for the others)")
     method.add_argument("--batch-statistics", choices=("global", "process"),
                         help="under torchrun: loss statistics over the whole global batch or each process's slice "
                              "(default: the method's; PU-MLC: process)")
@@ -123,7 +129,8 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                      help="stop after N epochs without a validation gain, 0 for EM's rule (default: train every epoch)")
     opt.add_argument("--stop-drop", type=float, metavar="DROP",
                      help="stop when validation mAP falls this far below the best, e.g. 0.02 as GR (default: never)")
-    opt.add_argument("--optimizer", choices=("adam", "sgd"), help=f"the optimiser (default: {_default('optimizer')})")
+    opt.add_argument("--optimizer", choices=("adam", "adamax", "sgd"),
+                     help=f"the optimiser (default: {_default('optimizer')}; adamax is MIME's code's)")
     opt.add_argument("--head-lr-mult", type=float, metavar="FACTOR",
                      help=f"image runs: the head's learning rate over the backbone's (default: {_default('head_lr_mult')})")
     opt.add_argument("--weight-decay", type=float, help=f"L2 weight decay (default: {_default('weight_decay')})")

@@ -51,7 +51,7 @@ class MIME(SPMLLoss):
     Args:
         beta: weight of the KL term (the code's 1e-4 on every image set).
         numerics: "stable" computes the logarithms as log-sigmoids; "reference" as the code does,
-            ``−log(σ(z) + 1e-5)`` and ``−log(1 − σ(z) + 1e-5)`` (docs/methods.md, "Numerics").
+            ``−log(σ(z) + 1e-5)`` and ``−log(1 − σ(z) + 1e-5)`` (docs/methods.md, "mime").
     """
 
     needs_latent = True

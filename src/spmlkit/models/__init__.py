@@ -9,7 +9,8 @@ pooling -> linear layer. ``lgconv=True`` adds PU-MLC's local-global convolutions
 
 from .backbones import SMALL_MODELS, SmallResNet, create_backbone, torchvision_weights
 from .bottleneck import BottleneckNet, GaussianBottleneck
-from .head import FeatureHead, SPMLNet, build_model, feature_model, global_average_pool
+from .build import build_model, feature_model
+from .head import FeatureHead, SPMLNet, global_average_pool
 from .label_query import LabelQueryHead, LabelQueryNet, sine_positions
 from .lgconv import LgConv, convert_lgconv, count_lgconv, lgconv_branch_parameters, skip_reason
 

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from .head import affine, global_average_pool
+from .label_query import LabelQueryHead
 
 __all__ = ["BottleneckNet", "GaussianBottleneck", "Latent"]
 
@@ -61,7 +62,7 @@ class GaussianBottleneck(nn.Module):
     :class:`BottleneckNet` it is the classifier of an image run.
 
     Initialisation as the MIME code's: PyTorch's defaults for the two layers, U(±1/√w) for the
-    classifier's weights and biases.
+    classifier's weights and biases (``classifier``, one row per class).
     """
 
     batchable = True
@@ -74,9 +75,10 @@ class GaussianBottleneck(nn.Module):
             _positive_int(name, value)
         self.hidden = nn.Linear(in_dim, in_dim)
         self.stats = nn.Linear(in_dim, 2 * width)
-        bound = 1.0 / math.sqrt(width)
-        self.weight = nn.Parameter(torch.empty(num_classes, width).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(num_classes).uniform_(-bound, bound))
+        # one weight vector and bias per class; PyTorch's default initialisation of a linear layer draws
+        # both from U(±1/√w), the code's initialisation of its grouped linear layer. Registered last, so a
+        # checkpoint's last matrix is the classifier (spmlkit.training.run_dir.num_outputs)
+        self.classifier = nn.Linear(width, num_classes)
         self.in_dim, self.num_classes, self.width = in_dim, num_classes, width
         self.samples, self.per_class = samples, per_class
 
@@ -97,9 +99,10 @@ class GaussianBottleneck(nn.Module):
     def classify(self, z: torch.Tensor) -> torch.Tensor:
         """Logits ``[..., B, C]`` of codes ``z``: ``v_c · z_c + b_c`` per class (``[..., B, C, w]``, the
         code's grouped linear layer), or ``v_c · z + b_c`` for one code per row (``[..., B, w]``)."""
+        weight, bias = self.classifier.weight, self.classifier.bias
         if self.per_class:
-            return (self.weight.unsqueeze(-3) * z).sum(-1) + self.bias.unsqueeze(-2)
-        return affine(z, self.weight, self.bias)
+            return (weight.unsqueeze(-3) * z).sum(-1) + bias.unsqueeze(-2)
+        return affine(z, weight, bias)
 
     def sample(self, mu: torch.Tensor, std: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
         """The code a training step classifies. ``noise`` is ``ε̄`` (the shape of ``μ``) or the code's
@@ -147,8 +150,6 @@ class BottleneckNet(nn.Module):
         self.backbone = backbone
         parts: dict[str, nn.Module] = {}
         if label_queries:
-            from .label_query import LabelQueryHead
-
             queries = LabelQueryHead(feat_dim, num_classes)
             # the bottleneck classifies; the query head's own linear classifier would never train
             del queries.weight, queries.bias
