@@ -197,7 +197,7 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
     from ..data.registry import labels_held
     from ..experiments import benchmark as bm
     from ..experiments.suites import suite_datasets
-    from ..methods import METHODS, get_method
+    from ..methods import get_method
     from ..plugins import load_plugins
     from ..training.config import DataConfig, merged_plugins  # train's default dataset is the benchmark's
     from ..training.run_dir import RunDirectory
@@ -216,7 +216,7 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
     plugins = tuple(merged_plugins(plugin_refs(args), settings.pop("plugins", None), where=f"config file {args.config}"))
     load_plugins(plugins)  # a --config file's too, before its methods are looked up
     notes = []
-    methods = tuple(args.methods) if args.methods else tuple(METHODS)
+    methods = tuple(args.methods) if args.methods else bm.default_methods(datasets)
     own = [d for d in datasets if labels_held(d).labels == "observed"]
     if own and not args.methods:  # nothing to compare the references with: they need the truth
         references = [m for m in methods if get_method(m).labels != "observed"]

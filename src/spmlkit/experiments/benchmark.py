@@ -47,7 +47,7 @@ from .sweep import SweepResult, SweepSpec, expand, run_sweep
 
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
            "dataset_folders", "labels_measured", "measured_on", "one_source", "hyperparameter_source",
-           "reference_methods", "gap_note", "table_title", "DEFAULT_LRS", "DEFAULT_SEEDS"]
+           "reference_methods", "default_methods", "gap_note", "table_title", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 
 STORE_NAME = "results.db"
 #: what a benchmark of several data sets keeps in ``<out>`` itself beside the data sets' folders
@@ -70,9 +70,9 @@ class BenchmarkSpec:
     """
 
     dataset: str = "yeast"
-    #: by default every method that has a meaning on every data set: the two-view methods of LAC (plc,
-    #: lac) train on images only (docs/methods.md, "plc") and are named when a benchmark of images wants them
-    methods: tuple[str, ...] = tuple(m for m in METHODS if not METHODS[m].images_only)
+    #: None: every registered method that has a meaning on the data set (:func:`default_methods`, read
+    #: when the spec is made, so a plug-in's methods are in it)
+    methods: tuple[str, ...] | None = None
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     lrs: tuple[float, ...] = DEFAULT_LRS
     observation: str | None = None  # None: the data set's own (presets.default_observation)
@@ -97,12 +97,14 @@ class BenchmarkSpec:
     def __post_init__(self) -> None:
         from ..plugins import is_file_reference, load_plugins
 
-        if not self.seeds or not self.lrs or not self.methods:
-            raise ValueError("a benchmark needs at least one method, one seed and one lr")
         # absolute, so that a worker started elsewhere (a Ray node) finds the same files
         self.plugins = tuple(str(Path(ref).expanduser().absolute()) if is_file_reference(ref) else ref
                              for ref in self.plugins)
         load_plugins(self.plugins)
+        if self.methods is None:
+            self.methods = default_methods([self.dataset])
+        if not self.seeds or not self.lrs or not self.methods:
+            raise ValueError("a benchmark needs at least one method, one seed and one lr")
         for m in self.methods:
             get_method(m)
         if self.observation is not None:
@@ -135,6 +137,17 @@ class BenchmarkSpec:
                          observations=None if self.observation is None else [self.observation],
                          hparams=dict(self.hparams or {}), settings=settings, val_variant=self.val_variant,
                          store=str(store), plugins=list(self.plugins), hparams_from=self.hparams_from)
+
+
+def default_methods(datasets: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Every registered method (built-in or a plug-in's) that has a meaning on each of ``datasets``:
+    a method that learns from image augmentations or activation maps (``Method.images_only``) is
+    left out when any of them is a feature set, where every run of it would be refused
+    (docs/methods.md, "Two views of each image"); a benchmark of images includes it."""
+    from ..data.registry import is_feature_dataset
+
+    features = any(is_feature_dataset(d) for d in datasets)
+    return tuple(m for m in METHODS if not (features and METHODS[m].images_only))
 
 
 def labels_measured(spec: BenchmarkSpec) -> dict[str, str | None]:
