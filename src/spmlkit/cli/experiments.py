@@ -447,25 +447,30 @@ def run_report(args: argparse.Namespace) -> int:
     from ..experiments.plots import make_all_figures
     from ..experiments.report_files import write_tables
     from ..experiments.report_folder import open_report_folder
+    from ..io import inputs_kept
 
+    store = Path(args.store)
+    # the store and SQLite's files beside it: no file the report writes may replace them
+    kept = [store, *(store.with_name(store.name + end) for end in ("-wal", "-shm", "-journal"))]
     with user_input():
         bad = sorted(set(args.formats) - set(_FORMATS))
         if bad:
             raise ValueError(f"--formats: unknown format(s) {', '.join(bad)}; choose from {', '.join(_FORMATS)}")
-        ok = _finished_runs(Path(args.store))
-        folder = open_report_folder(args.out, overwrite=args.overwrite)
+        ok = _finished_runs(store)
+        folder = open_report_folder(args.out, overwrite=args.overwrite, inputs={"--store": store, **{f"the store's {p.name}": p for p in kept[1:]}})
         out = folder.path
     screen = console()
-    written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
-    for title, markdown in tables:
-        screen.print(f"[bold]{title}[/bold]")
-        screen.print(markdown)
-    if not args.no_figures:
-        def note(line: str) -> None:  # a figure the runs cannot feed: said in one line, the report goes on
-            screen.print(f"note: {line}", markup=False, soft_wrap=True)
+    with inputs_kept(kept, "the results store this report reads"):
+        written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
+        for title, markdown in tables:
+            screen.print(f"[bold]{title}[/bold]")
+            screen.print(markdown)
+        if not args.no_figures:
+            def note(line: str) -> None:  # a figure the runs cannot feed: said in one line, the report goes on
+                screen.print(f"note: {line}", markup=False, soft_wrap=True)
 
-        written += make_all_figures(ok, out / "figures", on_skip=note)
-    removed = folder.finish(written)
+            written += make_all_figures(ok, out / "figures", on_skip=note)
+        removed = folder.finish(written)
     gone = f"; removed {len(removed)} file(s) of the previous report that this one does not write" if removed else ""
     screen.print(f"wrote {len(written)} files to {out}{gone}")
     return 0

@@ -22,6 +22,7 @@ the leaderboard across them (:mod:`spmlkit.experiments.leaderboard`) into ``<out
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,6 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..file_names import file_stem, identified_stem
 from ..io import atomic_write_json, atomic_write_text
 from ..methods import METHODS, get_method
 from ..output_dir import MARKER
@@ -104,7 +106,7 @@ class BenchmarkSpec:
         settings: dict[str, Any] = {"epochs": self.epochs, "head": self.head, **(self.settings or {})}
         if self.subset is not None:
             settings["subset"] = self.subset
-        return SweepSpec(name=f"benchmark-{self.dataset}", datasets=[self.dataset], methods=list(self.methods),
+        return SweepSpec(name=f"benchmark-{file_stem(self.dataset)}", datasets=[self.dataset], methods=list(self.methods),
                          seeds=list(self.seeds), lrs=list(self.lrs),
                          batch_sizes=None if self.batch_size is None else [self.batch_size],
                          observations=None if self.observation is None else [self.observation],
@@ -197,32 +199,39 @@ def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, 
 
 
 def dataset_folders(datasets: Sequence[str], out_dir: str | Path) -> dict[str, Path]:
-    """Each data set's output folder: ``<out>/<name>`` (a feature folder's last path part).
+    """Each data set's output folder: ``<out>/<name>``, always directly inside ``<out>``.
 
-    A data set named twice (under one name or two: ``emotions`` and ``mulan/emotions``), two
-    folders with the same last part, or a folder named as a file the benchmark keeps in
-    ``<out>`` (its ``results.db``, the leaderboard) would write one output over another, or fail
-    after every run trained: each is the user's to fix, and refused before any run (ValueError).
+    ``<name>`` is a named data set's own name (``yeast``; ``emotions`` for ``mulan/emotions``) or
+    the name of a feature folder as it resolves (``ff/myfeats/sub/..`` is ``myfeats``, ``.`` the
+    working folder's name: never ``.`` or ``..``), written by :func:`~spmlkit.file_names.file_stem`
+    (a name that is not plain gets its digest, so none leaves ``<out>`` or is too long). Two data
+    sets whose names would share a folder (``a/feats`` and ``b/feats``) each get the digest form
+    of the whole data set's identity, so neither replaces the other's tables, whichever comes
+    first. A data set named twice (under one name or two: ``emotions`` and ``mulan/emotions``)
+    or a folder named as a file the benchmark keeps in ``<out>`` (its ``results.db``, the
+    leaderboard) is the user's to fix, and refused before any run (ValueError).
     """
-    from ..data.registry import same_data
+    from ..data.registry import DATASETS, same_data
 
-    folders: dict[str, Path] = {}
+    named: dict[str, tuple[str, str]] = {}  # data set -> (its folder name's stem, its identity)
     for ds in datasets:
-        if ds in folders:
+        if ds in named:
             raise ValueError(f"--dataset {ds} is given twice; name each data set once")
-        same = next(((other, why) for other in folders if (why := same_data(other, ds))), None)
+        same = next(((other, why) for other in named if (why := same_data(other, ds))), None)
         if same is not None:
             raise ValueError(f"--dataset {same[0]} and --dataset {ds} are the same data set ({same[1]}); name it once")
-        folder = Path(out_dir) / Path(ds).name
-        if folder.name in OWN_FILES:
-            raise ValueError(f"the tables of data set {ds} would go to {folder}, which is the benchmark's own "
-                             f"{folder.name}; give the feature folder another name (or a link to it)")
-        clash = next((other for other, f in folders.items() if f == folder), None)
-        if clash is not None:
-            raise ValueError(f"data sets {clash} and {ds} would both write their tables to {folder}; give the "
-                             "feature folders distinct names")
-        folders[ds] = folder
-    return folders
+        if ds in DATASETS:
+            stem, identity = Path(ds).name, f"named:{ds}"
+        else:
+            where = Path(ds).expanduser().resolve()
+            stem, identity = where.name or "root", f"folder:{where}"
+        if stem in OWN_FILES:
+            raise ValueError(f"the tables of data set {ds} would go to {Path(out_dir) / stem}, which is the "
+                             f"benchmark's own {stem}; give the feature folder another name (or a link to it)")
+        named[ds] = (file_stem(stem), identity)
+    shared = Counter(name for name, _ in named.values())
+    return {ds: Path(out_dir) / (name if shared[name] == 1 else identified_stem(name, identity))
+            for ds, (name, identity) in named.items()}
 
 
 def suite_sweep(specs: Sequence[BenchmarkSpec], store: str | Path) -> SweepSpec:

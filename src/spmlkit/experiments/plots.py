@@ -30,7 +30,6 @@ import hashlib
 import io
 import math
 import os
-import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -43,6 +42,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from ..file_names import UniqueNames
 from ..io import atomic_write_bytes
 from .figure_layout import DPI, LINE_STYLES, bottom_panels, grid_shape, method_groups, new_figure, panel_grid
 from .published import DATASET_LABELS, METHOD_LABELS, display_name
@@ -683,10 +683,6 @@ def _analysis(record: Record, key: str) -> Any:
     return a.get(key) if isinstance(a, dict) else None
 
 
-def _slug(*parts: Any) -> str:
-    return "_".join(re.sub(r"[^A-Za-z0-9._]+", "-", str(p)).strip("-") for p in parts if p not in (None, ""))
-
-
 def _as_frame(source: Any) -> pd.DataFrame:
     from .store import ResultsStore
 
@@ -758,8 +754,10 @@ def make_all_figures(
     chosen = {rid for ids in agg["run_ids"] for rid in ids}
     records = [r for r in ok.to_dict("records") if r["run_id"] in chosen]
 
+    names = UniqueNames()  # one file per figure: user-chosen names never share a file (spmlkit/file_names.py)
+
     def emit(fig: Figure, *name: Any) -> None:
-        files.extend(save(fig, out / _slug(*name), formats))
+        files.extend(save(fig, out / names.name(*name), formats))
 
     groups: dict[tuple[str, str], list[Record]] = {}
     for r in records:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import user_input
+from ...file_names import file_stem
 from ..store import ResultsStore, new_owner_id
 from .backends import make_executor
 from .claims import LEASE_SECONDS, RENEW_SECONDS, Heartbeat, SweepState
@@ -122,7 +123,7 @@ def run_sweep(
                          f"lease ({lease_seconds} s); by default leases last {LEASE_SECONDS:g} s, renewed every "
                          f"{RENEW_SECONDS:g} s")
     store_file = Path(store_path or spec.store)
-    runs_dir = str(store_file.parent / f"{spec.name}-runs")
+    runs_dir = str(store_file.parent / f"{file_stem(spec.name)}-runs")  # a name of the user's stays in that folder
     # an executor that starts in the background overlaps its start-up with the checks below
     # (docs/architecture.md, "The sweep: claims, executors, cores")
     if executor.starts_in_background:
