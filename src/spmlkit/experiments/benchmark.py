@@ -39,6 +39,7 @@ from . import report
 from .leaderboard import Leaderboard, build_leaderboard, scores_from_tables, write_leaderboard
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
+from .sweep.spec import first_repeated, repeat_words
 
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
            "dataset_folders", "labels_measured", "measured_on", "DEFAULT_LRS", "DEFAULT_SEEDS"]
@@ -82,6 +83,10 @@ class BenchmarkSpec:
     def __post_init__(self) -> None:
         if not self.seeds or not self.lrs or not self.methods:
             raise ValueError("a benchmark needs at least one method, one seed and one lr")
+        for axis in ("methods", "seeds", "lrs"):  # one grid point twice: docs/sweep-files.md
+            pair = first_repeated(getattr(self, axis))
+            if pair is not None:
+                raise ValueError(f"the benchmark's {axis} {repeat_words(*pair)}; give each value once")
         for m in self.methods:
             get_method(m)
         if self.observation is not None:
@@ -134,12 +139,14 @@ def measured_on(spec: BenchmarkSpec) -> str:
     return f"{test}; lr selected on {val}"
 
 
-def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1,
+def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1, retry_failed: bool = False,
                   on_result: Callable[[dict[str, Any]], None] | None = None,
                   on_start: Callable[[int, int], None] | None = None) -> SweepResult:
-    """Run every unfinished (method, lr, seed) of ``spec`` into ``<out_dir>/results.db``."""
+    """Run every unfinished (method, lr, seed) of ``spec`` into ``<out_dir>/results.db``; a run
+    recorded as failed counts as finished unless ``retry_failed`` (as in a sweep)."""
     store = Path(out_dir) / STORE_NAME
-    return run_sweep(spec.sweep(store), jobs=jobs, on_result=on_result, on_start=on_start)
+    return run_sweep(spec.sweep(store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
+                     on_start=on_start)
 
 
 def benchmark_runs(spec: BenchmarkSpec, store: str | Path) -> pd.DataFrame:
@@ -247,14 +254,15 @@ def suite_sweep(specs: Sequence[BenchmarkSpec], store: str | Path) -> SweepSpec:
     return replace(first.sweep(store), name="benchmark-suite", datasets=[s.dataset for s in specs])
 
 
-def run_benchmarks(specs: Sequence[BenchmarkSpec], out_dir: str | Path, *, jobs: int = 1,
+def run_benchmarks(specs: Sequence[BenchmarkSpec], out_dir: str | Path, *, jobs: int = 1, retry_failed: bool = False,
                    on_result: Callable[[dict[str, Any]], None] | None = None,
                    on_start: Callable[[int, int], None] | None = None) -> SweepResult:
     """Run every unfinished (data set, method, lr, seed) of ``specs`` into ``<out_dir>/results.db``,
     as one sweep: workers move on to the next data set's runs without waiting for a table."""
     dataset_folders([s.dataset for s in specs], out_dir)  # a clash is refused before any run
     store = Path(out_dir) / STORE_NAME
-    return run_sweep(suite_sweep(specs, store), jobs=jobs, on_result=on_result, on_start=on_start)
+    return run_sweep(suite_sweep(specs, store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
+                     on_start=on_start)
 
 
 def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], store: str | Path, *,

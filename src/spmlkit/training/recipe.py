@@ -34,6 +34,7 @@ which spmlkit does not imitate (docs/protocol.md, "PU-MLC code differs from the 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -45,14 +46,14 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from .. import metrics
 from ..models.parts import freeze_batchnorm, part_parameters, train_only
-from .config import RecipeConfig, RunConfig
+from .config import RecipeConfig, RunConfig, check_min_lr
 
 if TYPE_CHECKING:
     from .distributed import Distributed
     from .loop import Group, Run
     from .run_data import RunData
 
-__all__ = ["Recipe", "build_scheduler", "check_recipe", "global_batch_size", "prepare_parts", "steps_per_epoch"]
+__all__ = ["Recipe", "build_scheduler", "check_parts", "check_recipe", "global_batch_size", "prepare_parts", "steps_per_epoch"]
 
 
 def global_batch_size(config: RunConfig, dist: Distributed) -> int:
@@ -87,17 +88,44 @@ def check_recipe(config: RunConfig, data: RunData, train_rows: int, dist: Distri
         raise ValueError(f"crop_scale {recipe.crop_scale} differs from this dataset's image size "
                          f"{config.data.image_size}; it is generated in memory and has no files to read at another "
                          f"size: set crop_scale to {config.data.image_size}")
-    if recipe.train_only is not None:
-        from .config import config_from_dict
+    check_min_lr(config)
+    check_parts(config, data.kind)
 
-        plain = config_from_dict({"pretrained": False}, base=config) if data.kind == "images" else config
-        try:
-            with torch.device("meta"):
-                model = data.build_model(plain)
-        except (NotImplementedError, RuntimeError):  # a network whose construction reads values: build it for real
-            model = data.build_model(plain)
-        for name in recipe.train_only:
-            part_parameters(model, name)
+
+def check_parts(config: RunConfig, kind: str) -> None:
+    """Refuse (ValueError naming the valid names) a ``train_only`` name the run's model does not have.
+
+    Needs no data: which parts a model has depends on its kind (``"features"``: a head;
+    ``"images"``: the backbone, LgConv, a head), never on the feature width or the class count,
+    so the model is built on the meta device (no memory, no weights read) with one input and one
+    class. A sweep's dry run and its start check every run's names this way before any run trains,
+    as a run's plan does; the same settings are built once per process."""
+    recipe = config.recipe
+    if recipe.train_only is None:
+        return
+    model = config.model
+    _check_part_names(kind, tuple(recipe.train_only), model.head, model.hidden, model.backbone, bool(model.lgconv),
+                      recipe.lgconv_bias, recipe.lgconv_gamma_init)
+
+
+@functools.lru_cache(maxsize=64)
+def _check_part_names(kind: str, names: tuple[str, ...], head: str, hidden: int, backbone: str, lgconv: bool,
+                      lgconv_bias: bool, lgconv_gamma_init: str) -> None:
+    from ..models import FeatureHead, build_model
+
+    def build() -> nn.Module:
+        if kind == "features":
+            return FeatureHead(1, 1, head, hidden, 0.0)
+        options = {"project_bias": lgconv_bias, "gamma_init": lgconv_gamma_init} if lgconv else None
+        return build_model(backbone, 1, pretrained=False, lgconv=lgconv, lgconv_options=options)
+
+    try:
+        with torch.device("meta"):
+            stand_in = build()
+    except (NotImplementedError, RuntimeError):  # a network whose construction reads values: build it for real
+        stand_in = build()
+    for name in names:
+        part_parameters(stand_in, name)
 
 
 def prepare_parts(config: RunConfig, model: nn.Module) -> None:

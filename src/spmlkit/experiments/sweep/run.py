@@ -47,6 +47,9 @@ class SweepResult:
     store: Path
     held: int = 0
     owner: str = ""
+    #: runs of the grid recorded as failed before this call and not run again (no ``retry_failed``):
+    #: counted among ``skipped``
+    failed_before: int = 0
 
 
 class SweepTerminated(KeyboardInterrupt):
@@ -136,6 +139,7 @@ def run_sweep(
         total = grid_size(spec)
         finished = _finished_ids(spec, store, retry_failed)
         already = len(finished)
+        failed_before = 0 if retry_failed else len(finished - _finished_ids(spec, store, True))
         if on_start:
             on_start(total, already)
         if not executor.starts_in_background:
@@ -154,7 +158,7 @@ def run_sweep(
     finally:
         sweep.give_up()
     return SweepResult(total=total, skipped=already + sweep.found_finished, ran=sweep.ran, failed=sweep.failed,
-                       store=Path(store.path), held=sweep.held, owner=owner)
+                       store=Path(store.path), held=sweep.held, owner=owner, failed_before=failed_before)
 
 
 def _check_settings(spec: SweepSpec) -> None:
