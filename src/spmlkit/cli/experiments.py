@@ -151,6 +151,14 @@ class _SweepProgress:
         self.progress.update(self.task, advance=1,
                              description=f"{rec['method']:>8} lr={rec['lr']:g} seed={rec['seed']}")
 
+    def on_wait(self, held: int) -> None:
+        """Runs of a benchmark's grid that another live sweep holds: said when their number changes,
+        while the benchmark waits for them before writing its tables."""
+        if held != getattr(self, "_waiting", None):
+            self._waiting = held
+            print_whole_words(self.screen, f"waiting for {held} run(s) of this grid that another sweep or benchmark "
+                                           "is training, so the tables hold every run", markup=False)
+
     def on_skip(self, run: dict[str, Any], reason: str) -> None:
         """A run another sweep finished or holds: not ours to run, so it counts as done here."""
         self.progress.update(self.task, advance=1)
@@ -267,42 +275,50 @@ def _refuse_repeated_options(args: argparse.Namespace) -> None:
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
+    import contextlib
+
     from ..errors import InputError, user_input
     from ..experiments import benchmark as bm
+    from ..experiments.benchmark_hold import hold_out_folder
     from ..experiments.sweep.cores import default_jobs
 
-    with user_input():
-        _refuse_repeated_options(args)
-        specs, notes = _benchmark_specs(args)
-        datasets = [spec.dataset for spec in specs]
-        if len(specs) > 1:  # a refusal here leaves no output folder behind
-            bm.dataset_folders(datasets, args.out)
-        out = _output_folder(args.out)
-    screen = console()
-    for line in notes:
-        print_whole_words(screen, f"note: {line}", markup=False)
-    t0 = time.perf_counter()
-    jobs = args.jobs if args.jobs is not None else default_jobs(datasets)  # a typed --jobs is used as given
-    if len(specs) > 1:
-        return _run_suite(args, specs, out, jobs, screen, t0)
-    spec = specs[0]
-    tracker = _SweepProgress(screen, f"benchmark {spec.dataset} ({spec.observation_used})", args.quiet,
-                             str(out / bm.STORE_NAME), jobs)
-    with tracker.progress:
-        result = bm.run_benchmark(spec, out, jobs=jobs, retry_failed=args.retry_failed, on_result=tracker.on_result,
-                                  on_start=tracker.on_start)
-    tracker.print_failures()
-    runs = bm.benchmark_runs(spec, result.store)
-    failed = tracker.print_earlier_failures(runs)
-    if runs.empty or not (runs["status"] == "ok").any():
-        raise InputError(f"every run of the benchmark failed ({len(runs)} runs; their errors are above). Earlier "
-                         f"tables in {out} are left as they were")
-    rows, agg = bm.summarize(runs, spec.methods)
-    paths = bm.write_outputs(out, spec, runs, rows, agg)
-    _print_benchmark_table(screen, spec, rows)
-    print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
-                              f"{result.skipped} finished runs reused from {result.store})")
-    return 1 if failed else 0  # a table without some of its runs is not a clean finish
+    with contextlib.ExitStack() as held:
+        with user_input():
+            _refuse_repeated_options(args)
+            specs, notes = _benchmark_specs(args)
+            datasets = [spec.dataset for spec in specs]
+            if len(specs) > 1:  # a refusal here leaves no output folder behind
+                bm.dataset_folders(datasets, args.out)
+            out = _output_folder(args.out)
+            # one grid's tables per folder at a time (experiments/benchmark_hold.py)
+            held.enter_context(hold_out_folder(out, bm.grid_of(specs, out / bm.STORE_NAME)))
+        screen = console()
+        for line in notes:
+            print_whole_words(screen, f"note: {line}", markup=False)
+        t0 = time.perf_counter()
+        jobs = args.jobs if args.jobs is not None else default_jobs(datasets)  # a typed --jobs is used as given
+        if len(specs) > 1:
+            return _run_suite(args, specs, out, jobs, screen, t0)
+        spec = specs[0]
+        tracker = _SweepProgress(screen, f"benchmark {spec.dataset} ({spec.observation_used})", args.quiet,
+                                 str(out / bm.STORE_NAME), jobs)
+        with tracker.progress:
+            result = bm.run_benchmark(spec, out, jobs=jobs, retry_failed=args.retry_failed,
+                                      on_result=tracker.on_result, on_start=tracker.on_start,
+                                      on_wait=tracker.on_wait)
+        tracker.print_failures()
+        runs = bm.benchmark_runs(spec, result.store)
+        failed = tracker.print_earlier_failures(runs)
+        if runs.empty or not (runs["status"] == "ok").any():
+            raise InputError(f"every run of the benchmark failed ({len(runs)} runs; their errors are above). Earlier "
+                             f"tables in {out} are left as they were")
+        rows, agg = bm.summarize(runs, spec.methods)
+        paths = bm.write_outputs(out, spec, runs, rows, agg)
+        _print_benchmark_table(screen, spec, rows)
+        print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  "
+                                  f"({time.perf_counter() - t0:.1f} s; {result.skipped} finished runs reused from "
+                                  f"{result.store})")
+        return 1 if failed else 0  # a table without some of its runs is not a clean finish
 
 
 def _print_benchmark_table(screen: Any, spec: Any, rows: list[dict[str, Any]]) -> None:
@@ -351,7 +367,7 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
                              str(out / bm.STORE_NAME), jobs)
     with tracker.progress:
         result = bm.run_benchmarks(specs, out, jobs=jobs, retry_failed=args.retry_failed,
-                                   on_result=tracker.on_result, on_start=tracker.on_start)
+                                   on_result=tracker.on_result, on_start=tracker.on_start, on_wait=tracker.on_wait)
     tracker.print_failures()
     failed = tracker.print_earlier_failures(pd.concat([bm.benchmark_runs(spec, result.store) for spec in specs]))
     title = (f"Leaderboard over {', '.join(s.dataset for s in specs)} ({specs[0].observation}): test mAP (%), lr "

@@ -36,13 +36,14 @@ from ..methods import METHODS, get_method
 from ..output_dir import MARKER
 from ..protocol import Observation
 from . import report
+from .benchmark_hold import WAIT_SECONDS, grid_digest, sweep_until_none_held
 from .leaderboard import Leaderboard, build_leaderboard, scores_from_tables, write_leaderboard
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
 from .sweep.spec import first_repeated, repeat_words
 
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
-           "dataset_folders", "labels_measured", "measured_on", "DEFAULT_LRS", "DEFAULT_SEEDS"]
+           "dataset_folders", "grid_of", "labels_measured", "measured_on", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 
 DEFAULT_SEEDS = (0, 1, 2)
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2)
@@ -141,12 +142,23 @@ def measured_on(spec: BenchmarkSpec) -> str:
 
 def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1, retry_failed: bool = False,
                   on_result: Callable[[dict[str, Any]], None] | None = None,
-                  on_start: Callable[[int, int], None] | None = None) -> SweepResult:
+                  on_start: Callable[[int, int], None] | None = None,
+                  on_wait: Callable[[int], None] | None = None, wait_seconds: float = WAIT_SECONDS) -> SweepResult:
     """Run every unfinished (method, lr, seed) of ``spec`` into ``<out_dir>/results.db``; a run
-    recorded as failed counts as finished unless ``retry_failed`` (as in a sweep)."""
+    recorded as failed counts as finished unless ``retry_failed`` (as in a sweep). Runs another
+    live sweep holds are waited for (:func:`~spmlkit.experiments.benchmark_hold.sweep_until_none_held`),
+    so the tables written next hold every run of the grid."""
     store = Path(out_dir) / STORE_NAME
-    return run_sweep(spec.sweep(store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
-                     on_start=on_start)
+    return sweep_until_none_held(
+        lambda first: run_sweep(spec.sweep(store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
+                                on_start=on_start if first else None),
+        on_wait, wait_seconds)
+
+
+def grid_of(specs: Sequence[BenchmarkSpec], store: str | Path) -> str:
+    """The digest of the runs of ``specs`` (:func:`~spmlkit.experiments.benchmark_hold.grid_digest`): two
+    benchmarks of one grid share an output folder, two of different grids do not at once."""
+    return grid_digest(r["run_id"] for spec in specs for r in expand(spec.sweep(store)))
 
 
 def benchmark_runs(spec: BenchmarkSpec, store: str | Path) -> pd.DataFrame:
@@ -256,13 +268,16 @@ def suite_sweep(specs: Sequence[BenchmarkSpec], store: str | Path) -> SweepSpec:
 
 def run_benchmarks(specs: Sequence[BenchmarkSpec], out_dir: str | Path, *, jobs: int = 1, retry_failed: bool = False,
                    on_result: Callable[[dict[str, Any]], None] | None = None,
-                   on_start: Callable[[int, int], None] | None = None) -> SweepResult:
+                   on_start: Callable[[int, int], None] | None = None,
+                   on_wait: Callable[[int], None] | None = None, wait_seconds: float = WAIT_SECONDS) -> SweepResult:
     """Run every unfinished (data set, method, lr, seed) of ``specs`` into ``<out_dir>/results.db``,
     as one sweep: workers move on to the next data set's runs without waiting for a table."""
     dataset_folders([s.dataset for s in specs], out_dir)  # a clash is refused before any run
     store = Path(out_dir) / STORE_NAME
-    return run_sweep(suite_sweep(specs, store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
-                     on_start=on_start)
+    return sweep_until_none_held(
+        lambda first: run_sweep(suite_sweep(specs, store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
+                                on_start=on_start if first else None),
+        on_wait, wait_seconds)
 
 
 def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], store: str | Path, *,

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from matplotlib.ticker import FixedFormatter, FuncFormatter
 
 __all__ = ["HEAD", "MAX_NAME", "TAIL", "finish", "name", "short_labels", "visible"]
 
@@ -174,17 +175,30 @@ def _line_order(line: str) -> str:
     return "".join(out)
 
 
+def _drawn_label(label: Callable[..., str], drawn: Callable[[str], str], *args: object) -> str:
+    return drawn(str(label(*args)))
+
+
 def finish(fig: Figure) -> Figure:
     """Make every text of ``fig`` drawable (:func:`visible`) and put right-to-left runs in reading
     order (:func:`reading_order`), once: a second call (a figure saved as PNG, then SVG) changes
     nothing. Call after the figure is complete and before it is measured or saved."""
     if getattr(fig, "_spmlkit_text_finished", False):
         return fig
+
+    def drawn(content: str) -> str:
+        return reading_order("\n".join(visible(line) for line in content.split("\n")))  # our line breaks stay
+
     for text in fig.findobj(Text):
         content = text.get_text()
-        if content:
-            drawn = reading_order("\n".join(visible(line) for line in content.split("\n")))  # our line breaks stay
-            if drawn != content:
-                text.set_text(drawn)
+        if content and drawn(content) != content:
+            text.set_text(drawn(content))
+    for ax in fig.axes:  # tick labels are made again from their formatter at every draw: change it there
+        for axis in (ax.xaxis, ax.yaxis):
+            for formatter in (axis.get_major_formatter(), axis.get_minor_formatter()):
+                if isinstance(formatter, FixedFormatter):
+                    formatter.seq = [drawn(str(label)) for label in formatter.seq]
+                elif isinstance(formatter, FuncFormatter):  # what set_ticklabels makes of a list of labels
+                    formatter.func = functools.partial(_drawn_label, formatter.func, drawn)
     fig._spmlkit_text_finished = True  # type: ignore[attr-defined]
     return fig

@@ -333,6 +333,19 @@ def _plot_band(ax: Axes, frame: pd.DataFrame, method: str, scale: float = 1.0, *
         ax.fill_between(x, m - s, m + s, color=color, alpha=0.18, linewidth=0)
 
 
+#: inches one character of a title takes at most, on average (DejaVu Sans at the title's 12 points)
+_TITLE_CHAR_INCHES = 0.11
+
+
+def _suptitle(fig: Figure, title: str) -> None:
+    """The figure's title, its lines broken between words to fit the figure's width: a data set's
+    name in the title of a narrow figure was cut off at both edges."""
+    import textwrap
+
+    width = max(20, int(fig.get_figwidth() / _TITLE_CHAR_INCHES))
+    fig.suptitle("\n".join(textwrap.fill(line, width, break_long_words=True) for line in title.split("\n")))
+
+
 def _legend_beside(ax: Axes, **kw: Any) -> None:
     """A legend to the right of ``ax``, outside it, so it never covers a line or a point
     (constrained layout makes room for it); nothing when ``ax`` drew no labelled artist."""
@@ -381,7 +394,7 @@ def _epoch_figure(methods: Sequence[str], panels: Sequence[_EpochPanel], title: 
         ax.set_title(panel.title)
     for ax in axes[-1]:
         ax.set_xlabel("epoch")
-    fig.suptitle(title)
+    _suptitle(fig, title)
     return fig
 
 
@@ -431,7 +444,7 @@ def plot_unobserved_densities(
     if class_index is not None:
         names = _class_names(recs, len(recs[0]["analysis"]["hist_pos"]))
         which = f"class '{names[class_index]}'"
-    fig.suptitle(f"Predictions on unobserved training labels{' ' if ncols > 2 else chr(10)}({which}; {context})")
+    _suptitle(fig, f"Predictions on unobserved training labels{' ' if ncols > 2 else chr(10)}({which}; {context})")
     return fig
 
 
@@ -487,7 +500,7 @@ def plot_wasserstein_vs_an(records_method: Sequence[Record], records_an: Sequenc
         ax.set_title(f"{_shown(method)}\n{above}/{int(ok.sum())} classes above", fontsize="medium")
     fig.supxlabel("Wasserstein distance, AN")
     fig.supylabel("Wasserstein distance, method (dotted: equal distance)")
-    fig.suptitle(title)
+    _suptitle(fig, title)
     return fig
 
 
@@ -512,8 +525,9 @@ def plot_classwise_ap_gain(records_method: Sequence[Record], records_an: Sequenc
     with_names = ap_an.size <= _MAX_CLASS_TICKS
     if len(gains) > _SHARED_AXES_MAX:
         fig = _ap_gain_heatmap(gains, names, with_names)
-    else:
-        fig = new_figure(width=0.16 * ap_an.size + 3.0, height=(3.2 if with_names else 2.4) * len(gains) + 0.6)
+    else:  # room under each panel for its longest class name, written downwards at 6 or 8 points
+        names_inches = max(3.2, 2.4 + 0.075 * max(map(len, names))) if with_names else 2.4
+        fig = new_figure(width=0.16 * ap_an.size + 3.0, height=names_inches * len(gains) + 0.6)
         axes = panel_grid(fig, len(gains), 1)
         for ax, (method, gain) in zip(axes, gains.items()):
             order = np.argsort(-np.nan_to_num(gain, nan=-np.inf), kind="stable")
@@ -525,7 +539,7 @@ def plot_classwise_ap_gain(records_method: Sequence[Record], records_an: Sequenc
             ax.set_ylabel("AP gain (AP points)", fontsize="small")
             ax.set_title(f"{_shown(method)} vs AN (mean gain {_finite_mean(gain):+.2f})", fontsize="medium")
         axes[-1].set_xlabel(f"class (sorted by gain; {ap_an.size} classes)")
-    fig.suptitle(f"Class-wise test AP gain over AN ({context})")
+    _suptitle(fig, f"Class-wise test AP gain over AN ({context})")
     return fig
 
 
@@ -691,7 +705,7 @@ def plot_sensitivity(df: pd.DataFrame, param: str, *, metric: str = "test_map") 
     context = ", ".join(
         figure_text.name(DATASET_LABELS.get(agg[c].iloc[0], agg[c].iloc[0])) for c in facet_cols if c not in facets
     )
-    fig.suptitle(f"Sensitivity to {pretty}" + (f" ({context})" if context else ""))
+    _suptitle(fig, f"Sensitivity to {pretty}" + (f" ({context})" if context else ""))
     return fig
 
 
