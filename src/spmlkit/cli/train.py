@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._common import console, hparam, print_whole_words
+from ._common import console, hparam, plugin_refs, print_whole_words
 
 __all__ = ["add_run_options", "add_parser", "resolve_from_args", "run"]
 
@@ -27,9 +27,9 @@ _OPTIONS = {
 
 def _default(setting: str) -> str:
     """A setting's default as help text shows it: ``RunConfig``'s field default."""
-    from ..training.config import RunConfig
+    from ..training.config import default_setting
 
-    value = RunConfig().flat()[setting]
+    value = default_setting(setting)
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -178,6 +178,8 @@ def resolve_from_args(args: argparse.Namespace):
     from ..training.run_paths import typed_paths
 
     values = {field: getattr(args, opt) for opt, field in _OPTIONS.items() if getattr(args, opt, None) is not None}
+    if plugin_refs(args):  # kept in the run's settings, so that --resume loads them again
+        values["plugins"] = plugin_refs(args)
     values = typed_paths(values)  # ./data/x/ -> data/x: as a resumed run's paths read back
     if getattr(args, "hparam", None):
         values["hparams"] = dict(args.hparam)

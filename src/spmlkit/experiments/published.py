@@ -18,7 +18,7 @@ Sources, by short name:
 Numbers are mAP in percent, as printed (mean over runs, and the std where printed). Method
 and dataset names are spmlkit's (:data:`METHOD_LABELS` maps them back to the papers'
 labels); methods that spmlkit does not implement keep a lower-case form of the paper's name
-(``smile``, ``mime``, ``sarb``, ...). Observations use spmlkit's text form
+(``mime``, ``sarb``, ...). Observations use spmlkit's text form
 (:class:`spmlkit.protocol.Observation`): ``single_positive``, ``full``, ``ratio=0.1``.
 Note that ``bce`` and ``iun`` rows of the SPML tables are the references "All P. & All N."
 and "1 P. & All N.", i.e. methods that see more labels, listed under the SPML setting.
@@ -102,6 +102,7 @@ METHOD_LABELS: dict[str, str] = {
     "gr": "GR",
     "pu_mlc": "PU-MLC",
     "crisp": "CRISP",
+    "smile": "SMILE",
 }
 
 #: spmlkit dataset name -> label used in the papers; the order is the canonical column order

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ..labels import PseudoLabels
-from ..names import Registry
+from ..names import REGISTRY, Registry, origin_of
 from ..signatures import init_defaults
 
 __all__ = [
@@ -321,13 +321,21 @@ def bc_mean(elementwise: torch.Tensor) -> torch.Tensor:
 class _Entry:
     cls: type
     description: str
+    #: whether the loss is also a method of its name (:mod:`spmlkit.methods` makes the recipe)
+    method: bool = True
 
 
-_REGISTRY: Registry[_Entry] = Registry("loss")
+_REGISTRY: Registry[_Entry] = REGISTRY.loss
 
 
-def register(name: str, description: str) -> Callable[[type], type]:
-    """Class decorator adding a loss to the registry under ``name``."""
+def register(name: str, description: str, *, method: bool = True) -> Callable[[type], type]:
+    """Class decorator adding a loss to the registry under ``name``.
+
+    The same decorator registers spmlkit's losses and a user's (docs/plugins.md). A loss is
+    also a method of the same name, trained on the observed labels with nothing around it,
+    unless ``method=False``: a loss that is only a part of other recipes (the high-rank
+    regulariser), or one whose recipe its author registers with :func:`spmlkit.methods.register`.
+    """
 
     def decorate(cls: type) -> type:
         # a data argument the constructor does not take could never be filled: fail at import
@@ -335,7 +343,8 @@ def register(name: str, description: str) -> Callable[[type], type]:
         if missing:
             raise RuntimeError(f"loss {name!r} declares data arguments {missing} that __init__ does not take")
         cls.name = name
-        _REGISTRY.register(name, _Entry(cls, description))  # a name registered twice fails here, at import
+        # a name registered twice fails here, at import
+        _REGISTRY.register(name, _Entry(cls, description, method), origin=origin_of(cls.__module__))
         return cls
 
     return decorate

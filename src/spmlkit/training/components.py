@@ -208,6 +208,7 @@ def build_components(
     expected_num_pos: float,
     epochs: int,
     seed: int,
+    features: Callable[[], torch.Tensor] | None = None,
 ) -> MethodComponents:
     """Instantiate the loss, regularisers and label algorithm of a resolved method.
 
@@ -215,20 +216,30 @@ def build_components(
     from the run; hyperparameters come from the recipe and the user; run arguments of the
     label algorithm (APL's total epochs) come from the run. Nothing else is filled in.
     Input checks run once, on the label matrix, so the losses skip their per-step checks.
+    ``features`` gives the training rows' features in index order (SMILE's graph): called only
+    when a loss asks for them, since for an image run it is a pass over the training images.
     """
     m = resolved.method
+
+    def training_features() -> torch.Tensor:
+        if features is None:
+            raise ValueError(f"method {m.name!r} needs the training rows' features, and this run gives none")
+        return features()
+
     context = {"num_train": num_train, "num_classes": num_classes, "observed": observed,
-               "expected_num_pos": expected_num_pos, "seed": seed}
+               "expected_num_pos": expected_num_pos, "seed": seed, "features": training_features}
     loss_kwargs = dict(resolved.loss_kwargs)
     for key in (*losses.data_arguments(m.loss), *m.data_defaults):
-        loss_kwargs.setdefault(key, context[key])
+        if key not in loss_kwargs:
+            loss_kwargs[key] = context[key]() if key == "features" else context[key]
     loss = losses.create(m.loss, **loss_kwargs, validate_args=False)
     regs = []
     for name, kwargs in m.regularizers:
         kw = dict(kwargs)
         if name == "highrank" and "highrank_lam" in resolved.knobs:
             kw["lam"] = resolved.knobs["highrank_lam"]
-        kw.update({k: context[k] for k in losses.data_arguments(name) if k not in kw})
+        kw.update({k: context[k]() if k == "features" else context[k] for k in losses.data_arguments(name)
+                   if k not in kw})
         regs.append(losses.create(name, **kw, validate_args=False))
     algorithm = None
     if m.labeling is not None:

@@ -33,7 +33,7 @@ from typing import Any
 
 __all__ = ["RunConfig", "DataConfig", "ModelConfig", "MethodConfig", "OptimisationConfig", "ScheduleConfig",
            "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "applies_to", "config_from_dict",
-           "flat_settings", "load_config_file", "saved_settings", "save_config"]
+           "default_setting", "flat_settings", "load_config_file", "merged_plugins", "saved_settings", "save_config"]
 
 
 def _images(default: Any = None, *, factory: Any = None) -> Any:
@@ -107,10 +107,16 @@ class MethodConfig:
     #: process), "process" (each process's own slice, as PU-MLC's code) or None (the method's
     #: default); docs/architecture.md, "Distributed training"
     batch_statistics: str | None = None
+    #: the plug-ins (a .py file or a module name, docs/plugins.md) whose methods, losses or datasets the
+    #: run may name; loaded by whoever builds the configuration (experiments.presets.resolve_config), so a
+    #: resumed run, a sweep's worker and a Ray task load them again from here
+    plugins: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from ..methods import get_method
 
+        if not (isinstance(self.plugins, list) and all(isinstance(p, str) and p for p in self.plugins)):
+            raise ValueError(f"plugins must be a list of .py files or module names, got {self.plugins!r}")
         get_method(self.name)
         if not isinstance(self.hparams, dict):
             raise ValueError(f"hparams must be a mapping of NAME: VALUE, got {self.hparams!r}")
@@ -441,6 +447,14 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
+def default_setting(name: str) -> Any:
+    """A setting's default, by its flat name, read from its field: the value ``RunConfig().flat()[name]``
+    has, without building (and checking) a whole configuration, which imports the methods and so
+    torch. The command line's help prints these (docs/architecture.md, "Start-up time")."""
+    section, field_name = _FIELD_OF[name]
+    return _default(next(f for f in dataclasses.fields(SECTIONS[section]) if f.name == field_name))
+
+
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
@@ -463,8 +477,9 @@ def _non_negative(name: str, value: Any) -> None:
 
 #: settings that change no number: a resumed run may change them (where it is written, how it is
 #: logged, how the machine feeds it; workers draw no randomness, the order and flips come from the
-#: run's own generator)
-RESUME_FREE = ("out", "loggers", "num_workers", "eval_batch_size", "num_threads")
+#: run's own generator; where its plug-ins are loaded from: a resumed run loads its own and any the
+#: user adds, experiments.presets.resolve_config)
+RESUME_FREE = ("out", "loggers", "num_workers", "eval_batch_size", "num_threads", "plugins")
 
 
 def saved_settings(values: dict[str, Any]) -> dict[str, Any]:
@@ -528,12 +543,25 @@ def config_from_dict(values: dict[str, Any], *, base: RunConfig | None = None, w
             if value is not None and not isinstance(value, dict):
                 raise ValueError(f"{where}: hparams must be a mapping of NAME: VALUE, got {value!r}")
             current["hparams"] = {**current["hparams"], **(value or {})}
+        elif key == "plugins":  # every layer's plug-ins load: a later layer adds to them
+            current["plugins"] = merged_plugins(current["plugins"], value, where=where)
         else:
             current[key] = value
     try:
         return RunConfig(**current)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None
+
+
+def merged_plugins(earlier: list[str], later: Any, *, where: str = "config") -> list[str]:
+    """``earlier`` followed by the plug-ins of ``later`` that it does not hold yet (a list, or one
+    reference), so layers (a config file, the options, a resumed run) add plug-ins and never drop one."""
+    if later is None:
+        return list(earlier)
+    items = [later] if isinstance(later, str) else later
+    if not (isinstance(items, list) and all(isinstance(p, str) and p for p in items)):
+        raise ValueError(f"{where}: plugins must be a list of .py files or module names, got {later!r}")
+    return list(dict.fromkeys([*earlier, *items]))
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
