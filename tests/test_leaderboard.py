@@ -5,7 +5,6 @@ import json
 import math
 import warnings
 from itertools import combinations
-from pathlib import Path
 
 import matplotlib.image
 import numpy as np

@@ -27,8 +27,8 @@ from .io import atomic_write_text
 from .training.checkpoint import load_checkpoint
 from .training.config import saved_settings
 
-__all__ = ["IMAGE_SUFFIXES", "decision_threshold", "run_inputs", "method_threshold", "find_images", "load_model", "load_predictor", "predict_images",
-           "Predictions", "transform_spec", "validation_thresholds"]
+__all__ = ["IMAGE_SUFFIXES", "decision_threshold", "run_inputs", "method_threshold", "find_images",
+           "load_model", "load_predictor", "predict_images", "Predictions", "transform_spec", "validation_thresholds"]
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 

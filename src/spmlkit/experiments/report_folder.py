@@ -42,7 +42,8 @@ MARKER = ".spmlkit-report.json"
 #: what the marker says it is, so a JSON file of the same name that is not ours is no marker
 _KIND = "spmlkit report"
 #: names a report writes at the top of its folder (tables per observation: table_<obs>.*)
-_REPORT_NAME = re.compile(r"(table(_[A-Za-z0-9._~-]+)?\.(md|tex|csv)|selected_configs\.csv|thresholds\.(csv|md)|figures)")
+_REPORT_NAME = re.compile(r"(table(_[A-Za-z0-9._~-]+)?\.(md|tex|csv)|selected_configs\.csv|thresholds\.(csv|md)"
+                          r"|figures)")
 
 
 @dataclass

@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from .loop import Group, Run
     from .run_data import RunData
 
-__all__ = ["Recipe", "build_scheduler", "check_parts", "check_recipe", "global_batch_size", "prepare_parts", "steps_per_epoch"]
+__all__ = ["Recipe", "build_scheduler", "check_parts", "check_recipe", "global_batch_size", "prepare_parts",
+           "steps_per_epoch"]
 
 
 def global_batch_size(config: RunConfig, dist: Distributed) -> int:
