@@ -35,6 +35,7 @@ which spmlkit does not imitate (docs/protocol.md, "PU-MLC code differs from the 
 from __future__ import annotations
 
 import functools
+import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -96,37 +97,41 @@ def check_recipe(config: RunConfig, data: RunData, train_rows: int, dist: Distri
 def check_parts(config: RunConfig, kind: str) -> None:
     """Refuse (ValueError naming the valid names) a ``train_only`` name the run's model does not have.
 
-    Needs no data: which parts a model has depends on its kind (``"features"``: a head;
-    ``"images"``: the backbone, LgConv, a head), never on the feature width or the class count,
-    so the model is built on the meta device (no memory, no weights read) with one input and one
-    class. A sweep's dry run and its start check every run's names this way before any run trains,
-    as a run's plan does; the same settings are built once per process."""
-    recipe = config.recipe
-    if recipe.train_only is None:
+    Needs no data: which parts a model has depends on its kind and its settings (``"features"``: a
+    head; ``"images"``: the backbone, LgConv, the image head), never on the feature width or the
+    class count, so a stand-in is built on the meta device (no memory, no weights read) with one
+    input and one class (:func:`~spmlkit.training.run_data.build_run_model`, as the run builds its
+    own). A sweep's dry run and its start check every run's names this way before any run trains,
+    as a run's plan does; the same model settings are built once per process."""
+    if config.recipe.train_only is None:
         return
-    model = config.model
-    _check_part_names(kind, tuple(recipe.train_only), model.head, model.hidden, model.backbone, bool(model.lgconv),
-                      recipe.lgconv_bias, recipe.lgconv_gamma_init)
+    from .config import config_from_dict
+
+    plain = config_from_dict({"pretrained": False}, base=config) if kind == "images" else config
+    key = json.dumps({"kind": kind, "method": plain.method.name, **plain.to_dict(kind)["model"],
+                      **plain.to_dict(kind)["recipe"]}, sort_keys=True, default=str)
+    _check_part_names(key, plain, kind)
 
 
 @functools.lru_cache(maxsize=64)
-def _check_part_names(kind: str, names: tuple[str, ...], head: str, hidden: int, backbone: str, lgconv: bool,
-                      lgconv_bias: bool, lgconv_gamma_init: str) -> None:
-    from ..models import FeatureHead, build_model
+def _checked(key: str) -> list[Any]:
+    return []
 
-    def build() -> nn.Module:
-        if kind == "features":
-            return FeatureHead(1, 1, head, hidden, 0.0)
-        options = {"project_bias": lgconv_bias, "gamma_init": lgconv_gamma_init} if lgconv else None
-        return build_model(backbone, 1, pretrained=False, lgconv=lgconv, lgconv_options=options)
+
+def _check_part_names(key: str, config: RunConfig, kind: str) -> None:
+    done = _checked(key)
+    if done:
+        return
+    from .run_data import build_run_model
 
     try:
         with torch.device("meta"):
-            stand_in = build()
+            stand_in = build_run_model(config, kind, 1, 1)
     except (NotImplementedError, RuntimeError):  # a network whose construction reads values: build it for real
-        stand_in = build()
-    for name in names:
+        stand_in = build_run_model(config, kind, 1, 1)
+    for name in config.recipe.train_only or ():
         part_parameters(stand_in, name)
+    done.append(True)  # checked: the next run of these settings builds nothing
 
 
 def prepare_parts(config: RunConfig, model: nn.Module) -> None:
