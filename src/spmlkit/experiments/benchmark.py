@@ -70,7 +70,9 @@ class BenchmarkSpec:
     """
 
     dataset: str = "yeast"
-    methods: tuple[str, ...] = tuple(METHODS)
+    #: by default every method that has a meaning on every data set: the two-view methods of LAC (plc,
+    #: lac) train on images only (docs/methods.md, "plc") and are named when a benchmark of images wants them
+    methods: tuple[str, ...] = tuple(m for m in METHODS if not METHODS[m].images_only)
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     lrs: tuple[float, ...] = DEFAULT_LRS
     observation: str | None = None  # None: the data set's own (presets.default_observation)

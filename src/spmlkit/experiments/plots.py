@@ -95,6 +95,8 @@ METHOD_COLORS: dict[str, str] = {
     "pu_mlc": "#e377c2",
     "crisp": "#7b4173",  # CRISP: plum
     "smile": "#637939",  # SMILE: olive
+    "plc": "#3182bd",  # LAC's stages: steel blues
+    "lac": "#6baed6",
 }
 
 _POS_STYLE = {"alpha": 0.45}
