@@ -246,8 +246,8 @@ def test_what_a_run_cannot_give_mime_is_refused_in_one_line() -> None:
         check_model(images, get_method("mime"), "images")
     with pytest.raises(ValueError, match="bottleneck must be an integer >= 0"):
         RunConfig(bottleneck=-1)
-    with pytest.raises(InputError, match="label_queries only apply to image runs, but 'yeast' is a feature dataset"):
-        plan_run(_config(label_queries=True))
+    with pytest.raises(InputError, match="image_head only apply to image runs, but 'yeast' is a feature dataset"):
+        plan_run(_config(image_head="label_query"))
 
 
 def test_mime_image_presets_carry_the_code_s_settings_and_target_gr_table_2() -> None:
@@ -256,9 +256,9 @@ def test_mime_image_presets_carry_the_code_s_settings_and_target_gr_table_2() ->
         cfg = preset.config
         assert (cfg["batch_size"], cfg["lr"], cfg["head_lr_mult"], cfg["optimizer"], cfg["epochs"]) == \
                (batch, 1e-4, 10.0, "adamax", 10)
-        assert (cfg["label_queries"], cfg["bottleneck"], cfg["bottleneck_samples"], cfg["weight_decay"]) == \
-               (True, 256, 10, 0.0)
-        assert cfg["train_only"] == ["layer2", "layer3", "layer4", "head"] and cfg["freeze_bn"] is True
+        assert (cfg["image_head"], cfg["bottleneck"], cfg["bottleneck_samples"], cfg["weight_decay"]) == \
+               ("label_query", 256, 10, 0.0)
+        assert cfg["train_only"] == ["layer2", "layer3", "layer4", "head"] and cfg["constant_bn"] is True
         assert cfg["hparams"] == {"start_epoch": start, "beta": 1e-4, "threshold": 0.95}
         assert preset.target[0] == "GR"
     assert get_preset("mime/voc2012").target[1:3] == (89.20, 0.16)

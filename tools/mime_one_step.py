@@ -17,8 +17,9 @@ run in two processes, so that the official code never sees spmlkit and the rever
        /work/main/.venv/bin/python tools/mime_one_step.py official --code /tmp/official-mle \\
            --out /tmp/mime_official.npz
 
-2. ``ours`` (with spmlkit importable): loads the same weights into :class:`spmlkit.models.BottleneckNet`
-   (label queries, width 256), takes the same step through spmlkit's own step (``RunStep`` with the
+2. ``ours`` (with spmlkit importable): builds the ``mime/<dataset>`` presets' model and recipe on the code's
+   ResNet-18 (``image_head: label_query``, ``bottleneck`` 256, ``constant_bn``, ``train_only`` layers 2-4 and
+   the head), loads the same weights, takes the same step through spmlkit's own step (``RunStep`` with the
    ``mime`` components, the recorded draws passed in as ``noise``, the generator set to the recorded
    state for the dropout masks) and optimiser (``optimizer: adamax``, ``head_lr_mult`` 10; ``--numerics
    stable`` and ``--averaged`` measure spmlkit's defaults instead of the code's arithmetic), runs
@@ -197,10 +198,10 @@ def ours(args: argparse.Namespace) -> None:
     from spmlkit.labeling import ConfidentPositives
     from spmlkit.labels import LabelState
     from spmlkit.methods import resolve_hparams
-    from spmlkit.models import BottleneckNet, create_backbone
-    from spmlkit.models.parts import freeze_batchnorm, train_only
     from spmlkit.training.components import build_components
     from spmlkit.training.config import RunConfig
+    from spmlkit.training.recipe import prepare_parts
+    from spmlkit.training.run_data import build_run_model
     from spmlkit.training.step import RunStep
     from spmlkit.training.trainer import _optimizer
 
@@ -221,28 +222,21 @@ def ours(args: argparse.Namespace) -> None:
 
     images, truth, observed = _inputs()
     compare("input images", images[rec["index"]], rec["x"])
-    body, dim = create_backbone("torchvision:resnet18", pretrained=False)
-    model = BottleneckNet(body, dim, CLASSES, WIDTH, samples=10, label_queries=True)
+    # the mime/<dataset> presets' model and recipe, on the code's ResNet-18 (training.run_data.build_run_model):
+    # label queries, the bottleneck, constant BatchNorm, the stem and layer1 frozen
+    config = RunConfig(dataset="voc2012", method="mime", backbone="torchvision:resnet18", pretrained=False,
+                       image_head="label_query", bottleneck=WIDTH, bottleneck_samples=10, constant_bn=True,
+                       train_only=["layer2", "layer3", "layer4", "head"], optimizer="adamax", lr=LR, head_lr_mult=10.0)
+    model = build_run_model(config, "images", CLASSES)
     own = model.state_dict()
-    before = mapped("before/")
-    for key in own:
-        if key.endswith("num_batches_tracked"):
-            before[key] = own[key]  # the code's frozen BatchNorm counts nothing
-    model.load_state_dict(before)
-    # the code's backbone: the stem and layer1 frozen, BatchNorm frozen with constant scale and shift
-    train_only(model, ["layer2", "layer3", "layer4", "head"])
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.weight.requires_grad_(False), m.bias.requires_grad_(False)
-    config = RunConfig(dataset="voc2012", method="mime", optimizer="adamax", lr=LR, head_lr_mult=10.0,
-                       bottleneck=WIDTH, label_queries=True)
+    model.load_state_dict(mapped("before/"))
+    prepare_parts(config, model)
     optimizer = _optimizer(config, model.param_groups(LR, 10.0))
     resolved = resolve_hparams("mime", {"beta": BETA, "numerics": args.numerics})
     components = build_components(resolved, num_train=ROWS, num_classes=CLASSES, observed=observed.astype(np.int8),
                                   expected_num_pos=1.0, epochs=1, seed=0)
     step = RunStep(model, components)
     model.train()
-    freeze_batchnorm(model)
     index = torch.as_tensor(rec["index"], dtype=torch.long)
     labels = torch.as_tensor(rec["labels"], dtype=torch.float32)
     no_pseudo = torch.zeros(labels.shape, dtype=torch.bool)
@@ -275,7 +269,7 @@ def ours(args: argparse.Namespace) -> None:
                 np.concatenate([params[k].grad.numpy().ravel() for k in chosen]),
                 np.concatenate([grads[k].numpy().ravel() for k in chosen]))
     after = mapped("after/")
-    keys = sorted(k for k in after if k in own and not k.endswith("num_batches_tracked"))
+    keys = sorted(k for k in after if k in own)
     state = model.state_dict()
     compare(f"weights after the step ({len(keys)} tensors, buffers included)",
             np.concatenate([state[k].numpy().ravel() for k in keys]),

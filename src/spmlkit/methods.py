@@ -59,11 +59,14 @@ class Method:
     #: "global" (the whole global batch, as one process) or "process" (each process's slice,
     #: what PU-MLC's two-GPU code does for its temperature, prior and mixup)
     batch_statistics: str = "global"
+    #: why the method has no meaning on a feature dataset ("" when it has one): such runs are refused
+    #: in one line, and ``spmlkit methods`` shows the reason
+    images_only: str = ""
     #: the width of the Gaussian bottleneck the method's model classifies through (MIME: 256), used
     #: unless a run sets ``bottleneck`` itself; 0: none (docs/methods.md, "mime")
     bottleneck: int = 0
-    #: what of the method has no meaning on fixed features, and why ("": all of it has; `spmlkit methods`)
-    on_features: str = ""
+    #: what of the method a feature run goes without, and why ("" when nothing): `spmlkit methods` shows it
+    features_without: str = ""
 
     @property
     def sees_more_labels(self) -> bool:
@@ -114,6 +117,10 @@ def register(method: Method) -> Method:
 
 
 _COLE = "Cole et al., CVPR 2021"
+_LAC = "Xie, Xiao, Huang, NeurIPS 2022 (LAC)"
+#: why LAC's two stages need images (docs/methods.md, "plc")
+_TWO_VIEWS = ("it learns from a weak and a strong augmentation of each image (flip vs cutout, RandAugment, colour "
+              "jitter); a row of fixed features has no augmentations to be consistent across")
 _EM = "Zhou et al., ECCV 2022"
 for _recipe in [
         _m("bce", "bce", "full labels (oracle reference): BCE on the complete label matrix", _COLE, labels="full"),
@@ -151,11 +158,15 @@ for _recipe in [
            "Liu, Xu, Wang, Geng (CRISP)", labeling="class_prior"),
         _m("smile", "smile", "label enhancement: soft targets from a GCN's Beta label distributions on a k-NN graph",
            "Xu et al., NeurIPS 2022"),
+        _m("plc", "plc", "LAC stage 1: AN on a weak view + hard pseudo-label consistency on a strong view", _LAC,
+           images_only=_TWO_VIEWS),
+        _m("lac", "lac", "LAC stage 2: PLC + label-aware contrast of label-wise embeddings over a memory queue", _LAC,
+           images_only=_TWO_VIEWS),
         _m("mime", "mime", "Gaussian bottleneck before the classifier (KL-regularised) + confident predictions "
            "become positive pseudo-labels", "Liu, Xu, Lv, Geng, ICML 2023 (MIME)", labeling="confident_positives",
            bottleneck=256,
-           on_features="the label-query transformer: a feature row has no feature map for class queries to read, so "
-                       "the bottleneck reads the row, one code per row (label_queries is refused)"),
+           features_without="the label-query transformer (a feature row has no feature map for class queries to "
+                            "read): the bottleneck reads the row, one code per row"),
     ]:
     register(_recipe)
 

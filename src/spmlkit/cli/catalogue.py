@@ -25,11 +25,12 @@ def run_methods(args: argparse.Namespace) -> int:
     from ..methods import METHODS
 
     table = Table(title="spmlkit methods")
-    for col in ("method", "loss", "labels", "label-state algorithm", "description", "paper",
-                "not on features (why)"):
+    for col in ("method", "loss", "labels", "label-state algorithm", "description", "paper", "on features"):
         table.add_column(col)
     for m in METHODS.values():
-        table.add_row(m.name, m.loss, m.labels, m.labeling or "", m.description, m.paper, m.on_features)
+        on_features = (f"no: {m.images_only}" if m.images_only else
+                       f"yes, without {m.features_without}" if m.features_without else "yes")
+        table.add_row(m.name, m.loss, m.labels, m.labeling or "", m.description, m.paper, on_features)
     console().print(table)
     return 0
 

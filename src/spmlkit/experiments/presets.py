@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig, config_from_dict, flat_settings,
-                               merged_plugins, saved_settings)
+from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig, check_min_lr, config_from_dict,
+                               flat_settings, merged_plugins, saved_settings)
 from ..training.defaults import FEATURE_DEFAULTS
 
 __all__ = ["Preset", "DATASET_DEFAULTS", "OWN_LABELS", "PRESETS", "RECIPE_DEFAULTS", "get_preset", "list_presets",
@@ -88,10 +88,10 @@ _LL_PROTOCOL = {"head_lr_mult": 10.0, "lr": 1e-5, "batch_size": 16, "epochs": 10
 _GR_PROTOCOL = {"head_lr_mult": 10.0, "stop_drop": 0.02}
 
 #: MIME's official code around its loss: the label-query transformer, Adamax, 10x lr after the backbone, the stem and
-#: layer1 frozen, BatchNorm frozen (docs/methods.md, "mime")
-_MIME_PROTOCOL = {"label_queries": True, "bottleneck": 256, "bottleneck_samples": 10, "optimizer": "adamax",
+#: layer1 frozen, BatchNorm constant (docs/methods.md, "mime")
+_MIME_PROTOCOL = {"image_head": "label_query", "bottleneck": 256, "bottleneck_samples": 10, "optimizer": "adamax",
                   "lr": 1e-4, "head_lr_mult": 10.0, "weight_decay": 0.0, "epochs": 10,
-                  "train_only": ["layer2", "layer3", "layer4", "head"], "freeze_bn": True}
+                  "train_only": ["layer2", "layer3", "layer4", "head"], "constant_bn": True}
 
 #: SMILE's published hyperparameters per feature dataset: the official code's README commands (--bias, --p,
 #: --mu, --rate; lr 1e-3, batch 16 and 10 epochs of an MLP with hidden width = number of labels are the code's
@@ -154,14 +154,14 @@ _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = 
      "unpublished: the base protocol's lr and batch (both inside its grid) and weight decay 0 (its grid has none)"),
     # MIME as its official code trains it (docs/methods.md, "mime"): the label-query transformer and a Gaussian
     # bottleneck of width 256 (10 draws) before the classifier, Adamax at lr 1e-4 with 10x for everything after the
-    # backbone, no weight decay, 10 epochs, the stem and layer1 frozen and BatchNorm in eval mode; beta 1e-4,
+    # backbone, no weight decay, 10 epochs, the stem and layer1 frozen and BatchNorm constant; beta 1e-4,
     # pseudo-positives above 0.95 after every epoch from the second (CUB: the fifth) on; batch 32 / 32 / 16 / 16
     ("mime", _merge(_per((32, 32, 16, 16), "batch_size"), _per((2, 2, 2, 5), "start_epoch"),
                     {d: {"beta": 1e-4, "threshold": 0.95} for d in _D4}),
      _MIME_PROTOCOL, "GR Table 2",
      "the official code's recipe; its own paper's table is not readable in our copy: the target is GR Table 2's "
-     "MIME row; still different: BatchNorm's scale and shift train in layers 2-4 (the code's are constants), "
-     "predictions and pseudo-labels use the code's mean (the code samples), every row gets pseudo-labels"),
+     "MIME row; still different: predictions and pseudo-labels read the codes' means (the code samples them), "
+     "every training row gets pseudo-labels, from unflipped images"),
     # PU-MLC's COCO list is every train2014 image in JSON order (docs/protocol.md, "MS-COCO 2014"), and it
     # trains on the whole official train list (no validation split; docs/protocol.md, "Known-label ratio")
     ("smile", {d: {} for d in _D4}, {}, "GR Table 2", _SMILE_IMAGE_NOTES),
@@ -216,6 +216,31 @@ _PU_MLC_OFFICIAL_NOTES = (
     "weights; --val-frac 0.2 (config val_frac: 0.2) selects on validation over both); "
     'see docs/protocol.md, "Recipes"')
 
+#: the LAC code's recipe for both of its stages (docs/methods.md, "plc"): its label-query transformer on an ImageNet
+#: ResNet-50 whose BatchNorm is constant and whose stem and layer1 do not train, AdamW (weight decay 1e-2) on a
+#: one-cycle schedule peaking at 1e-4 (20 % warm-up), a weight EMA of decay 0.9997 validated beside the plain weights,
+#: batch 32 with the last short batch dropped, 40 epochs with its early stop (9 epochs past the best)
+_LAC_RECIPE: dict[str, Any] = {
+    "backbone": "torchvision:resnet50", "pretrained": True, "image_size": 448, "image_head": "label_query",
+    "constant_bn": True, "train_only": ["layer2", "layer3", "layer4", "head"], "optimizer": "adamw", "lr": 1e-4,
+    "weight_decay": 1e-2, "lr_schedule": "onecycle", "warmup_frac": 0.2, "ema_decay": 0.9997, "batch_size": 32,
+    "drop_last": True, "epochs": 40, "patience": 9,
+}
+#: each stage's hyperparameters, the code's README (its COCO command lines; the paper's per-dataset values are not
+#: in the code): stage 1 (plc) tau 0.6, stage 2 (lac) tau 0.9, temperature 0.5, a queue of 512, both weights 1
+_LAC_STAGES: dict[str, dict[str, Any]] = {
+    "plc": {"threshold": 0.6, "plc_weight": 1.0},
+    "lac": {"threshold": 0.9, "plc_weight": 1.0, "lac_weight": 1.0, "temperature": 0.5, "queue_size": 512},
+}
+_LAC_NOTES = {
+    "plc": "LAC's first stage as its code trains it (label-query transformer, constant BatchNorm, AdamW, one-cycle, "
+           "EMA); the code's README values (tau 0.6), the same on every dataset; inputs ImageNet-normalised where the "
+           "code feeds raw [0, 1] pixels; see docs/methods.md, \"plc\"",
+    "lac": "LAC's second stage: start it from a plc run with --init-weights RUN/best.pt (the code starts from its "
+           "first stage's best weights); the code's README values (tau 0.9, T 0.5, queue 512); no published number "
+           "spmlkit could read for LAC itself; see docs/methods.md, \"lac\"",
+}
+
 _CONFIG_KEYS = {"backbone", "pretrained", "image_size", "batch_size", "lr", "epochs", "observation", "patience",
                 "head_lr_mult", "optimizer", "lgconv", "weight_decay", "linear_init_epochs", "linear_init_lr",
                 "stop_drop", "hflip", "dataset_variant", "val_frac"}
@@ -264,6 +289,14 @@ def _build() -> dict[str, Preset]:
         notes = _PU_MLC_OFFICIAL_NOTES.format(batch=values["batch_size"], half=values["batch_size"] // 2,
                                               epochs=values["epochs"], ema=values["ema_decay"])
         presets[name] = Preset(name, "pu_mlc", dataset, cfg, base.source, notes, base.targets)
+    # LAC's two stages as its code trains them (docs/methods.md, "plc" and "lac")
+    for method, hparams in _LAC_STAGES.items():
+        for dataset in _D4:
+            cfg = {**DATASET_DEFAULTS[dataset], **_LAC_RECIPE, "dataset": dataset, "method": method,
+                   "hparams": dict(hparams)}
+            name = f"{method}/{dataset}"
+            presets[name] = Preset(name, method, dataset, cfg, "CRISP Table 1", _LAC_NOTES[method],
+                                   _targets(method, dataset, cfg, "CRISP Table 1"))
     # ROLE + LinearInit: 25 linear epochs on frozen features, then 10 end-to-end (docs/methods.md, "role")
     for dataset, (bs, lr) in zip(_D4, ((16, 1e-3), (16, 1e-3), (16, 1e-3), (8, 1e-3))):
         base = presets[f"role/{dataset}"]
@@ -441,6 +474,7 @@ def resolve_config(
     config = None
     for where, layer in layers:
         config = config_from_dict(layer, base=config, where=where)
+    check_min_lr(config)  # settings of two layers: checked on the whole
     return config
 
 

@@ -3,14 +3,14 @@
 ``build_model("torchvision:resnet50", num_classes, pretrained=True)`` is the model of every
 SPML paper (docs/protocol.md, "Training protocols"): ImageNet-V1 ResNet-50 -> global average
 pooling -> linear layer. ``lgconv=True`` adds PU-MLC's local-global convolutions
-(docs/methods.md, "pu_mlc"). ``bottleneck`` puts MIME's Gaussian bottleneck before the classifier and
-``label_queries`` the label-query transformer of the LAC and MIME code before it (docs/methods.md, "mime").
+(docs/methods.md, "pu_mlc"). :class:`LabelQueryNet` is the LAC code's label-query transformer head
+(docs/methods.md, "lac"). :class:`GaussianBottleneck` and :class:`BottleneckNet` put MIME's Gaussian
+bottleneck before the classifier (docs/methods.md, "mime").
 """
 
 from .backbones import SMALL_MODELS, SmallResNet, create_backbone, torchvision_weights
-from .bottleneck import BottleneckNet, GaussianBottleneck
-from .build import build_model, feature_model
-from .head import FeatureHead, SPMLNet, global_average_pool
+from .bottleneck import BottleneckNet, GaussianBottleneck, build_bottleneck_net
+from .head import FeatureHead, SPMLNet, build_model, global_average_pool
 from .label_query import LabelQueryHead, LabelQueryNet, sine_positions
 from .lgconv import LgConv, convert_lgconv, count_lgconv, lgconv_branch_parameters, skip_reason
 
@@ -24,11 +24,11 @@ __all__ = [
     "LgConv",
     "SPMLNet",
     "SmallResNet",
+    "build_bottleneck_net",
     "build_model",
     "convert_lgconv",
     "count_lgconv",
     "create_backbone",
-    "feature_model",
     "global_average_pool",
     "lgconv_branch_parameters",
     "sine_positions",

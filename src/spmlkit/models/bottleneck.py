@@ -36,10 +36,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from .backbones import create_backbone
 from .head import affine, global_average_pool
 from .label_query import LabelQueryHead
 
-__all__ = ["BottleneckNet", "GaussianBottleneck", "Latent"]
+__all__ = ["BottleneckNet", "GaussianBottleneck", "Latent", "build_bottleneck_net"]
 
 #: a forward's latent codes ``(μ, σ)``, each ``[..., B, C, w]`` (or ``[..., B, w]``: one code per row; what
 #: MIME's KL term reads)
@@ -181,3 +182,11 @@ class BottleneckNet(nn.Module):
             if params:
                 groups.append({"params": params, "lr": group_lr, "name": name})
         return groups
+
+
+def build_bottleneck_net(backbone: str, num_classes: int, width: int, *, samples: int = 10, label_queries: bool = False,
+                         pretrained: bool = False) -> BottleneckNet:
+    """Backbone by name (:func:`~spmlkit.models.backbones.create_backbone`) + :class:`BottleneckNet`:
+    MIME's image model (with ``label_queries``, the label-query transformer before the bottleneck)."""
+    body, feat_dim = create_backbone(backbone, pretrained=pretrained)
+    return BottleneckNet(body, feat_dim, num_classes, width, samples=samples, label_queries=label_queries)

@@ -16,14 +16,17 @@ Two training phases of the papers are supported directly:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .backbones import create_backbone
+from .lgconv import convert_lgconv
 
-__all__ = ["FeatureHead", "SPMLNet", "affine", "global_average_pool"]
+__all__ = ["FeatureHead", "SPMLNet", "build_model", "global_average_pool"]
 
 
 def global_average_pool(features: torch.Tensor) -> torch.Tensor:
@@ -133,6 +136,28 @@ class SPMLNet(nn.Module):
             if params:
                 groups.append({"params": params, "lr": group_lr, "name": name})
         return groups
+
+
+def build_model(
+    backbone: str,
+    num_classes: int,
+    *,
+    pretrained: bool = False,
+    lgconv: bool = False,
+    lgconv_options: Mapping[str, Any] | None = None,
+) -> SPMLNet:
+    """Backbone by name (:func:`~spmlkit.models.backbones.create_backbone`) + GAP + linear head.
+
+    ``lgconv=True`` converts every eligible 3x3 convolution of the backbone to PU-MLC's
+    local-global convolution (:func:`~spmlkit.models.lgconv.convert_lgconv`, options from
+    ``lgconv_options``) before the head is attached, so the head is never touched.
+    """
+    if lgconv_options and not lgconv:
+        raise ValueError("lgconv_options given but lgconv=False; set lgconv=True to use them")
+    body, feat_dim = create_backbone(backbone, pretrained=pretrained)
+    if lgconv:
+        body = convert_lgconv(body, **dict(lgconv_options or {}))
+    return SPMLNet(body, feat_dim, num_classes)
 
 
 def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

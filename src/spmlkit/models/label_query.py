@@ -1,7 +1,7 @@
 """A label-query transformer head: one embedding per class of every image (the LAC code's model).
 
 LAC's contrastive term needs *label-wise* embeddings, one vector per (image, class), which a
-pooled feature and a linear layer do not have. The official LAC code (and MIME's, docs/methods.md, "mime")
+pooled feature and a linear layer do not have. The official LAC code (docs/methods.md, "lac")
 builds them the way Query2Label does, and :class:`LabelQueryNet` is that network:
 
 * the backbone's last feature map ``[B, d, h, w]`` (d = its channels; no input projection) plus a

@@ -83,6 +83,13 @@ class RunPlan:
         setting, or the method's own."""
         return bottleneck_width(self.method, self.config.model.bottleneck)
 
+    @property
+    def components_needs_views(self) -> bool:
+        """Whether the method's loss trains on a weak and a strong view of each image (LAC/PLC)."""
+        from .. import losses
+
+        return losses.loss_class(self.method.loss).needs_views
+
     @functools.cached_property
     def group_key(self) -> str | None:
         """:func:`batch_key` of this run's configuration, derived once (a group's runs are each
@@ -158,6 +165,7 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
     with user_input():
         resolved = resolve_hparams(config.method.name, config.method.hparams)
         data = load_run_data(config) if data is None else data
+        _check_method_fits(config, resolved.method, data.kind, dist)
         split = split_and_observe(config, data)
         train_labels = method_label_matrix(resolved.method, split.observed, split.truth_train)
         validate_observed(train_labels, where=f"the training labels of {data.name}")
@@ -192,10 +200,31 @@ def check_model(config: RunConfig, method: Method, kind: str) -> None:
     if width and kind == "features" and config.model.head != "linear":
         raise ValueError(f"on features the bottleneck is the whole network, so head {config.model.head!r} would be a "
                          "second one: leave head linear (the default) or set bottleneck 0")
-    if config.schedule.linear_init_epochs and (width or (kind == "images" and config.model.label_queries)):
-        part = "a Gaussian bottleneck" if width else "label queries"
-        raise ValueError(f"LinearInit trains a linear layer on pooled backbone features, and a model with {part} "
-                         "classifies otherwise: set linear_init_epochs 0")
+    if width and kind == "images" and config.model.lgconv:
+        raise ValueError("a bottleneck model takes the backbone as it is; lgconv changes it: choose one")
+    if config.schedule.linear_init_epochs and width:
+        raise ValueError("LinearInit trains a linear layer on pooled backbone features, and a model with a Gaussian "
+                         "bottleneck classifies otherwise: set linear_init_epochs 0")
+
+
+def _check_method_fits(config: RunConfig, method: Method, kind: str, dist: Distributed) -> None:
+    """Refuse, in one line, a method on data or a model it cannot train with (docs/methods.md, "plc")."""
+    from .. import losses
+
+    if kind == "features" and method.images_only:
+        raise ValueError(f"method {method.name!r} has no meaning on a feature dataset ({config.data.dataset!r}): "
+                         f"{method.images_only}; train it on an image dataset")
+    loss = losses.loss_class(method.loss)
+    if loss.needs_embeddings and config.model.image_head != "label_query":
+        raise ValueError(f"method {method.name!r} contrasts label-wise embeddings, which the {config.model.image_head} "
+                         "head has not; set image_head: label_query (--image-head label_query)")
+    if loss.needs_views:
+        why = ("crops (augment multiscale_crop)" if config.recipe.augment != "resize" else
+               "--decode gpu" if config.machine.decode == "gpu" else
+               "several processes" if dist.enabled else None)
+        if why:
+            raise ValueError(f"method {method.name!r} trains on two views of each image, which spmlkit does not "
+                             f"combine with {why}; remove it")
 
 
 def requested_device(config: RunConfig, kind: str) -> str:

@@ -15,13 +15,13 @@ stacked tensors of R runs can take the place of its own under the same names.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from ..labels import LabelBatch, PseudoLabels
-from ..models.bottleneck import Latent
 from .components import MethodComponents, Mixing
 from .distributed import Distributed
 
@@ -62,15 +62,13 @@ class RunStep(nn.Module):
             return self.model(inputs)
         return self.dist.gather_rows(self.model(inputs[self.dist.shard(len(inputs))]).float(), len(inputs))
 
-    def _forward(self, train_model: nn.Module, x: torch.Tensor, noise: torch.Tensor | None
-                 ) -> tuple[torch.Tensor, Latent | None]:
-        """Logits (float32) and, for a loss that reads them, the model's latent codes. A model with a
-        Gaussian bottleneck gets its step's draws ``noise`` (docs/methods.md, "mime")."""
+    def _model_arguments(self, noise: torch.Tensor | None) -> dict[str, Any]:
+        """The forward's keywords beside the inputs: a model with a Gaussian bottleneck gets its step's
+        draws ``noise``, and is asked for its codes when the loss reads them (docs/methods.md, "mime")."""
         kwargs: dict[str, Any] = {} if noise is None else {"noise": noise}
         if self.components.loss.needs_latent:
-            logits, (mu, std) = train_model(x, latent=True, **kwargs)
-            return logits.float(), (mu.float(), std.float())
-        return train_model(x, **kwargs).float(), None
+            kwargs["latent"] = True
+        return kwargs
 
     def forward(self, x: torch.Tensor, index: torch.Tensor, labels: torch.Tensor, pseudo_mask: torch.Tensor,
                 pseudo_target: torch.Tensor, mixing: Mixing | None = None, noise: torch.Tensor | None = None
@@ -81,11 +79,24 @@ class RunStep(nn.Module):
         ``self.model`` is all R models and its parameters are the stacked ones (the L1/L2 penalties
         then take one norm per run)."""
         train_model = self.model if self._wrapped[0] is None else self._wrapped[0]
-        if self.autocast is not None:
-            with self.autocast():
-                logits, latent = self._forward(train_model, x, noise)
+        loss = self.components.loss
+        embed = loss.needs_embeddings  # LAC: the label-wise embeddings come out of the same forward
+        forward = self.model.embed if embed else train_model
+        with self.autocast() if self.autocast is not None else contextlib.nullcontext():
+            out = forward(x, **self._model_arguments(noise))
+        latent = None
+        if embed:
+            logits, embeddings = out[0].float(), out[1].float()
+        elif loss.needs_latent:  # MIME: the bottleneck's codes come out of the same forward
+            logits, embeddings, latent = out[0].float(), None, (out[1][0].float(), out[1][1].float())
         else:
-            logits, latent = self._forward(train_model, x, noise)
+            logits, embeddings = out.float(), None
+        strong = None
+        if loss.needs_views:  # x holds each row's weak view, then its strong view (one forward, as the LAC code)
+            rows = len(index)
+            logits, strong = logits[:rows], logits[rows:]
+            if embeddings is not None:
+                embeddings = embeddings.view(2, rows, *embeddings.shape[1:])
         if self.global_batch and self.dist.enabled:  # the loss of the whole global batch
             logits = self.dist.gather_rows(logits, len(index))
             if latent is not None:
@@ -93,6 +104,6 @@ class RunStep(nn.Module):
             if self.components.method.mixup:
                 x = self.dist.gather_rows(x, len(index))
         batch = LabelBatch(labels, PseudoLabels(pseudo_mask, pseudo_target), index)
-        loss = self.components.training_loss(self._mixup_forward, x, logits, batch, mixing, self._trainable,
-                                             latent=latent)
-        return loss, self.components.corrections(logits, batch)
+        value = self.components.training_loss(self._mixup_forward, x, logits, batch, mixing, self._trainable,
+                                              strong=strong, embeddings=embeddings, latent=latent)
+        return value, self.components.corrections(logits, batch)
