@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from .backbones import create_backbone
-from .head import affine, global_average_pool
+from .head import affine, backbone_and_head_groups, global_average_pool
 from .label_query import LabelQueryHead
 
 __all__ = ["BottleneckNet", "GaussianBottleneck", "Latent", "build_bottleneck_net"]
@@ -175,13 +175,7 @@ class BottleneckNet(nn.Module):
 
     def param_groups(self, lr: float, head_lr_mult: float = 1.0) -> list[dict[str, Any]]:
         """Backbone at ``lr``, head at ``lr * head_lr_mult``; trainable parameters only."""
-        groups = []
-        for name, module, group_lr in (("backbone", self.backbone, float(lr)),
-                                       ("head", self.head, float(lr) * float(head_lr_mult))):
-            params = [p for p in module.parameters() if p.requires_grad]
-            if params:
-                groups.append({"params": params, "lr": group_lr, "name": name})
-        return groups
+        return backbone_and_head_groups(self.backbone, self.head, lr, head_lr_mult)
 
 
 def build_bottleneck_net(backbone: str, num_classes: int, width: int, *, samples: int = 10, label_queries: bool = False,

@@ -26,7 +26,7 @@ from torch import nn
 from .backbones import create_backbone
 from .lgconv import convert_lgconv
 
-__all__ = ["FeatureHead", "SPMLNet", "build_model", "global_average_pool"]
+__all__ = ["FeatureHead", "SPMLNet", "backbone_and_head_groups", "build_model", "global_average_pool"]
 
 
 def global_average_pool(features: torch.Tensor) -> torch.Tensor:
@@ -124,18 +124,24 @@ class SPMLNet(nn.Module):
         so build a fresh optimiser after :meth:`freeze_backbone` changes, as LinearInit's
         phase 2 does. Each group carries a ``"name"`` (``"backbone"`` / ``"head"``).
         """
-        for label, value in (("lr", lr), ("head_lr_mult", head_lr_mult)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise ValueError(f"{label} must be a positive number, got {value!r}")
-        groups = []
-        for name, module, group_lr in (
-            ("backbone", self.backbone, float(lr)),
-            ("head", self.head, float(lr) * float(head_lr_mult)),
-        ):
-            params = [p for p in module.parameters() if p.requires_grad]
-            if params:
-                groups.append({"params": params, "lr": group_lr, "name": name})
-        return groups
+        return backbone_and_head_groups(self.backbone, self.head, lr, head_lr_mult)
+
+
+def backbone_and_head_groups(backbone: nn.Module, head: nn.Module, lr: float, head_lr_mult: float = 1.0
+                             ) -> list[dict[str, Any]]:
+    """Optimiser groups of an image model: the backbone at ``lr``, everything after it at ``lr *
+    head_lr_mult`` (named ``"backbone"`` and ``"head"``), trainable parameters only; a part with none
+    gives no group. Every image model's ``param_groups`` (:class:`SPMLNet`, the label-query and the
+    bottleneck networks) is this."""
+    for label, value in (("lr", lr), ("head_lr_mult", head_lr_mult)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ValueError(f"{label} must be a positive number, got {value!r}")
+    groups = []
+    for name, module, group_lr in (("backbone", backbone, float(lr)), ("head", head, float(lr) * float(head_lr_mult))):
+        params = [p for p in module.parameters() if p.requires_grad]
+        if params:
+            groups.append({"params": params, "lr": group_lr, "name": name})
+    return groups
 
 
 def build_model(
