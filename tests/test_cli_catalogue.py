@@ -31,9 +31,18 @@ def test_methods_lists_every_recipe_in_order(capsys):
     assert main(["methods"]) == 0
     rows = _rows(capsys.readouterr().out)
     assert [row[0] for row in rows] == list(METHODS)
-    # method | loss | labels | label-state algorithm
-    assert {row[0]: row[1:4] for row in rows}["em_apl"] == ["em_apl", "observed", "apl"]
-    assert {row[0]: row[1:4] for row in rows}["bce"] == ["bce", "full", ""]
+    # method | loss | labels | label-state algorithm | runs on
+    assert {row[0]: row[1:5] for row in rows}["em_apl"] == ["em_apl", "observed", "apl", "features, images"]
+    assert {row[0]: row[1:5] for row in rows}["bce"] == ["bce", "full", "", "features, images"]
+    assert {row[0]: row[1:5] for row in rows}["boostlu_ll_cp"] == ["ll_cp", "observed", "", "images"]
+
+
+def test_methods_says_which_methods_need_images_and_why(capsys):
+    assert main(["methods"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("boostlu_ll_r, boostlu_ll_ct, boostlu_ll_cp: images only. BoostLU boosts class activation maps, which "
+            "need a convolutional backbone's spatial feature map [B, D, h, w]; pooled features have none, so a "
+            "feature data set (extracted or tabular features) cannot train them.") in said
 
 
 def test_losses_lists_every_loss_with_its_defaults(capsys):

@@ -5,7 +5,9 @@ A *loss* (:mod:`spmlkit.losses`) is a formula; a *method* is what a paper trains
 the ``em_apl`` loss plus the APL algorithm, OPML-SP is soft OPML plus the high-rank
 regulariser plus AP-based correction, the "full labels" reference is BCE trained on the
 complete label matrix. Training loops read a :class:`Method` and never branch on method
-names, so adding a method is adding a recipe here.
+names, so adding a method is adding a recipe here. A recipe may also change the image model's
+head (``head``: BoostLU's boosted class activation maps, :data:`HEADS`); such a method needs a
+backbone's spatial map and so trains on images only (:func:`feature_runs_reason`).
 
 Hyperparameters: a method's loss hyperparameters default to the loss's own defaults (one
 source of truth, :func:`spmlkit.losses.hyperparameters`); ``loss_kwargs`` only records where
@@ -20,7 +22,8 @@ from typing import Any
 
 from . import losses
 
-__all__ = ["Method", "METHODS", "get_method", "resolve_hparams", "ResolvedMethod"]
+__all__ = ["HEADS", "Method", "METHODS", "cam_boost", "feature_runs_reason", "get_method", "methods_for",
+           "resolve_hparams", "ResolvedMethod"]
 
 
 @dataclass(frozen=True)
@@ -52,14 +55,61 @@ class Method:
     #: "global" (the whole global batch, as one process) or "process" (each process's slice,
     #: what PU-MLC's two-GPU code does for its temperature, prior and mixup)
     batch_statistics: str = "global"
+    #: what the method changes in the image model's head: None, or "boostlu" (BoostLU's boosted
+    #: class activation maps, docs/methods.md, "boostlu_ll_r"), whose alpha is the knob
+    #: ``boost_alpha``. A head that needs a spatial map has no meaning on pooled features, so
+    #: such a method trains on images only (:func:`feature_runs_reason`)
+    head: str | None = None
+
+    @property
+    def on_features(self) -> bool:
+        """Whether the method has a meaning on a feature data set (pooled features, a linear head)."""
+        return feature_runs_reason(self) is None
 
 
 def _m(*args: Any, **kwargs: Any) -> Method:
     return Method(*args, **kwargs)
 
 
+#: the heads a recipe may name (Method.head): what each does and needs of the backbone, in the
+#: words of ``spmlkit methods`` and of every refusal; and its knob with the knob's default
+HEADS: dict[str, dict[str, Any]] = {
+    "boostlu": {"does": "BoostLU boosts class activation maps",
+                "needs": "a convolutional backbone's spatial feature map [B, D, h, w]",
+                "knob": "boost_alpha", "default": 5.0},
+}
+
+
+def feature_runs_reason(method: Method) -> str | None:
+    """Why ``method`` has no meaning on a feature data set (None: it has one)."""
+    if method.head is None:
+        return None
+    head = HEADS[method.head]
+    return f"{head['does']}, which need {head['needs']}; pooled features have none"
+
+
+def methods_for(kind: str) -> tuple[str, ...]:
+    """Every method that has a meaning on data of ``kind`` (``"features"`` or ``"images"``), in
+    catalogue order: what a benchmark compares when nobody names methods."""
+    return tuple(name for name, m in METHODS.items() if kind != "features" or m.on_features)
+
+
+def cam_boost(resolved: ResolvedMethod) -> float | None:
+    """BoostLU's alpha of a resolved method (its ``boost_alpha`` knob, else the default), or None
+    for a method whose head is the plain one."""
+    head = resolved.method.head
+    if head != "boostlu":
+        return None
+    value = resolved.knobs.get(HEADS[head]["knob"], HEADS[head]["default"])
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and value < float("inf")):
+        raise ValueError(f"method {resolved.method.name!r}: boost_alpha (BoostLU's alpha) must be a positive number, "
+                         f"got {value!r}")
+    return float(value)
+
+
 _COLE = "Cole et al., CVPR 2021"
 _EM = "Zhou et al., ECCV 2022"
+_BOOSTLU = "Kim et al., CVPR 2023"
 METHODS: dict[str, Method] = {
     m.name: m
     for m in [
@@ -96,13 +146,21 @@ METHODS: dict[str, Method] = {
            "Yuan, Zhang, Huang, ICME 2024", mixup=True, batch_statistics="process"),
         _m("crisp", "crisp", "class priors estimated after every epoch + unbiased risk with those priors",
            "Liu, Xu, Wang, Geng (CRISP)", labeling="class_prior"),
+        _m("boostlu_ll_r", "ll_r", "BoostLU (boosted class activation maps) + large-loss rejection", _BOOSTLU,
+           head="boostlu"),
+        _m("boostlu_ll_ct", "ll_ct", "BoostLU (boosted class activation maps) + large-loss temporary correction",
+           _BOOSTLU, head="boostlu"),
+        # the BoostLU code records every entry it corrects (loss >= lambda), the LL code those above lambda
+        _m("boostlu_ll_cp", "ll_cp", "BoostLU (boosted class activation maps) + large-loss permanent correction",
+           _BOOSTLU, head="boostlu", loss_kwargs={"record": "ge"}),
     ]
 }
 
 #: method-level knobs that are not loss or label-algorithm hyperparameters
 _METHOD_KNOBS = {"penalty": "weight of the L1/L2 parameter penalty (l1r, l2r)",
                  "highrank_lam": "weight of the high-rank regulariser (opml_sp)",
-                 "mixup_weight": "weight of PU-MLC's mixup consistency term (pu_mlc)"}
+                 "mixup_weight": "weight of PU-MLC's mixup consistency term (pu_mlc)",
+                 "boost_alpha": "BoostLU's factor on the positive class activation scores (boostlu_*)"}
 
 
 def get_method(name: str) -> Method:
@@ -143,7 +201,7 @@ def resolve_hparams(method: str | Method, overrides: dict[str, Any] | None = Non
     knob_valid = {
         k for k in _METHOD_KNOBS
         if (k == "penalty" and m.weight_penalty) or (k == "highrank_lam" and m.regularizers)
-        or (k == "mixup_weight" and m.mixup)
+        or (k == "mixup_weight" and m.mixup) or (m.head is not None and k == HEADS[m.head]["knob"])
     }
     loss_kwargs, lab_kwargs, knobs = dict(m.loss_kwargs), dict(m.labeling_kwargs), {}
     for key, value in overrides.items():

@@ -77,11 +77,21 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
     else:
         lgconv = cfg.get("lgconv", False)  # the recipe's LgConv variant has a projection bias
         model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False, lgconv=lgconv,
-                            lgconv_options={"project_bias": bool(cfg.get("lgconv_bias", False))} if lgconv else None)
+                            lgconv_options={"project_bias": bool(cfg.get("lgconv_bias", False))} if lgconv else None,
+                            cam_boost=_cam_boost(cfg))
     _check_weights_fit(path, ckpt, model)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     return model, ckpt, path
+
+
+def _cam_boost(cfg: dict[str, Any]) -> float | None:
+    """BoostLU's alpha of the run's method (its saved method and hyperparameters), None for a plain
+    head: the boost is part of the model's forward, so a prediction without it would not be the
+    run's (docs/methods.md, "boostlu_ll_r")."""
+    from .methods import cam_boost, resolve_hparams
+
+    return cam_boost(resolve_hparams(cfg.get("method", "an"), cfg.get("hparams") or {}))
 
 
 def load_predictor(checkpoint: str | Path, device: str = "cpu"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._common import console
+from ._common import console, print_whole_words
 
 __all__ = ["add_parsers"]
 
@@ -22,14 +22,23 @@ def add_parsers(sub: Any) -> None:
 def run_methods(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from ..methods import METHODS
+    from ..methods import METHODS, feature_runs_reason
 
     table = Table(title="spmlkit methods")
-    for col in ("method", "loss", "labels", "label-state algorithm", "description", "paper"):
+    for col in ("method", "loss", "labels", "label-state algorithm", "runs on", "description", "paper"):
         table.add_column(col)
+    image_only: dict[str, list[str]] = {}  # why -> the methods it keeps off feature data sets
     for m in METHODS.values():
-        table.add_row(m.name, m.loss, m.labels, m.labeling or "", m.description, m.paper)
-    console().print(table)
+        why = feature_runs_reason(m)
+        if why is not None:
+            image_only.setdefault(why, []).append(m.name)
+        table.add_row(m.name, m.loss, m.labels, m.labeling or "", "images" if why else "features, images",
+                      m.description, m.paper)
+    screen = console()
+    screen.print(table)
+    for why, names in image_only.items():
+        print_whole_words(screen, f"{', '.join(names)}: images only. {why[0].upper()}{why[1:]}, so a feature data "
+                          "set (extracted or tabular features) cannot train them.", markup=False)
     return 0
 
 

@@ -189,7 +189,7 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
     from ..data.registry import labels_held
     from ..experiments import benchmark as bm
     from ..experiments.suites import suite_datasets
-    from ..methods import METHODS, get_method
+    from ..methods import METHODS, feature_runs_reason, get_method
     from ..training.config import DataConfig  # train's default dataset is the benchmark's
     from ..training.run_dir import RunDirectory
 
@@ -212,7 +212,16 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
         methods = tuple(m for m in methods if m not in references)
         notes.append(f"left out {', '.join(references)}: references that train on full labels, which "
                      f"{', '.join(own)} {'does' if len(own) == 1 else 'do'} not have (--methods names them)")
-    specs = [bm.BenchmarkSpec(dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
+    per_dataset = {d: methods for d in datasets}
+    if not args.methods:  # methods that need images (BoostLU's class activation maps) leave feature sets' lists
+        per_dataset = {d: tuple(m for m in methods if m in bm.default_methods(d)) for d in datasets}
+        image_only = sorted({m for d in datasets for m in methods if m not in per_dataset[d]}, key=methods.index)
+        if image_only:
+            featured = [d for d in datasets if per_dataset[d] != methods]
+            kind = "a feature data set" if len(featured) == 1 else "feature data sets"
+            notes.append(f"left out {', '.join(image_only)} on {', '.join(featured)}, {kind}: "
+                         f"{feature_runs_reason(get_method(image_only[0]))} (--methods names them for image data sets)")
+    specs = [bm.BenchmarkSpec(dataset=d, methods=per_dataset[d], seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                               observation=chosen["observation"], epochs=chosen["epochs"],
                               batch_size=chosen["batch_size"], head=chosen["head"], val_variant=chosen["val"],
                               subset=chosen["subset"], settings=settings) for d in datasets]

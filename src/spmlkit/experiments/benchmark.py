@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import atomic_write_json, atomic_write_text
-from ..methods import METHODS, get_method
+from ..methods import METHODS, get_method, methods_for
 from ..output_dir import MARKER
 from ..protocol import Observation
 from . import report
@@ -39,7 +39,7 @@ from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
 
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
-           "dataset_folders", "labels_measured", "measured_on", "DEFAULT_LRS", "DEFAULT_SEEDS"]
+           "dataset_folders", "default_methods", "labels_measured", "measured_on", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 
 DEFAULT_SEEDS = (0, 1, 2)
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2)
@@ -63,7 +63,9 @@ class BenchmarkSpec:
     """
 
     dataset: str = "yeast"
-    methods: tuple[str, ...] = tuple(METHODS)
+    #: None: every method with a meaning on the data set's kind (:func:`~spmlkit.methods.methods_for`;
+    #: BoostLU's methods need images)
+    methods: tuple[str, ...] | None = None
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     lrs: tuple[float, ...] = DEFAULT_LRS
     observation: str | None = None  # None: the data set's own (presets.default_observation)
@@ -78,6 +80,8 @@ class BenchmarkSpec:
     settings: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.methods is None:
+            self.methods = default_methods(self.dataset)
         if not self.seeds or not self.lrs or not self.methods:
             raise ValueError("a benchmark needs at least one method, one seed and one lr")
         for m in self.methods:
@@ -110,6 +114,18 @@ class BenchmarkSpec:
                          observations=None if self.observation is None else [self.observation],
                          hparams=dict(self.hparams or {}), settings=settings, val_variant=self.val_variant,
                          store=str(store))
+
+
+def default_methods(dataset: str) -> tuple[str, ...]:
+    """The methods a benchmark of ``dataset`` compares when nobody names them: on a feature data set
+    every method with a meaning on features (:func:`~spmlkit.methods.methods_for`), on images all."""
+    from ..data.registry import resolve_dataset
+
+    try:
+        kind = resolve_dataset(dataset).kind
+    except ValueError:  # an unknown data set: the sweep says what is wrong, with the closest name
+        return tuple(METHODS)
+    return methods_for(kind)
 
 
 def labels_measured(spec: BenchmarkSpec) -> dict[str, str | None]:

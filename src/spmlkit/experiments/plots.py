@@ -94,6 +94,9 @@ METHOD_COLORS: dict[str, str] = {
     "gr": "#d62728",  # GR: red
     "pu_mlc": "#e377c2",
     "crisp": "#7b4173",  # CRISP: plum
+    "boostlu_ll_r": "#1b9e77",  # BoostLU + large loss: teals
+    "boostlu_ll_ct": "#66c2a5",
+    "boostlu_ll_cp": "#00574a",
 }
 
 _POS_STYLE = {"alpha": 0.45}

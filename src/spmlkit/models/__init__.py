@@ -3,10 +3,12 @@
 ``build_model("torchvision:resnet50", num_classes, pretrained=True)`` is the model of every
 SPML paper (docs/protocol.md, "Training protocols"): ImageNet-V1 ResNet-50 -> global average
 pooling -> linear layer. ``lgconv=True`` adds PU-MLC's local-global convolutions
-(docs/methods.md, "pu_mlc").
+(docs/methods.md, "pu_mlc"); ``cam_boost=alpha`` BoostLU's boosted class activation maps
+(docs/methods.md, "boostlu_ll_r").
 """
 
 from .backbones import SMALL_MODELS, SmallResNet, create_backbone, torchvision_weights
+from .cam import boost_lu, boosted_logits, class_activation_maps, spatial_map_reason
 from .head import FeatureHead, SPMLNet, build_model, global_average_pool
 from .lgconv import LgConv, convert_lgconv, count_lgconv, lgconv_branch_parameters, skip_reason
 
@@ -16,12 +18,16 @@ __all__ = [
     "LgConv",
     "SPMLNet",
     "SmallResNet",
+    "boost_lu",
+    "boosted_logits",
     "build_model",
+    "class_activation_maps",
     "convert_lgconv",
     "count_lgconv",
     "create_backbone",
     "global_average_pool",
     "lgconv_branch_parameters",
     "skip_reason",
+    "spatial_map_reason",
     "torchvision_weights",
 ]

@@ -37,6 +37,7 @@ from .components import MethodComponents, build_components, expected_positives, 
 from .config import RecipeConfig, RunConfig
 from .device import resolve_device
 from .distributed import Distributed
+from .model_check import check_model
 from .recipe import check_recipe
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
 
@@ -157,6 +158,7 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
                              f"{config.data.observation!r}; there is nothing to learn from")
         device = _device(config, data, dist)
         check_recipe(config, data, len(split.train_idx), dist)  # docs/protocol.md, "Recipes"
+        check_model(config, data.kind)  # a method's head needs a spatial map (BoostLU)
     global_batch = (config.method.batch_statistics or resolved.method.batch_statistics) == "global"
     return RunPlan(config=config, resolved=resolved, data=data, split=split, train_labels=train_labels,
                    expected_num_pos=expected_positives(train_labels, split.truth_train), device=device,

@@ -80,7 +80,9 @@ class RunData:
         return len(self.observed if self.observed is not None else self.Y_train)
 
     def build_model(self, config: RunConfig) -> nn.Module:
-        """A fresh model; call after seeding the global torch RNG (its initial weights)."""
+        """A fresh model; call after seeding the global torch RNG (its initial weights). A method
+        with BoostLU's head gets it (:func:`~spmlkit.methods.cam_boost`)."""
+        from ..methods import cam_boost, resolve_hparams
         from ..models import FeatureHead, build_model
 
         if self.kind == "features":
@@ -89,7 +91,8 @@ class RunData:
         options = ({"project_bias": recipe.lgconv_bias, "gamma_init": recipe.lgconv_gamma_init}
                    if config.model.lgconv else None)
         return build_model(config.model.backbone, self.num_classes, pretrained=config.model.pretrained,
-                           lgconv=config.model.lgconv, lgconv_options=options)
+                           lgconv=config.model.lgconv, lgconv_options=options,
+                           cam_boost=cam_boost(resolve_hparams(config.method.name, config.method.hparams)))
 
 
 def _check_features(name: str, split: str, X: np.ndarray | None, rows: int | None, dim: int | None = None) -> None:

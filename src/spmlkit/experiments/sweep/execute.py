@@ -41,6 +41,7 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     the config-file layer. Image runs get a folder of their own (they checkpoint and resume);
     feature runs stay in memory."""
     from ...data.registry import resolve_dataset
+    from ...training.model_check import check_model
     from ...training.run_data import check_labels
 
     values = {k: run[k] for k in ("dataset", "method", "observation", "seed", "lr", "batch_size", "hparams",
@@ -51,6 +52,7 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
                 if applies_to(k) in (None, kind)}  # another kind's settings: said once by the sweep
     config = resolve_config(values, file_values=settings, file_name=where)
     check_labels(config)
+    check_model(config, kind)
     if kind == "images":
         config.output.out = str(Path(runs_dir or "runs") / run["run_id"])
     return config

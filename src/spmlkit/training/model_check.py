@@ -1,0 +1,64 @@
+"""What a method needs of the run's model, refused from the configuration before any run.
+
+A method whose recipe changes the image model's head (:attr:`spmlkit.methods.Method.head`;
+BoostLU's boosted class activation maps, docs/methods.md, "boostlu_ll_r") needs a backbone with a
+spatial feature map. Three runs cannot give one, and each is refused in one line before anything
+is written, by :func:`plan_run <spmlkit.training.plan.plan_run>` for one run and by the sweep for
+every point of its grid (so a benchmark or a sweep says it once, before training):
+
+* a feature run: its inputs are pooled features, and its model is a linear head on them;
+* LinearInit (``linear_init_epochs``): its first phase trains the linear layer on cached pooled
+  features, which the boosted maps never pass through;
+* an image backbone whose output is not ``[B, D, h, w]`` (a vision transformer's tokens). The
+  backbone is built on the meta device and shown one image of the run's size, which allocates
+  nothing and reads no weights (about half a second for ResNet-50), once per backbone and size.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..methods import HEADS, feature_runs_reason, get_method
+from .config import RunConfig
+
+__all__ = ["check_model", "backbone_map_reason"]
+
+
+def check_model(config: RunConfig, kind: str) -> None:
+    """ValueError (one line: what, why, what to do) when the run's method needs a model part the run
+    cannot have; ``kind`` is the run's data kind, ``"features"`` or ``"images"``."""
+    method = get_method(config.method.name)
+    why = feature_runs_reason(method)
+    if why is None:
+        return
+    head = HEADS[method.head]
+    name = config.data.prepared or config.data.dataset
+    if kind == "features":
+        raise ValueError(f"method {method.name!r} has no meaning on {name}, a feature data set: {why}; train it on "
+                         f"images, or use {method.loss} on {name}")
+    if config.schedule.linear_init_epochs:
+        raise ValueError(f"method {method.name!r} cannot train with LinearInit (linear_init_epochs "
+                         f"{config.schedule.linear_init_epochs}): LinearInit trains the linear layer on pooled "
+                         f"features, but {head['does']}; set linear_init_epochs to 0")
+    reason = backbone_map_reason(config.model.backbone, config.data.image_size)
+    if reason is not None:
+        raise ValueError(f"method {method.name!r} needs {head['needs']} ({head['does']}), but "
+                         f"{config.model.backbone} has none: {reason}; use a convolutional backbone such as "
+                         "torchvision:resnet50")
+
+
+@functools.lru_cache(maxsize=16)
+def backbone_map_reason(backbone: str, image_size: int) -> str | None:
+    """Why ``backbone``'s output on an image of ``image_size`` pixels is no spatial map (None: it is
+    one, or the meta device cannot tell; the model's own forward then refuses at the first step)."""
+    from ..models import create_backbone, spatial_map_reason
+
+    try:
+        with torch.device("meta"):
+            body, _ = create_backbone(backbone, pretrained=False)
+            out = body(torch.empty(1, 3, image_size, image_size))
+    except (NotImplementedError, RuntimeError):  # an operation without a meta kernel: cannot tell here
+        return None
+    return spatial_map_reason(tuple(out.shape))
