@@ -17,7 +17,7 @@ from spmlkit.experiments import benchmark as bm
 from spmlkit.experiments.presets import PRESETS, resolve_config
 from spmlkit.experiments.published import published
 from spmlkit.labels import Kind
-from spmlkit.methods import METHODS, cam_boost, methods_for, resolve_hparams
+from spmlkit.methods import METHODS, cam_boost, resolve_hparams
 from spmlkit.models import SPMLNet, boost_lu, boosted_logits, build_model
 from spmlkit.training import train
 from spmlkit.training.config import config_from_dict
@@ -131,12 +131,10 @@ def test_ll_cp_records_above_lambda_and_the_boostlu_recipe_records_lambda_too():
         losses.create("ll_cp", record=">")
 
 
-def test_only_methods_with_a_meaning_on_features_are_a_feature_benchmarks_default():
-    assert set(methods_for("images")) - set(methods_for("features")) == set(BOOSTLU)
-    assert not set(BOOSTLU) & set(bm.default_methods("yeast"))
-    assert set(BOOSTLU) <= set(bm.default_methods("digits-mosaic"))
-    assert bm.BenchmarkSpec(dataset="yeast").methods == methods_for("features")
-    assert bm.BenchmarkSpec(dataset="yeast", methods=("an",)).methods == ("an",)
+def test_a_benchmark_leaves_them_out_unless_they_are_named():
+    assert all(METHODS[m].images_only.startswith("BoostLU boosts class activation maps") for m in BOOSTLU)
+    assert not set(BOOSTLU) & set(bm.BenchmarkSpec(dataset="yeast").methods)
+    assert bm.BenchmarkSpec(dataset="digits-mosaic", methods=BOOSTLU).methods == BOOSTLU
 
 
 # --------------------------------------------------------------------------- presets and targets
@@ -166,15 +164,15 @@ def test_a_feature_run_is_refused_in_one_line():
     with pytest.raises(ValueError) as err:
         check_model(config_from_dict({"dataset": "yeast", "method": "boostlu_ll_ct"}), "features")
     assert str(err.value) == (
-        "method 'boostlu_ll_ct' has no meaning on yeast, a feature data set: BoostLU boosts class activation maps, "
+        "method 'boostlu_ll_ct' has no meaning on a feature dataset ('yeast'): BoostLU boosts class activation maps, "
         "which need a convolutional backbone's spatial feature map [B, D, h, w]; pooled features have none; train "
-        "it on images, or use ll_ct on yeast")
+        "it on an image dataset, or use ll_ct on it")
     check_model(config_from_dict({"dataset": "yeast", "method": "ll_ct"}), "features")  # the plain method runs
-    with pytest.raises(InputError, match="^method 'boostlu_ll_ct' has no meaning on yeast, a feature data set"):
+    with pytest.raises(InputError, match=r"^method 'boostlu_ll_ct' has no meaning on a feature dataset \('yeast'\)"):
         train(config_from_dict({"dataset": "yeast", "method": "boostlu_ll_ct"}))  # refused by the run's plan
 
 
-def test_linear_init_and_a_token_backbone_are_refused():
+def test_linear_init_the_label_query_head_and_a_token_backbone_are_refused():
     with pytest.raises(ValueError, match=r"cannot train with LinearInit \(linear_init_epochs 3\): LinearInit "
                                          r"trains the linear layer on pooled features, but BoostLU boosts"):
         check_model(_config(linear_init_epochs=3), "images")
@@ -182,6 +180,10 @@ def test_linear_init_and_a_token_backbone_are_refused():
                                          r"\(BoostLU boosts class activation maps\), but timm:vit_tiny_patch16_224 "
                                          r"has none: its output is a sequence of tokens \(1, 197, 192\)"):
         check_model(_config(backbone="timm:vit_tiny_patch16_224", image_size=224), "images")
+    with pytest.raises(ValueError, match=r"needs the linear head applied at every location .BoostLU boosts class "
+                                         r"activation maps., and image_head label_query has none; set image_head: "
+                                         r"linear"):
+        check_model(_config(image_head="label_query"), "images")
     assert backbone_map_reason("torchvision:resnet18", 64) is None
     check_model(_config(), "images")
 
@@ -191,7 +193,7 @@ def test_a_benchmark_naming_boostlu_on_a_feature_set_is_refused_before_any_run(t
     assert main(["benchmark", "--dataset", "yeast", "--methods", "an,boostlu_ll_r", "--out", str(out),
                  "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "method 'boostlu_ll_r' has no meaning on yeast, a feature data set" in err
+    assert "method 'boostlu_ll_r' has no meaning on a feature dataset ('yeast')" in err
     assert not (out / "results.db").exists()  # refused while the grid is checked: no run, no record
 
 

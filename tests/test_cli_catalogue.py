@@ -27,22 +27,27 @@ def test_presets_lists_each_preset_of_a_dataset_with_its_published_target(capsys
     assert rows["epr/voc2012"][1:3] == ["", ""]  # no published number to target
 
 
+def test_presets_of_a_data_set_without_any_say_so_instead_of_an_empty_table(capsys):
+    assert main(["presets", "--dataset", "emotions"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "│" not in said and said.startswith(
+        "no preset is tuned on emotions: its runs use the data set's defaults and each method's recipe defaults")
+    assert said.endswith("Presets exist for: coco2014, cub, nuswide, voc2012, yeast, voc2007, corel5k, delicious, "
+                          "scene, tmc2007")
+    assert main(["presets", "--dataset", "yaest"]) == 0
+    assert "no preset is tuned on yaest (did you mean yeast?)" in " ".join(capsys.readouterr().out.split())
+
+
 def test_methods_lists_every_recipe_in_order(capsys):
     assert main(["methods"]) == 0
     rows = _rows(capsys.readouterr().out)
     assert [row[0] for row in rows] == list(METHODS)
-    # method | loss | labels | label-state algorithm | runs on
-    assert {row[0]: row[1:5] for row in rows}["em_apl"] == ["em_apl", "observed", "apl", "features, images"]
-    assert {row[0]: row[1:5] for row in rows}["bce"] == ["bce", "full", "", "features, images"]
-    assert {row[0]: row[1:5] for row in rows}["boostlu_ll_cp"] == ["ll_cp", "observed", "", "images"]
-
-
-def test_methods_says_which_methods_need_images_and_why(capsys):
-    assert main(["methods"]) == 0
-    said = " ".join(capsys.readouterr().out.split())
-    assert ("boostlu_ll_r, boostlu_ll_ct, boostlu_ll_cp: images only. BoostLU boosts class activation maps, which "
-            "need a convolutional backbone's spatial feature map [B, D, h, w]; pooled features have none, so a "
-            "feature data set (extracted or tabular features) cannot train them.") in said
+    # method | loss | labels | label-state algorithm | ... | on features (the first line of its cell)
+    assert {row[0]: row[1:4] for row in rows}["em_apl"] == ["em_apl", "observed", "apl"]
+    assert {row[0]: row[1:4] for row in rows}["bce"] == ["bce", "full", ""]
+    assert {row[0]: row[1:4] for row in rows}["boostlu_ll_cp"] == ["ll_cp", "observed", ""]
+    assert {row[0]: row[-1] for row in rows}["em_apl"] == "yes"
+    assert {row[0]: row[-1] for row in rows}["boostlu_ll_cp"].startswith("no: BoostLU boosts class")
 
 
 def test_losses_lists_every_loss_with_its_defaults(capsys):

@@ -27,6 +27,11 @@ ELEMENTWISE = [
 SETWISE = ["zlpr", "opml", "opml_soft"]
 #: batch-wise losses whose regulariser belongs to the whole batch: no "none"
 BATCH_TERM = ["epr", "role"]
+#: a sum of means over different sets of entries: "mean" only
+MEAN_ONLY = ["smile"]
+#: LAC's two stages: losses of two augmented views (and label-wise embeddings), image runs only; a sum of
+#: differently normalised terms, "mean" only too
+TWO_VIEWS = ["lac", "plc"]
 B, C = 5, 4
 
 
@@ -37,6 +42,9 @@ def build(name: str, **kwargs) -> losses.SPMLLoss:
         kwargs.setdefault("num_classes", C)
     if name == "crisp":  # the training split's observed labels: one positive per row
         kwargs.setdefault("observed", torch.eye(C)[torch.tensor([0, 1, 2, 3, 0, 1])])
+    if "features" in losses.data_arguments(name):  # SMILE's graph: one feature row per training row
+        kwargs.setdefault("features", torch.randn(B, 3, generator=torch.Generator().manual_seed(1)))
+        kwargs.setdefault("num_classes", C)
     fn = losses.create(name, **kwargs).double()
     if name == "opml_soft":
         fn.set_class_ap(torch.tensor([0.9, 0.5, 0.3, 0.7]))
@@ -55,7 +63,14 @@ def call(fn: losses.SPMLLoss, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if fn.name == "em_apl":
         gen = torch.Generator().manual_seed(2)
         pseudo = PseudoLabels(torch.rand(z.shape, generator=gen) < 0.5, torch.rand(z.shape, generator=gen).double())
-    return fn(z, y, pseudo=pseudo, index=index)
+    views = {}
+    if fn.needs_views:  # LAC/PLC: a strong view of the same rows, and label-wise embeddings of both views
+        gen = torch.Generator().manual_seed(3)
+        views["strong"] = z + torch.randn(z.shape, generator=gen, dtype=z.dtype)
+        if fn.needs_embeddings:
+            emb = torch.randn(2, *z.shape, 3, generator=gen, dtype=z.dtype)
+            views["embeddings"] = torch.nn.functional.normalize(emb, dim=-1)
+    return fn(z, y, pseudo=pseudo, index=index, **views)
 
 
 def batch(seed: int = 0, rows: int = B, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,18 +88,19 @@ def close(a: torch.Tensor, b: torch.Tensor | float) -> None:
 
 # --------------------------------------------------------------------------- declarations / registry
 def test_families_cover_every_registered_loss():
-    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + ["highrank", "pu_mlc", "crisp"]) == ALL
+    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + MEAN_ONLY + TWO_VIEWS + ["highrank", "pu_mlc", "crisp"]) == ALL
 
 
 def test_capabilities_are_declared_on_the_class():
-    expected = {"needs_index": {"role"}, "corrects_labels": {"ll_cp"}, "needs_class_ap": {"opml_soft"},
-                "needs_class_prior": {"crisp"}}
+    expected = {"needs_index": {"role", "smile"}, "corrects_labels": {"ll_cp"}, "needs_class_ap": {"opml_soft"},
+                "needs_class_prior": {"crisp"}, "needs_views": {"plc", "lac"}, "needs_embeddings": {"lac"}}
     cls = {name: type(build(name)) for name in ALL}
     for flag, names in expected.items():
         assert {name for name in ALL if getattr(cls[name], flag)} == names, flag
-    assert {name for name in ALL if losses.data_arguments(name)} == {"role", "crisp"}
+    assert {name for name in ALL if losses.data_arguments(name)} == {"role", "crisp", "smile"}
     assert losses.data_arguments("role") == ("num_train", "num_classes", "observed", "seed")
     assert losses.data_arguments("crisp") == ("observed",)
+    assert losses.data_arguments("smile") == ("features", "num_classes", "seed")
 
 
 def test_hyperparameters_list_only_what_a_user_tunes():
@@ -172,6 +188,13 @@ def test_setwise_reductions_agree(name):
         assert each.shape == (B,)
         close(each.mean(), mean)
         close(each.sum(), total)
+
+
+@pytest.mark.parametrize("name", MEAN_ONLY + TWO_VIEWS)
+def test_mean_only_losses_refuse_sum_and_none_when_built(name):
+    for reduction in ("sum", "none"):
+        with pytest.raises(ValueError, match=f"reduction must be one of 'mean', got '{reduction}'"):
+            build(name, reduction=reduction)
 
 
 @pytest.mark.parametrize("name", BATCH_TERM)

@@ -20,8 +20,9 @@ def test_every_method_builds_the_parts_its_recipe_names_and_its_step_loss_is_the
     trainer fills), its regularisers, its label algorithm and penalty; and the loss of a step is
     exactly the sum of those parts on that batch, each built here on its own."""
     method = METHODS[name]
+    features = torch.tensor([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0], [0.5, 3.0]])  # SMILE's graph of the 4 rows
     comp = build_components(resolve_hparams(name), num_train=4, num_classes=3, observed=OBS,
-                            expected_num_pos=1.75, epochs=10, seed=0)
+                            expected_num_pos=1.75, epochs=10, seed=0, features=lambda: features)
     assert comp.loss.name == method.loss
     assert [r.name for r in comp.regularizers] == [reg for reg, _ in method.regularizers]
     assert (comp.algorithm is None) == (method.labeling is None)
@@ -29,7 +30,8 @@ def test_every_method_builds_the_parts_its_recipe_names_and_its_step_loss_is_the
         assert isinstance(comp.algorithm, {"apl": APL, "opml_correction": OPMLCorrection,
                                            "class_prior": ClassPriorEstimation}[method.labeling])
     assert comp.penalty == method.weight_penalty
-    data = {"num_train": 4, "num_classes": 3, "observed": OBS, "expected_num_pos": 1.75, "seed": 0}
+    data = {"num_train": 4, "num_classes": 3, "observed": OBS, "expected_num_pos": 1.75, "seed": 0,
+            "features": features}
 
     def fresh(loss: str, kwargs: dict) -> losses.SPMLLoss:
         needed = {k: data[k] for k in (*losses.data_arguments(loss), *method.data_defaults) if k not in kwargs}
@@ -41,14 +43,19 @@ def test_every_method_builds_the_parts_its_recipe_names_and_its_step_loss_is_the
     index = torch.arange(4)
     pseudo = losses.PseudoLabels(torch.zeros(4, 3, dtype=torch.bool), torch.zeros(4, 3, dtype=torch.float64))
     weights = [torch.ones(3, 2, dtype=torch.float64)]
-    expected = fresh(method.loss, dict(method.loss_kwargs))(z, labels, pseudo=pseudo, index=index)
+    views = {}
+    if comp.loss.needs_views:  # LAC/PLC: the strong view's logits and both views' label-wise embeddings
+        views["strong"] = torch.randn(4, 3, generator=gen, dtype=torch.float64)
+        emb = torch.randn(2, 4, 3, 5, generator=gen, dtype=torch.float64)
+        views["embeddings"] = torch.nn.functional.normalize(emb, dim=-1) if comp.loss.needs_embeddings else None
+    expected = fresh(method.loss, dict(method.loss_kwargs))(z, labels, pseudo=pseudo, index=index, **views)
     for reg, kwargs in method.regularizers:
-        expected = expected + fresh(reg, dict(kwargs))(z, labels, pseudo=pseudo, index=index)
+        expected = expected + fresh(reg, dict(kwargs))(z, labels, pseudo=pseudo, index=index, **views)
     if method.weight_penalty is not None:
         kind, lam = method.weight_penalty
         expected = expected + lam * 6.0  # six weights of 1: their L1 norm and squared L2 norm are both 6
     batch = LabelBatch(labels, pseudo, index)
-    got = comp.training_loss(lambda x: x, z, z, batch, None, lambda: weights)
+    got = comp.training_loss(lambda x: x, z, z, batch, None, lambda: weights, **views)
     assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
@@ -84,7 +91,7 @@ def test_structural_arguments_are_filled_but_user_values_win():
 def test_unknown_hyperparameter_lists_valid_ones():
     with pytest.raises(ValueError, match=r"no hyperparameter 'alhpa'.*alpha.*beta.*theta"):
         resolve_hparams("em_apl", {"alhpa": 0.2})
-    with pytest.raises(ValueError, match="valid methods are"):
+    with pytest.raises(ValueError, match="valid names are"):
         get_method("nope")
 
 

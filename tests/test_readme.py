@@ -71,12 +71,29 @@ NOT_RUN = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _plugins_of_the_docs_stay_here():
+    """docs/plugins.md and docs/losses-api.md register losses and methods of a reader's own: taken
+    back after each document, so no other test sees them."""
+    from fixtures.plugins import isolated_plugins
+
+    with isolated_plugins():
+        yield
+
+
 def _outside_fences(text: str) -> str:
     return FENCE.sub("", text)
 
 
+#: the first line of a block that is a file the reader saves (``# my_loss.py``), not code to run
+FILE_BLOCK = re.compile(r"# [\w.-]+\.(py|yaml)")
+
+
 def python_blocks(path: Path) -> list[str]:
-    return [body for lang, body in FENCE.findall(path.read_text()) if lang == "python"]
+    """The Python blocks a reader runs; a block that is a file to save (``# my_loss.py``) is run by
+    the commands that load it instead."""
+    return [body for lang, body in FENCE.findall(path.read_text())
+            if lang == "python" and not FILE_BLOCK.fullmatch(body.splitlines()[0] if body.strip() else "")]
 
 
 def _command(line: str) -> str:
@@ -98,7 +115,7 @@ def shell_commands(path: Path) -> list[str]:
 
 def _make_inputs(doc: Path, where: Path) -> None:
     """The files the commands of ``doc`` read, as its text shows them: the README's folder of photos
-    and labels file (tiny real JPEGs), and each ``# NAME.yaml`` block written to NAME.yaml."""
+    and labels file (tiny real JPEGs), and each ``# NAME.yaml`` or ``# NAME.py`` block written to that file."""
     from PIL import Image
 
     def jpeg(path: Path, shade: int) -> None:
@@ -107,7 +124,7 @@ def _make_inputs(doc: Path, where: Path) -> None:
 
     for lang, body in FENCE.findall(doc.read_text()):
         first = body.splitlines()[0] if body.strip() else ""
-        if lang == "yaml" and re.fullmatch(r"# [\w.-]+\.yaml", first):
+        if lang in ("yaml", "python") and FILE_BLOCK.fullmatch(first):
             (where / first[2:]).write_text(body)
     if doc.name == "protocol.md":  # "Your own data": a table of genes, a folder of photos with a test folder
         functions = ("growth", "repair", "transport")
@@ -152,6 +169,7 @@ def _check_values(block: str, namespace: dict) -> None:
 def test_every_python_block_runs_as_written(doc, tmp_path, monkeypatch):
     blocks = python_blocks(doc)
     monkeypatch.chdir(tmp_path)
+    _make_inputs(doc, tmp_path)
     namespace: dict = {"__name__": f"{doc.stem}_blocks"}
     for i, block in enumerate(blocks):
         exec(compile(block, f"{doc.name}, python block {i + 1}", "exec"), namespace)

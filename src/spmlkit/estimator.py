@@ -4,6 +4,10 @@
     >>> clf.predict_proba(X_new)      # [n, C] probabilities
     >>> clf.predict(X_new)            # [n, C] 0/1 at the method's threshold
 
+A method of one's own (docs/plugins.md) is named like any other once its plug-in is loaded;
+``plugins=("my_loss.py",)`` loads it in :meth:`fit`, so a copy of the estimator in another
+process (``cross_val_score(..., n_jobs=2)``) loads it there too.
+
 ``Y_observed`` holds 1 for observed positives, 0 for unknown and -1 for observed negatives,
 exactly what a user with partially labelled data has: the observation is "given", nothing is
 simulated. Without clean labels there is nothing clean to select on, so :meth:`fit` holds
@@ -80,6 +84,7 @@ class SPMLClassifier(BaseEstimator):
         threshold: float | None = None,
         seed: int = 0,
         observation: str = "given",
+        plugins: tuple[str, ...] = (),
     ):
         self.method = method
         self.hparams = hparams
@@ -95,6 +100,7 @@ class SPMLClassifier(BaseEstimator):
         self.threshold = threshold
         self.seed = seed
         self.observation = observation
+        self.plugins = plugins
 
     # -------------------------------------------------------------- fitting
     def fit(
@@ -114,8 +120,10 @@ class SPMLClassifier(BaseEstimator):
         rows' full labels. ``Y_true`` (full 0/1 labels) is only needed by the oracle references
         ``bce`` and ``iun`` and, when given, to report pseudo-label accuracy in ``history_``.
         """
+        from .plugins import load_plugins
         from .protocol import Observation
 
+        load_plugins(self._plugins())  # by reference: a clone in a joblib worker loads them too
         method = get_method(self.method)
         X = self._check_X(X, "X")
         if Observation.parse(self.observation).kind != "given":
@@ -152,6 +160,7 @@ class SPMLClassifier(BaseEstimator):
             hidden=self.hidden, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
             weight_decay=self.weight_decay, seed=self.seed, patience=self.patience, observation=observation,
             val_frac=self.val_frac, val_variant=val_variant, standardize=self.standardize,
+            plugins=self._plugins(),
         )
 
     def _fitted(self, result: Any, config: RunConfig, X: np.ndarray, n_classes: int, method: Any,
@@ -220,6 +229,10 @@ class SPMLClassifier(BaseEstimator):
         return mean_average_precision(self.predict_proba(X), Y)
 
     # -------------------------------------------------------------- helpers
+    def _plugins(self) -> list[str]:
+        """``plugins`` as a list (one reference may be given as a plain string)."""
+        return [self.plugins] if isinstance(self.plugins, str) else list(self.plugins or ())
+
     @staticmethod
     def _check_X(X: Any, name: str, allow_empty: bool = False) -> np.ndarray:
         arr = np.asarray(X, dtype=np.float32)

@@ -7,23 +7,30 @@ regulariser plus AP-based correction, the "full labels" reference is BCE trained
 complete label matrix. Training loops read a :class:`Method` and never branch on method
 names, so adding a method is adding a recipe here. A recipe may also change the image model's
 head (``head``: BoostLU's boosted class activation maps, :data:`HEADS`); such a method needs a
-backbone's spatial map and so trains on images only (:func:`feature_runs_reason`).
+backbone's spatial map and so trains on images only (``images_only``).
 
 Hyperparameters: a method's loss hyperparameters default to the loss's own defaults (one
 source of truth, :func:`spmlkit.losses.hyperparameters`); ``loss_kwargs`` only records where
 a recipe deliberately differs. :func:`resolve_hparams` routes user overrides to the loss, the
 label-state algorithm or the method-level knobs and rejects unknown names.
+
+A user's method joins the same catalogue (docs/plugins.md): :func:`register` takes a
+:class:`Method` as it takes spmlkit's own, and a loss registered with
+:func:`spmlkit.losses.register` is also a method of its name (the loss on the observed labels,
+nothing around it) unless it says ``method=False``.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import losses
+from .names import BUILTIN, REGISTRY, NameTaken, Registry, origin_of
 
-__all__ = ["HEADS", "Method", "METHODS", "cam_boost", "feature_runs_reason", "get_method", "methods_for",
-           "resolve_hparams", "ResolvedMethod"]
+__all__ = ["HEADS", "Method", "METHODS", "cam_boost", "get_method", "register", "resolve_hparams",
+           "ResolvedMethod"]
 
 
 @dataclass(frozen=True)
@@ -55,16 +62,22 @@ class Method:
     #: "global" (the whole global batch, as one process) or "process" (each process's slice,
     #: what PU-MLC's two-GPU code does for its temperature, prior and mixup)
     batch_statistics: str = "global"
+    #: why the method has no meaning on a feature dataset ("" when it has one): such runs are refused
+    #: in one line, and ``spmlkit methods`` shows the reason
+    images_only: str = ""
     #: what the method changes in the image model's head: None, or "boostlu" (BoostLU's boosted
     #: class activation maps, docs/methods.md, "boostlu_ll_r"), whose alpha is the knob
-    #: ``boost_alpha``. A head that needs a spatial map has no meaning on pooled features, so
-    #: such a method trains on images only (:func:`feature_runs_reason`)
+    #: ``boost_alpha`` (:data:`HEADS`). Such a head needs a spatial map, so the recipe also says
+    #: ``images_only``
     head: str | None = None
 
     @property
-    def on_features(self) -> bool:
-        """Whether the method has a meaning on a feature data set (pooled features, a linear head)."""
-        return feature_runs_reason(self) is None
+    def sees_more_labels(self) -> bool:
+        """Whether it trains on more labels than the observation gives the other methods (full
+        labels, or one positive and every negative): a reference that bounds what the missing
+        labels cost, shown beside a leaderboard's ranks rather than in them (docs/leaderboard.md,
+        "References beside the ranks")."""
+        return self.labels != "observed"
 
 
 def _m(*args: Any, **kwargs: Any) -> Method:
@@ -72,26 +85,12 @@ def _m(*args: Any, **kwargs: Any) -> Method:
 
 
 #: the heads a recipe may name (Method.head): what each does and needs of the backbone, in the
-#: words of ``spmlkit methods`` and of every refusal; and its knob with the knob's default
+#: words of every refusal; and its knob with the knob's default
 HEADS: dict[str, dict[str, Any]] = {
     "boostlu": {"does": "BoostLU boosts class activation maps",
                 "needs": "a convolutional backbone's spatial feature map [B, D, h, w]",
                 "knob": "boost_alpha", "default": 5.0},
 }
-
-
-def feature_runs_reason(method: Method) -> str | None:
-    """Why ``method`` has no meaning on a feature data set (None: it has one)."""
-    if method.head is None:
-        return None
-    head = HEADS[method.head]
-    return f"{head['does']}, which need {head['needs']}; pooled features have none"
-
-
-def methods_for(kind: str) -> tuple[str, ...]:
-    """Every method that has a meaning on data of ``kind`` (``"features"`` or ``"images"``), in
-    catalogue order: what a benchmark compares when nobody names methods."""
-    return tuple(name for name, m in METHODS.items() if kind != "features" or m.on_features)
 
 
 def cam_boost(resolved: ResolvedMethod) -> float | None:
@@ -107,12 +106,50 @@ def cam_boost(resolved: ResolvedMethod) -> float | None:
     return float(value)
 
 
+#: every method by name: the method family of the one registry (spmlkit.names)
+METHODS: Registry[Method] = REGISTRY.method
+#: methods made from a loss of the same name (:func:`_method_of_loss`), which that loss's author may
+#: replace with a recipe of their own
+_DERIVED: set[str] = set()
+#: the label settings a recipe may train on (Method.labels)
+_LABELS = ("observed", "full", "1p_alln")
+
+
+def register(method: Method) -> Method:
+    """Add a recipe to the catalogue, spmlkit's own and a user's alike (docs/plugins.md).
+
+    Its loss (and label algorithm, and regularisers) must be registered first, so a typo fails
+    here, when the recipe is registered, not in the middle of a run. A recipe may take the
+    place of the method its own loss made (a loss is a method of its name unless registered
+    with ``method=False``); any other name that is taken is refused."""
+    origin = origin_of(sys._getframe(1).f_globals.get("__name__", ""))
+    if not isinstance(method, Method):
+        raise TypeError(f"methods.register takes a spmlkit.methods.Method, got {type(method).__name__}")
+    if method.labels not in _LABELS:
+        raise ValueError(f"method {method.name!r}: labels must be one of {', '.join(_LABELS)}, got {method.labels!r}")
+    for loss in (method.loss, *(name for name, _ in method.regularizers)):
+        losses.loss_class(loss)  # an unknown loss: one line naming the closest
+    if method.labeling is not None:
+        from . import labeling
+
+        labeling.ALGORITHMS.get(method.labeling)
+    if method.name in _DERIVED and METHODS.origin(method.name) == origin:
+        _DERIVED.discard(method.name)
+        return METHODS.replace(method.name, method)
+    return METHODS.register(method.name, method, origin=origin)
+
+
 _COLE = "Cole et al., CVPR 2021"
+_LAC = "Xie, Xiao, Huang, NeurIPS 2022 (LAC)"
+#: why LAC's two stages need images (docs/methods.md, "plc")
+_TWO_VIEWS = ("it learns from a weak and a strong augmentation of each image (flip vs cutout, RandAugment, colour "
+              "jitter); a row of fixed features has no augmentations to be consistent across")
 _EM = "Zhou et al., ECCV 2022"
 _BOOSTLU = "Kim et al., CVPR 2023"
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in [
+#: why BoostLU's methods need images (docs/methods.md, "boostlu_ll_r")
+_BOOSTED_CAMS = (f"{HEADS['boostlu']['does']}, which need {HEADS['boostlu']['needs']}; pooled features have "
+                 "none")
+for _recipe in [
         _m("bce", "bce", "full labels (oracle reference): BCE on the complete label matrix", _COLE, labels="full"),
         _m("iun", "iun", "one positive + all negatives (1P & all N) with BCE", _COLE, labels="1p_alln"),
         _m("an", "an", "assume negative: every unobserved label is a negative", _COLE),
@@ -146,15 +183,43 @@ METHODS: dict[str, Method] = {
            "Yuan, Zhang, Huang, ICME 2024", mixup=True, batch_statistics="process"),
         _m("crisp", "crisp", "class priors estimated after every epoch + unbiased risk with those priors",
            "Liu, Xu, Wang, Geng (CRISP)", labeling="class_prior"),
+        _m("smile", "smile", "label enhancement: soft targets from a GCN's Beta label distributions on a k-NN graph",
+           "Xu et al., NeurIPS 2022"),
+        _m("plc", "plc", "LAC stage 1: AN on a weak view + hard pseudo-label consistency on a strong view", _LAC,
+           images_only=_TWO_VIEWS),
+        _m("lac", "lac", "LAC stage 2: PLC + label-aware contrast of label-wise embeddings over a memory queue", _LAC,
+           images_only=_TWO_VIEWS),
         _m("boostlu_ll_r", "ll_r", "BoostLU (boosted class activation maps) + large-loss rejection", _BOOSTLU,
-           head="boostlu"),
+           head="boostlu", images_only=_BOOSTED_CAMS),
         _m("boostlu_ll_ct", "ll_ct", "BoostLU (boosted class activation maps) + large-loss temporary correction",
-           _BOOSTLU, head="boostlu"),
+           _BOOSTLU, head="boostlu", images_only=_BOOSTED_CAMS),
         # the BoostLU code records every entry it corrects (loss >= lambda), the LL code those above lambda
         _m("boostlu_ll_cp", "ll_cp", "BoostLU (boosted class activation maps) + large-loss permanent correction",
-           _BOOSTLU, head="boostlu", loss_kwargs={"record": "ge"}),
-    ]
-}
+           _BOOSTLU, head="boostlu", images_only=_BOOSTED_CAMS, loss_kwargs={"record": "ge"}),
+    ]:
+    register(_recipe)
+
+
+def _method_of_loss(name: str, entry: Any, origin: str) -> None:
+    """A loss registered without ``method=False`` is also a method of its name: the loss on the
+    observed labels, nothing around it. A recipe of that name that trains this loss (spmlkit's
+    ``an`` for the loss ``an``) already is that method; a method of that name that trains
+    another loss makes the loss's name a mistake, said when the loss is registered."""
+    if not entry.method:
+        return
+    if name in METHODS:
+        if METHODS[name].loss == name:
+            return
+        held = METHODS.origin(name)
+        who = "spmlkit's method" if held == BUILTIN else f"the method of {held}"
+        raise NameTaken(f"loss {name!r} would also be the method {name!r}, but {who} of that name trains the loss "
+                        f"{METHODS[name].loss!r}; give the loss another name, or register it with method=False")
+    paper = "" if origin == BUILTIN else f"plug-in {origin}"
+    METHODS.register(name, Method(name, name, entry.description, paper), origin=origin)
+    _DERIVED.add(name)
+
+
+REGISTRY.loss.subscribe(_method_of_loss)
 
 #: method-level knobs that are not loss or label-algorithm hyperparameters
 _METHOD_KNOBS = {"penalty": "weight of the L1/L2 parameter penalty (l1r, l2r)",
@@ -164,9 +229,8 @@ _METHOD_KNOBS = {"penalty": "weight of the L1/L2 parameter penalty (l1r, l2r)",
 
 
 def get_method(name: str) -> Method:
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; valid methods are: {', '.join(METHODS)}")
-    return METHODS[name]
+    """The recipe ``name``; an unknown name is one line with the closest name and every valid one."""
+    return METHODS.get(name)
 
 
 def labeling_hyperparameters(name: str | None) -> dict[str, Any]:

@@ -89,9 +89,12 @@ def _cam_boost(cfg: dict[str, Any]) -> float | None:
     """BoostLU's alpha of the run's method (its saved method and hyperparameters), None for a plain
     head: the boost is part of the model's forward, so a prediction without it would not be the
     run's (docs/methods.md, "boostlu_ll_r")."""
-    from .methods import cam_boost, resolve_hparams
+    from .methods import METHODS, cam_boost, resolve_hparams
 
-    return cam_boost(resolve_hparams(cfg.get("method", "an"), cfg.get("hparams") or {}))
+    name = cfg.get("method", "an")
+    if name not in METHODS:  # a plug-in's method whose plug-in this process has not loaded: the plain head
+        return None
+    return cam_boost(resolve_hparams(name, cfg.get("hparams") or {}))
 
 
 def load_predictor(checkpoint: str | Path, device: str = "cpu"):

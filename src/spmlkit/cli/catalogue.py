@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._common import console, print_whole_words
+from ._common import console
 
 __all__ = ["add_parsers"]
 
@@ -22,23 +22,15 @@ def add_parsers(sub: Any) -> None:
 def run_methods(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from ..methods import METHODS, feature_runs_reason
+    from ..methods import METHODS
 
     table = Table(title="spmlkit methods")
-    for col in ("method", "loss", "labels", "label-state algorithm", "runs on", "description", "paper"):
+    for col in ("method", "loss", "labels", "label-state algorithm", "description", "paper", "on features"):
         table.add_column(col)
-    image_only: dict[str, list[str]] = {}  # why -> the methods it keeps off feature data sets
     for m in METHODS.values():
-        why = feature_runs_reason(m)
-        if why is not None:
-            image_only.setdefault(why, []).append(m.name)
-        table.add_row(m.name, m.loss, m.labels, m.labeling or "", "images" if why else "features, images",
-                      m.description, m.paper)
-    screen = console()
-    screen.print(table)
-    for why, names in image_only.items():
-        print_whole_words(screen, f"{', '.join(names)}: images only. {why[0].upper()}{why[1:]}, so a feature data "
-                          "set (extracted or tabular features) cannot train them.", markup=False)
+        table.add_row(m.name, m.loss, m.labels, m.labeling or "", m.description, m.paper,
+                      f"no: {m.images_only}" if m.images_only else "yes")
+    console().print(table)
     return 0
 
 

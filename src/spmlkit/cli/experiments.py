@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._common import console, csv_list, positive_int, print_whole_words
+from ._common import console, csv_list, plugin_refs, positive_int, print_whole_words
 
 if TYPE_CHECKING:
     from ..experiments.sweep.ray_backend import RayOptions
@@ -20,7 +20,7 @@ _FORMATS = ("md", "tex", "csv")
 
 
 def add_parsers(sub: Any) -> None:
-    from ..experiments.benchmark import DEFAULT_LRS, DEFAULT_SEEDS
+    from ..experiments.benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS
     from ..experiments.suites import SUITES
 
     p = sub.add_parser("benchmark", help="compare every method on a data set (paper-style table), or on several "
@@ -55,6 +55,14 @@ def add_parsers(sub: Any) -> None:
                    help="validation labels for model selection (default: clean where the data set has full "
                         "labels, observed for your own data)")
     p.add_argument("--subset", type=int, help="use only the first N training rows, for a quick check (default: all)")
+    p.add_argument("--hparams-from", metavar="SOURCE",
+                   help="where every method's hyperparameters come from, the same on every data set: defaults (each "
+                        "method's recipe defaults) or a data set whose presets to use everywhere, e.g. yeast "
+                        "(`spmlkit presets --dataset yeast`; methods without one keep their defaults). Default: the "
+                        "data set's own presets with one --dataset, defaults with several")
+    p.add_argument("--rank-references", action="store_true",
+                   help="rank bce (full labels) and iun (one positive and all negatives) with the other methods "
+                        "(default: shown beside the ranks, not ranked, since they see more labels)")
     images = p.add_argument_group("network (image data sets)")
     images.add_argument("--backbone", help="torchvision:<name> | timm:<name> | small:cnn (default: the data set's; "
                                            "torchvision:resnet50 for your own images)")
@@ -189,8 +197,9 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
     from ..data.registry import labels_held
     from ..experiments import benchmark as bm
     from ..experiments.suites import suite_datasets
-    from ..methods import METHODS, feature_runs_reason, get_method
-    from ..training.config import DataConfig  # train's default dataset is the benchmark's
+    from ..methods import METHODS, get_method
+    from ..plugins import load_plugins
+    from ..training.config import DataConfig, merged_plugins  # train's default dataset is the benchmark's
     from ..training.run_dir import RunDirectory
 
     datasets = suite_datasets(args.suite) if args.suite else tuple(args.datasets or (DataConfig.dataset,))
@@ -204,6 +213,8 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
         typed = getattr(args, option)
         chosen[option] = typed if typed is not None else settings.pop(setting, default)
     settings.update({k: getattr(args, k) for k in ("backbone", "pretrained", "image_size") if getattr(args, k) is not None})
+    plugins = tuple(merged_plugins(plugin_refs(args), settings.pop("plugins", None), where=f"config file {args.config}"))
+    load_plugins(plugins)  # a --config file's too, before its methods are looked up
     notes = []
     methods = tuple(args.methods) if args.methods else tuple(METHODS)
     own = [d for d in datasets if labels_held(d).labels == "observed"]
@@ -212,19 +223,17 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
         methods = tuple(m for m in methods if m not in references)
         notes.append(f"left out {', '.join(references)}: references that train on full labels, which "
                      f"{', '.join(own)} {'does' if len(own) == 1 else 'do'} not have (--methods names them)")
-    per_dataset = {d: methods for d in datasets}
-    if not args.methods:  # methods that need images (BoostLU's class activation maps) leave feature sets' lists
-        per_dataset = {d: tuple(m for m in methods if m in bm.default_methods(d)) for d in datasets}
-        image_only = sorted({m for d in datasets for m in methods if m not in per_dataset[d]}, key=methods.index)
+    if not args.methods:  # methods that train on images only are named when a benchmark of images wants them
+        image_only = [m for m in methods if get_method(m).images_only]
+        methods = tuple(m for m in methods if m not in image_only)
         if image_only:
-            featured = [d for d in datasets if per_dataset[d] != methods]
-            kind = "a feature data set" if len(featured) == 1 else "feature data sets"
-            notes.append(f"left out {', '.join(image_only)} on {', '.join(featured)}, {kind}: "
-                         f"{feature_runs_reason(get_method(image_only[0]))} (--methods names them for image data sets)")
-    specs = [bm.BenchmarkSpec(dataset=d, methods=per_dataset[d], seeds=tuple(args.seeds), lrs=tuple(args.lrs),
-                              observation=chosen["observation"], epochs=chosen["epochs"],
-                              batch_size=chosen["batch_size"], head=chosen["head"], val_variant=chosen["val"],
-                              subset=chosen["subset"], settings=settings) for d in datasets]
+            notes.append(f"left out {', '.join(image_only)}: methods that train on images only (`spmlkit methods` "
+                         "says why; --methods names them for a benchmark of images)")
+    specs = bm.one_source([bm.BenchmarkSpec(
+        dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs), observation=chosen["observation"],
+        epochs=chosen["epochs"], batch_size=chosen["batch_size"], head=chosen["head"], val_variant=chosen["val"],
+        subset=chosen["subset"], settings=settings, plugins=plugins, hparams_from=args.hparams_from)
+        for d in datasets])
     return specs, notes + _other_kind_notes(specs[0].sweep("results.db"))
 
 
@@ -252,6 +261,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
         datasets = [spec.dataset for spec in specs]
         if len(specs) > 1:  # a refusal here leaves no output folder behind
             bm.dataset_folders(datasets, args.out)
+        if args.rank_references and len(specs) == 1:
+            raise ValueError("--rank-references ranks methods across data sets; give several --dataset or a --suite")
         out = _output_folder(args.out)
     screen = console()
     for line in notes:
@@ -273,35 +284,47 @@ def run_benchmark(args: argparse.Namespace) -> int:
     rows, agg = bm.summarize(runs, spec.methods)
     paths = bm.write_outputs(out, spec, runs, rows, agg)
     _print_benchmark_table(screen, spec, rows)
+    print_whole_words(screen, bm.hyperparameter_source(spec), markup=False)
     print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                               f"{result.skipped} finished runs reused from {result.store})")
+    _print_next(screen, result.store, out)
     return 1 if tracker.failures else 0
+
+
+def _print_next(screen: Any, store: Path, out: Path) -> None:
+    """What to do with a benchmark's store next: the report's figures of every run."""
+    print_whole_words(screen, f"Next: `spmlkit report --store {store} --out {out / 'report'}` draws the analysis "
+                              "figures of these runs (densities, pseudo-labels, training curves, AP gains)",
+                      markup=False)
 
 
 def _print_benchmark_table(screen: Any, spec: Any, rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    from ..experiments.benchmark import labels_measured, measured_on
+    from ..experiments.benchmark import gap_note, labels_measured, table_title
+    from ..experiments.report import format_gap
 
     labels = labels_measured(spec)
     tested = labels["test_map_labels"] is not None
-    table = Table(title=f"{spec.dataset} ({spec.observation_used}): {measured_on(spec)}, mean ± std over "
-                        f"{len(spec.seeds)} seeds")
+    with_gap = tested and any(not math.isnan(r["gap_closed"]) for r in rows)
+    table = Table(title=table_title(spec))
     columns = [("method", "left")]
     if tested:
-        columns += [("test mAP (full labels)", "right"), ("gap closed", "right")]
+        columns += [("test mAP (full labels)", "right")] + ([("gap closed", "right")] if with_gap else [])
     columns += [("lr", "right"), (f"val mAP ({labels['val_map_labels']} labels)", "right"), ("description", "left")]
     for col, justify in columns:
         table.add_column(col, justify=justify)
     for r in rows:
         label = {"bce": "full labels (BCE)", "iun": "1P + all N"}.get(r["method"], r["method"])
-        gap = "" if math.isnan(r["gap_closed"]) else f"{100 * r['gap_closed']:+.0f}%"
+        gap = ["" if math.isnan(r["gap_closed"]) else format_gap(r["gap_closed"])] if with_gap else []
+        score = f"{r['test_map']:.2f}" + (f" ± {r['test_map_std']:.2f}" if r["seeds"] > 1 else "")
         style = "bold" if r["method"] in ("bce", "an") else None
-        test = [f"{r['test_map']:.2f} ± {r['test_map_std']:.2f}", gap] if tested else []
+        test = [score, *gap] if tested else []
         table.add_row(label, *test, f"{r['lr']:g}", f"{r['val_map']:.2f}", r["description"], style=style)
     screen.print(table)
-    if tested:
-        screen.print("gap closed = (method - AN) / (full BCE - AN)")
+    note = gap_note(rows) if tested else None
+    if note:
+        print_whole_words(screen, note, markup=False)
     if labels["val_map_labels"] == "observed":
         print_whole_words(screen, "val mAP on observed labels counts every unobserved positive of a validation row as "
                                   "a negative: it compares methods and lrs on the same rows, it is not the mAP on "
@@ -319,15 +342,17 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
     from ..experiments.published import display_name
 
     names = args.suite or f"{len(specs)} data sets"
-    tracker = _SweepProgress(screen, f"benchmark {names} ({specs[0].observation})", args.quiet,
+    tracker = _SweepProgress(screen, f"benchmark {names} ({specs[0].observation_used})", args.quiet,
                              str(out / bm.STORE_NAME), jobs)
+    hyperparameters = bm.hyperparameter_source(specs[0], [s.dataset for s in specs])
     with tracker.progress:
         result = bm.run_benchmarks(specs, out, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start)
     tracker.print_failures()
-    title = (f"Leaderboard over {', '.join(s.dataset for s in specs)} ({specs[0].observation}): test mAP (%), lr "
-             f"selected on {specs[0].val_variant} val, mean over {len(specs[0].seeds)} seeds")
+    title = (f"Leaderboard over {', '.join(s.dataset for s in specs)} ({specs[0].observation_used}): test mAP (%), "
+             f"lr selected on validation, mean over {len(specs[0].seeds)} seeds")
     try:
-        tables, board, paths = bm.write_suite_outputs(out, specs, result.store, title=title)
+        tables, board, paths = bm.write_suite_outputs(out, specs, result.store, title=title,
+                                                      rank_references=args.rank_references)
     except ValueError as exc:
         raise InputError(f"{exc}. Earlier tables in {out} are left as they were") from None
     for spec in specs:
@@ -339,12 +364,16 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
     ranked.add_column("avg rank", justify="right")
     for place, (method, rank) in enumerate(board.average_rank.items(), start=1):
         ranked.add_row(str(place), display_name(str(method)), f"{rank:.2f}")
+    for method in board.references:
+        ranked.add_row("–", f"{display_name(str(method))} (reference, not ranked)", "–", style="dim")
     screen.print(ranked)
+    print_whole_words(screen, hyperparameters, markup=False)
     for line in summary_lines(board):
-        screen.print(line)
+        print_whole_words(screen, line, markup=False)
     print_whole_words(screen, f"wrote the tables of {len(tables)} data sets to {out}/<data set>/ and "
                               f"{', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                               f"{result.skipped} finished runs reused from {result.store})")
+    _print_next(screen, result.store, out)
     return 1 if tracker.failures else 0
 
 
@@ -359,7 +388,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from ..experiments.sweep.cores import default_jobs
 
     with user_input():
-        spec = load_sweep(args.config)
+        spec = load_sweep(args.config, plugins=plugin_refs(args))
         ray_options = _ray_options(args)
         notes = _other_kind_notes(spec)  # a setting no data set uses: refused here
     screen = console()
@@ -421,6 +450,8 @@ def _print_grid(screen: Any, spec: Any, store: str) -> int:
     if spec.settings:
         print_whole_words(screen, "settings of every run: " + ", ".join(f"{k}={v}" for k, v in spec.settings.items()),
                           markup=False)
+    if spec.plugins:
+        print_whole_words(screen, "plug-ins every run loads: " + ", ".join(spec.plugins), markup=False)
     table = Table(title=f"the first {min(len(runs), _GRID_ROWS)} of {len(runs)} runs")
     for col in ("run_id", "dataset", "observation", "method", "hparams", "lr", "batch", "seed"):
         table.add_column(col)
@@ -465,6 +496,8 @@ def run_report(args: argparse.Namespace) -> int:
         folder = open_report_folder(args.out, overwrite=args.overwrite)
         out = folder.path
     screen = console()
+    for line in plugin_version_notes(ok):
+        screen.print(f"note: {line}", markup=False, soft_wrap=True)
     written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
     for title, markdown in tables:
         screen.print(f"[bold]{title}[/bold]")
@@ -478,6 +511,21 @@ def run_report(args: argparse.Namespace) -> int:
     gone = f"; removed {len(removed)} file(s) of the previous report that this one does not write" if removed else ""
     screen.print(f"wrote {len(written)} files to {out}{gone}")
     return 0
+
+
+def plugin_version_notes(runs: Any) -> list[str]:
+    """One line per method whose runs in the store come from more than one version of its plug-in's
+    code: the table picks one of them, as it picks a learning rate, and the reader should know."""
+    if "plugin_code" not in runs.columns:
+        return []
+    notes = []
+    for method, codes in runs.groupby("method", sort=False)["plugin_code"]:
+        versions = {json.dumps(code) for code in codes if isinstance(code, list)}
+        if len(versions) > 1:
+            notes.append(f"the store holds runs of {len(versions)} versions of the code of method {method} (its "
+                         "plug-in changed between them); each is a configuration of its own, and the table shows the "
+                         'one selected on validation (docs/plugins.md, "What a record says")')
+    return notes
 
 
 def _finished_runs(store_path: Path):
@@ -510,14 +558,23 @@ def _output_folder(path: str) -> Path:
 def run_presets(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from ..experiments.presets import list_presets
+    from ..experiments.presets import list_presets, preset_sources
 
+    shown = [p for p in list_presets() if not args.dataset or p.dataset == args.dataset]
+    if not shown:  # a table with no rows says nothing; say what such a data set trains with instead
+        import difflib
+
+        close = difflib.get_close_matches(args.dataset, preset_sources(), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print_whole_words(console(), f"no preset is tuned on {args.dataset}{hint}: its runs use the data set's defaults "
+                                     "and each method's recipe defaults (`spmlkit methods`; `spmlkit train --dataset "
+                                     f"{args.dataset} --dry-run` shows a run's settings). Presets exist for: "
+                                     f"{', '.join(preset_sources())}", markup=False)
+        return 0
     table = Table(title="spmlkit presets  (spmlkit train --preset NAME [--root DIR])")
     for col in ("preset", "target (published)", "source", "batch", "lr", "epochs", "hyperparameters", "notes"):
         table.add_column(col)
-    for p in list_presets():
-        if args.dataset and p.dataset != args.dataset:
-            continue
+    for p in shown:
         t = p.target
         target = "" if t is None else f"{t.mean:.2f}" + ("" if t.std is None else f" ± {t.std:.2f}")
         hp = ", ".join(f"{k}={v}" for k, v in p.config.get("hparams", {}).items())

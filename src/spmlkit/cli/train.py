@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._common import console, hparam, print_whole_words
+from ._common import console, hparam, plugin_refs, print_whole_words
 
 __all__ = ["add_run_options", "add_parser", "resolve_from_args", "run"]
 
@@ -21,15 +21,15 @@ _OPTIONS = {
     "linear_init_epochs": "linear_init_epochs", "weight_decay": "weight_decay", "out": "out",
     "pretrained": "pretrained", "lgconv": "lgconv", "head": "head", "subset": "subset", "features": "dataset",
     "batch_statistics": "batch_statistics", "decode": "decode", "compile": "compile", "loggers": "loggers",
-    "deterministic": "deterministic",
+    "deterministic": "deterministic", "image_head": "image_head", "init_weights": "init_weights",
 }
 
 
 def _default(setting: str) -> str:
     """A setting's default as help text shows it: ``RunConfig``'s field default."""
-    from ..training.config import RunConfig
+    from ..training.config import default_setting
 
-    value = RunConfig().flat()[setting]
+    value = default_setting(setting)
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -79,6 +79,10 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                             "default: pretrained)")
     model.add_argument("--lgconv", action="store_true", default=None,
                        help="add PU-MLC's local-global convolutions (default: off)")
+    model.add_argument("--image-head", choices=("linear", "label_query"),
+                       help="the classifier: linear (pooling + one linear layer, the SPML papers') or label_query "
+                            "(the LAC code's label-query transformer; plc and lac presets use it) "
+                            f"(default: {_default('image_head')})")
     model.add_argument("--image-size", type=int, metavar="PIXELS",
                        help=f"images are resized to PIXELS x PIXELS (default: {_default('image_size')})")
     machine = p.add_argument_group("machine")
@@ -123,7 +127,10 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                      help="stop after N epochs without a validation gain, 0 for EM's rule (default: train every epoch)")
     opt.add_argument("--stop-drop", type=float, metavar="DROP",
                      help="stop when validation mAP falls this far below the best, e.g. 0.02 as GR (default: never)")
-    opt.add_argument("--optimizer", choices=("adam", "sgd"), help=f"the optimiser (default: {_default('optimizer')})")
+    opt.add_argument("--optimizer", choices=("adam", "adamw", "sgd"),
+                     help=f"the optimiser (default: {_default('optimizer')})")
+    opt.add_argument("--init-weights", metavar="CHECKPOINT",
+                     help="start from an earlier run's weights (its best.pt), e.g. lac from a plc run (default: none)")
     opt.add_argument("--head-lr-mult", type=float, metavar="FACTOR",
                      help=f"image runs: the head's learning rate over the backbone's (default: {_default('head_lr_mult')})")
     opt.add_argument("--weight-decay", type=float, help=f"L2 weight decay (default: {_default('weight_decay')})")
@@ -178,6 +185,8 @@ def resolve_from_args(args: argparse.Namespace):
     from ..training.run_paths import typed_paths
 
     values = {field: getattr(args, opt) for opt, field in _OPTIONS.items() if getattr(args, opt, None) is not None}
+    if plugin_refs(args):  # kept in the run's settings, so that --resume loads them again
+        values["plugins"] = plugin_refs(args)
     values = typed_paths(values)  # ./data/x/ -> data/x: as a resumed run's paths read back
     if getattr(args, "hparam", None):
         values["hparams"] = dict(args.hparam)

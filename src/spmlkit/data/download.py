@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import InputError
+from ..io import new_file_mode
 
 __all__ = ["DATA_ENV", "DEADLINE_ENV", "DEFAULT_DEADLINE_S", "DownloadError", "data_home", "download_deadline",
            "fetch_file"]
@@ -106,6 +107,7 @@ def fetch_file(url: str, dest: str | os.PathLike, sha256: str, *, manual: str, s
                                 f"folder with {DATA_ENV}=DIR, or {manual}") from None
         tmp = Path(tmp_name)
         try:
+            os.chmod(tmp, new_file_mode())  # a data file is shared like any other (spmlkit.io says why)
             with _sigterm_cleans_up():
                 digest, received, announced = _stream(url, fd, timeout, deadline, size, manual)
             if announced is not None and received != announced:

@@ -8,6 +8,9 @@ MULAN sets, the image benchmarks, the digits mosaic), a folder written by ``spml
 a folder written by ``spmlkit prepare`` (a benchmark's or a user's own images).
 :func:`load_features` then reads a feature dataset, a named one once per process (a sweep runs
 hundreds of runs on it). ``spmlkit datasets`` lists the registry.
+
+A user's feature dataset joins it through :func:`register_dataset`, the way spmlkit registers
+its own (docs/plugins.md): a function that returns a :class:`TabularDataset`, under a name.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..names import Registry
+from ..names import REGISTRY, Registry, origin_of
 
 if TYPE_CHECKING:  # the registry itself stays light: the command line builds its choices from it
     from .tabular import TabularDataset
 
 __all__ = ["DATASETS", "FEATURE_DATASETS", "PREPARABLE", "DatasetEntry", "DatasetRef", "Registry", "is_feature_dataset",
-           "labels_held", "load_features", "resolve_dataset", "same_data"]
+           "labels_held", "load_features", "register_dataset", "resolve_dataset", "same_data"]
 
 log = logging.getLogger(__name__)
 
@@ -85,37 +88,55 @@ _IMAGE_SIZES = {"voc2012": (5717, 5823, 20), "voc2007": (5011, 4952, 20), "coco2
                 "nuswide": (150000, 60260, 81), "cub": (5994, 5794, 312)}
 
 
-def _build() -> Registry[DatasetEntry]:
+DATASETS: Registry[DatasetEntry] = REGISTRY.dataset
+"""Every named dataset (``spmlkit datasets`` lists them): the dataset family of the one registry."""
+
+FEATURE_DATASETS: dict[str, Callable[[], TabularDataset]] = {}
+"""The named feature datasets and their loaders (:func:`register_dataset` adds each)."""
+
+
+def register_dataset(name: str, *, source: str, train_rows: int | None = None, test_rows: int | None = None,
+                     labels: int | None = None) -> Callable[[Callable[[], TabularDataset]], Callable[[], TabularDataset]]:
+    """Decorator naming a feature dataset: ``load()`` returns its :class:`TabularDataset` (the
+    official train and test lists with full 0/1 labels), read once per process on first use.
+    ``source`` is the phrase ``spmlkit datasets`` shows; the sizes are shown when given. spmlkit
+    registers Yeast this way, and a user's plug-in its own sets (docs/plugins.md)."""
+
+    def decorate(load: Callable[[], TabularDataset]) -> Callable[[], TabularDataset]:
+        if not callable(load):
+            raise TypeError(f"dataset {name!r}: register_dataset decorates a function returning a TabularDataset")
+        entry = DatasetEntry(name, "features", source, load, train_rows, test_rows, labels)
+        DATASETS.register(name, entry, origin=origin_of(getattr(load, "__module__", "") or ""))
+        FEATURE_DATASETS[name] = load
+        return load
+
+    return decorate
+
+
+def _register_builtins() -> None:
     from .mulan import MULAN_SETS
 
-    datasets: Registry[DatasetEntry] = Registry("dataset")
-    datasets.register("yeast", DatasetEntry("yeast", "features", "river package (no download)", _load_yeast,
-                                            1500, 917, 14))
+    register_dataset("yeast", source="river package (no download)", train_rows=1500, test_rows=917,
+                     labels=14)(_load_yeast)
     for name, spec in MULAN_SETS.items():
         # the bare name is listed; mulan/<set> answers too, and is listed for yeast, whose bare name is river's
         aliases = [(f"mulan/{name}", True)] if name == "yeast" else [(name, True), (f"mulan/{name}", False)]
         for alias, listed in aliases:
-            datasets.register(alias, DatasetEntry(alias, "features", f"MULAN ({spec.domain}), fetched once",
+            DATASETS.register(alias, DatasetEntry(alias, "features", f"MULAN ({spec.domain}), fetched once",
                                                   _mulan_loader(name), spec.train_rows, spec.test_rows, spec.labels,
                                                   _mulan_cached(name), listed))
+            FEATURE_DATASETS[alias] = DATASETS[alias].load
     for name, rows in _IMAGE_SIZES.items():
-        datasets.register(name, DatasetEntry(name, "images", "official files (download, then prepare)", None, *rows,
+        DATASETS.register(name, DatasetEntry(name, "images", "official files (download, then prepare)", None, *rows,
                                              prepare=True))
-    datasets.register("digits-mosaic", DatasetEntry("digits-mosaic", "images", "generated in memory"))
-    datasets.register("digits_mosaic", DatasetEntry("digits_mosaic", "images", "generated in memory", listed=False))
-    return datasets
+    DATASETS.register("digits-mosaic", DatasetEntry("digits-mosaic", "images", "generated in memory"))
+    DATASETS.register("digits_mosaic", DatasetEntry("digits_mosaic", "images", "generated in memory", listed=False))
 
 
-DATASETS: Registry[DatasetEntry] = _build()
-"""Every named dataset (``spmlkit datasets`` lists them)."""
+_register_builtins()
 
 PREPARABLE: tuple[str, ...] = tuple(name for name, entry in DATASETS.items() if entry.prepare)
 """The benchmarks ``spmlkit prepare`` reads from their official files."""
-
-FEATURE_DATASETS: dict[str, Callable[[], TabularDataset]] = {
-    name: entry.load for name, entry in DATASETS.items() if entry.kind == "features" and entry.load is not None
-}
-"""The named feature datasets and their loaders."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +294,11 @@ def load_features(name: str) -> TabularDataset:
 def _load_named(name: str, folder: str) -> TabularDataset:
     """Named datasets are read once per process (a sweep runs hundreds of runs on one)."""
     ds = DATASETS[name].load()
+    from .tabular import TabularDataset
+
+    if not isinstance(ds, TabularDataset):  # a plug-in's loader (docs/plugins.md) returned something else
+        raise ValueError(f"dataset {name!r} ({DATASETS.origin(name)}): its loader returned a {type(ds).__name__}, "
+                         "not a spmlkit.data.TabularDataset")
     for array in (ds.X_train, ds.Y_train, ds.X_test, ds.Y_test):
         array.setflags(write=False)  # shared between runs: nobody may change them
     return ds

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig, config_from_dict, flat_settings,
-                               saved_settings)
+                               merged_plugins, saved_settings)
 from ..training.defaults import FEATURE_DEFAULTS
 
-__all__ = ["Preset", "DATASET_DEFAULTS", "OWN_LABELS", "PRESETS", "get_preset", "list_presets", "dataset_defaults",
-           "default_observation", "default_val_variant", "resolve_config"]
+__all__ = ["Preset", "DATASET_DEFAULTS", "OWN_LABELS", "PRESETS", "RECIPE_DEFAULTS", "get_preset", "list_presets",
+           "dataset_defaults", "default_observation", "default_val_variant", "resolve_config", "hparams_preset",
+           "preset_sources", "check_hparams_from"]
 
 #: what a user's own data defaults to, whatever its kind (docs/protocol.md, "Your own data"): its own
 #: labels ("given"), and selection on the observed positives of the held-out rows, the only labels it has
@@ -92,6 +93,25 @@ _BOOSTLU_NOTES = ("the official BoostLU code's values, the same for every datase
                   "delta_rel {delta} % per epoch ({scheme}), no early stop; also compare BoostLU Table 1 "
                   "(the paper's own runs)")
 
+#: SMILE's published hyperparameters per feature dataset: the official code's README commands (--bias, --p,
+#: --mu, --rate; lr 1e-3, batch 16 and 10 epochs of an MLP with hidden width = number of labels are the code's
+#: defaults, which these presets leave to spmlkit's feature protocol). SMILE's own copies of the sets differ from
+#: MULAN's where noted (docs/methods.md, "smile")
+SMILE_TABULAR_HPARAMS: dict[str, dict[str, Any]] = {
+    "yeast": {"bias": False, "p": 0.05, "mu": 0.5, "rate": 0.1},
+    "scene": {"bias": False, "p": 0.075, "mu": 0.3, "rate": 0.5},
+    "corel5k": {"bias": False, "p": 0.025, "mu": 0.1, "rate": 0.1},
+    "delicious": {"bias": True, "p": 0.01, "mu": 0.01},
+    "tmc2007": {"bias": False, "p": 0.025, "mu": 0.1, "rate": 0.3},
+}
+_SMILE_TABULAR_NOTES = ("the official README's command for {dataset} (bias, p, mu, rate) on spmlkit's feature protocol "
+                        "(linear head, lr 3e-3, batch 64, 20 epochs; the code's own: an MLP with hidden width = labels, "
+                        "lr 1e-3, batch 16, 10 epochs){extra}")
+_SMILE_TABULAR_EXTRA = {"tmc2007": "; SMILE's tmc2007 has 981 features, MULAN's tmc2007-500 keeps 500"}
+_SMILE_IMAGE_NOTES = ("SMILE's image hyperparameters are unpublished: the official code's defaults (mu 0.5, p 0.5, "
+                      "unobserved entries weighted 1/(C-1)); the k-NN graph is built from the initial backbone's "
+                      "pooled features of the training images (docs/methods.md, \"smile\")")
+
 #: (method, {dataset: config overrides incl. hparams}, protocol overrides, source, notes)
 _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = [
     ("bce", {d: {} for d in _D4}, _EM_PROTOCOL, "EM Table 1", "full labels"),
@@ -141,6 +161,7 @@ _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = 
      _BOOSTLU_NOTES.format(delta=0.1, scheme="LL-Cp")),
     # PU-MLC's COCO list is every train2014 image in JSON order (docs/protocol.md, "MS-COCO 2014"), and it
     # trains on the whole official train list (no validation split; docs/protocol.md, "Known-label ratio")
+    ("smile", {d: {} for d in _D4}, {}, "GR Table 2", _SMILE_IMAGE_NOTES),
     ("pu_mlc", {"voc2007": {"gamma": 0.85, "alpha": 2.0},
                 "coco2014": {"gamma": 0.55, "alpha": 1.0, "backbone": "torchvision:resnet101", "batch_size": 35,
                              "lr": 1e-4, "epochs": 41, "observation": "ratio=0.1", "dataset_variant": "pu_mlc"}},
@@ -192,6 +213,31 @@ _PU_MLC_OFFICIAL_NOTES = (
     "weights; --val-frac 0.2 (config val_frac: 0.2) selects on validation over both); "
     'see docs/protocol.md, "Recipes"')
 
+#: the LAC code's recipe for both of its stages (docs/methods.md, "plc"): its label-query transformer on an ImageNet
+#: ResNet-50 whose BatchNorm is constant and whose stem and layer1 do not train, AdamW (weight decay 1e-2) on a
+#: one-cycle schedule peaking at 1e-4 (20 % warm-up), a weight EMA of decay 0.9997 validated beside the plain weights,
+#: batch 32 with the last short batch dropped, 40 epochs with its early stop (9 epochs past the best)
+_LAC_RECIPE: dict[str, Any] = {
+    "backbone": "torchvision:resnet50", "pretrained": True, "image_size": 448, "image_head": "label_query",
+    "constant_bn": True, "train_only": ["layer2", "layer3", "layer4", "head"], "optimizer": "adamw", "lr": 1e-4,
+    "weight_decay": 1e-2, "lr_schedule": "onecycle", "warmup_frac": 0.2, "ema_decay": 0.9997, "batch_size": 32,
+    "drop_last": True, "epochs": 40, "patience": 9,
+}
+#: each stage's hyperparameters, the code's README (its COCO command lines; the paper's per-dataset values are not
+#: in the code): stage 1 (plc) tau 0.6, stage 2 (lac) tau 0.9, temperature 0.5, a queue of 512, both weights 1
+_LAC_STAGES: dict[str, dict[str, Any]] = {
+    "plc": {"threshold": 0.6, "plc_weight": 1.0},
+    "lac": {"threshold": 0.9, "plc_weight": 1.0, "lac_weight": 1.0, "temperature": 0.5, "queue_size": 512},
+}
+_LAC_NOTES = {
+    "plc": "LAC's first stage as its code trains it (label-query transformer, constant BatchNorm, AdamW, one-cycle, "
+           "EMA); the code's README values (tau 0.6), the same on every dataset; inputs ImageNet-normalised where the "
+           "code feeds raw [0, 1] pixels; see docs/methods.md, \"plc\"",
+    "lac": "LAC's second stage: start it from a plc run with --init-weights RUN/best.pt (the code starts from its "
+           "first stage's best weights); the code's README values (tau 0.9, T 0.5, queue 512); no published number "
+           "spmlkit could read for LAC itself; see docs/methods.md, \"lac\"",
+}
+
 _CONFIG_KEYS = {"backbone", "pretrained", "image_size", "batch_size", "lr", "epochs", "observation", "patience",
                 "head_lr_mult", "optimizer", "lgconv", "weight_decay", "linear_init_epochs", "linear_init_lr",
                 "stop_drop", "hflip", "dataset_variant", "val_frac"}
@@ -227,6 +273,10 @@ def _build() -> dict[str, Preset]:
         cfg = {**DATASET_DEFAULTS["yeast"], "dataset": "yeast", "method": method, "hparams": dict(hparams)}
         presets[f"{method}/yeast"] = Preset(f"{method}/yeast", method, "yeast", cfg, "spmlkit (chosen on validation)",
                                             "tuned by benchmarks/tune_yeast.py on validation mAP")
+    for dataset, hparams in SMILE_TABULAR_HPARAMS.items():
+        cfg = {**FEATURE_DEFAULTS, "dataset": dataset, "method": "smile", "hparams": dict(hparams)}
+        notes = _SMILE_TABULAR_NOTES.format(dataset=dataset, extra=_SMILE_TABULAR_EXTRA.get(dataset, ""))
+        presets[f"smile/{dataset}"] = Preset(f"smile/{dataset}", "smile", dataset, cfg, "SMILE code README", notes)
     # PU-MLC as its official code trains it; pu_mlc/<dataset> stays spmlkit's simpler recipe (everything trains,
     # BatchNorm in training mode, constant lr, no EMA, resize without crops)
     for dataset, values in _PU_MLC_OFFICIAL.items():
@@ -236,6 +286,14 @@ def _build() -> dict[str, Preset]:
         notes = _PU_MLC_OFFICIAL_NOTES.format(batch=values["batch_size"], half=values["batch_size"] // 2,
                                               epochs=values["epochs"], ema=values["ema_decay"])
         presets[name] = Preset(name, "pu_mlc", dataset, cfg, base.source, notes, base.targets)
+    # LAC's two stages as its code trains them (docs/methods.md, "plc" and "lac")
+    for method, hparams in _LAC_STAGES.items():
+        for dataset in _D4:
+            cfg = {**DATASET_DEFAULTS[dataset], **_LAC_RECIPE, "dataset": dataset, "method": method,
+                   "hparams": dict(hparams)}
+            name = f"{method}/{dataset}"
+            presets[name] = Preset(name, method, dataset, cfg, "CRISP Table 1", _LAC_NOTES[method],
+                                   _targets(method, dataset, cfg, "CRISP Table 1"))
     # ROLE + LinearInit: 25 linear epochs on frozen features, then 10 end-to-end (docs/methods.md, "role")
     for dataset, (bs, lr) in zip(_D4, ((16, 1e-3), (16, 1e-3), (16, 1e-3), (8, 1e-3))):
         base = presets[f"role/{dataset}"]
@@ -308,6 +366,33 @@ def default_observation(dataset: str) -> str:
     return _defaults_of(dataset).get("observation", DataConfig.observation)
 
 
+#: ``hparams_from`` meaning: each method's recipe defaults, no preset's hyperparameters
+RECIPE_DEFAULTS = "defaults"
+
+
+def preset_sources() -> tuple[str, ...]:
+    """The data sets some preset was tuned on, in ``spmlkit presets`` order: the values
+    ``hparams_from`` takes besides :data:`RECIPE_DEFAULTS`."""
+    return tuple(dict.fromkeys(p.dataset for p in list_presets() if p.name == f"{p.method}/{p.dataset}"))
+
+
+def check_hparams_from(source: str | None) -> None:
+    """Refuse an ``hparams_from`` that names neither the recipe defaults nor a data set with presets."""
+    if source is not None and source != RECIPE_DEFAULTS and source not in preset_sources():
+        raise ValueError(f"--hparams-from {source!r}: no preset was tuned on {source!r}; give {RECIPE_DEFAULTS} "
+                         f"(each method's recipe defaults) or one of {', '.join(preset_sources())}")
+
+
+def hparams_preset(method: str, dataset: str, hparams_from: str | None) -> Preset | None:
+    """The preset whose hyperparameters a run of ``method`` on ``dataset`` takes: with
+    ``hparams_from`` None the (method, dataset) preset when one exists (what ``train`` does);
+    :data:`RECIPE_DEFAULTS` none; a data set's name that data set's preset of the method, on
+    whatever data set the run trains (docs/leaderboard.md, "One source of hyperparameters")."""
+    if hparams_from == RECIPE_DEFAULTS:
+        return None
+    return PRESETS.get(f"{method}/{dataset if hparams_from is None else hparams_from}")
+
+
 def resolve_config(
     values: dict[str, Any] | None = None,
     *,
@@ -315,6 +400,7 @@ def resolve_config(
     file_values: dict[str, Any] | None = None,
     file_name: str = "config file",
     resume_values: dict[str, Any] | None = None,
+    hparams_from: str | None = None,
 ) -> RunConfig:
     """The one way every entry point builds a run's configuration. Later layers win:
 
@@ -322,7 +408,10 @@ def resolve_config(
     2. the dataset's defaults (:func:`dataset_defaults`);
     3. the preset: the one named, or else the (method, dataset) preset when one exists, so
        ``--dataset yeast --method em_apl`` trains with the same hyperparameters as the
-       benchmark's row;
+       benchmark's row. ``hparams_from`` changes the second case (a benchmark across data
+       sets, where every method's hyperparameters come from one source): ``"defaults"``
+       applies no preset, a data set's name applies only the *hyperparameters* of the
+       method's preset on that data set (:func:`hparams_preset`);
     4. a config file (or a sweep's ``settings``);
     5. ``values``: options given explicitly (the command line, a sweep's grid point);
     6. ``resume_values``: the saved configuration of the run being resumed (``--resume``), for
@@ -330,11 +419,19 @@ def resolve_config(
        option. A typed option that disagrees with it is refused by the run folder, never dropped.
 
     Every layer may name its settings flat or in sections (:mod:`~spmlkit.training.config`);
-    ``hparams`` merge key by key across layers.
+    ``hparams`` merge key by key across layers, and so do ``plugins``, which are loaded before
+    anything is looked up (a plug-in's dataset has feature defaults, its method may have a preset;
+    docs/plugins.md), whichever process builds the configuration.
     """
+    from ..plugins import load_plugins
+
     values = flat_settings(dict(values or {}), where="options")
     file_values = flat_settings(dict(file_values or {}), where=file_name)
     resume_values = saved_settings(dict(resume_values or {}))
+    plugins: list[str] = []
+    for where, layer in (("options", values), (file_name, file_values), ("the run being resumed", resume_values)):
+        plugins = merged_plugins(plugins, layer.get("plugins"), where=where)
+    load_plugins(plugins)
     named = get_preset(preset) if preset else None
     dataset = values.get("dataset") or file_values.get("dataset") or (named.dataset if named else None)
     prepared = values.get("prepared") or file_values.get("prepared")
@@ -348,11 +445,17 @@ def resolve_config(
     dataset = dataset or resume_values.get("dataset") or DataConfig.dataset
     method = values.get("method") or file_values.get("method") or (named.method if named and named.method else None) \
         or resume_values.get("method") or MethodConfig.name
-    if named is None and f"{method}/{dataset}" in PRESETS:
-        named = PRESETS[f"{method}/{dataset}"]
+    check_hparams_from(hparams_from)
+    source = None
+    if named is None and hparams_from is None:
+        named = PRESETS.get(f"{method}/{dataset}")
+    elif named is None:
+        source = hparams_preset(method, dataset, hparams_from)
     layers = [("dataset defaults", dataset_defaults(dataset))]
     if named is not None:
         layers.append((f"preset {named.name}", named.config))
+    if source is not None:
+        layers.append((f"the hyperparameters of preset {source.name}", {"hparams": source.config["hparams"]}))
     if file_values:
         layers.append((file_name, file_values))
     layers.append(("options", {**values, "dataset": dataset, "method": method}))
@@ -360,6 +463,8 @@ def resolve_config(
         # the run being resumed decides what it computes; where it is written and how it is fed stay
         # the user's. What the user chose explicitly must agree with it: used or refused, never dropped
         kept = {k: v for k, v in resume_values.items() if k in RunConfig().flat() and k not in RESUME_FREE}
+        if resume_values.get("plugins"):  # its plug-ins load again (the user's are added to them)
+            kept["plugins"] = resume_values["plugins"]
         chosen = {**(named.config if preset else {}), **file_values, **values}
         _check_agrees_with_resumed(chosen, kept)
         layers.append(("the run being resumed", kept))
@@ -373,7 +478,7 @@ def _check_agrees_with_resumed(chosen: dict[str, Any], saved: dict[str, Any]) ->
     """Refuse explicitly chosen settings that differ from the run being resumed, naming each."""
     differ = []
     for key, value in chosen.items():
-        if key not in saved:
+        if key not in saved or key == "plugins":  # plug-ins add up (resolve_config)
             continue
         if key == "hparams":
             differ += [f"hparam {k}={v!r} (the run has {saved['hparams'].get(k)!r})" for k, v in (value or {}).items()

@@ -13,8 +13,8 @@ Sources, by short name:
   Classification", ICME 2024, Table I (mAP by known-label ratio; no stds published).
 - ``CRISP``: Liu, Xu, Wang, Geng, "Can Class-Priors Help Single-Positive Multi-Label
   Learning?", Table 1 (SPML, ResNet-50, 5 trials): the CRISP row, the target of the ``crisp``
-  image presets, and its BoostLU+LL-R / -CT / -CP rows, the targets of the ``boostlu_*``
-  presets. Its numbers have three decimals.
+  image presets, the PLC row, the target of the ``plc`` presets, and its BoostLU+LL-R / -CT /
+  -CP rows, the targets of the ``boostlu_*`` presets. Its numbers have three decimals.
 - ``BoostLU``: Kim et al., "Bridging the Gap between Model Explanations in Partially Annotated
   Multi-label Classification", CVPR 2023, Table 1 (single positive label, ResNet-50): its own
   LL-R / LL-Ct / LL-Cp runs and each with BoostLU (means only; the rows it copies from EM
@@ -23,7 +23,7 @@ Sources, by short name:
 Numbers are mAP in percent, as printed (mean over runs, and the std where printed). Method
 and dataset names are spmlkit's (:data:`METHOD_LABELS` maps them back to the papers'
 labels); methods that spmlkit does not implement keep a lower-case form of the paper's name
-(``smile``, ``mime``, ``sarb``, ...). Observations use spmlkit's text form
+(``mime``, ``sarb``, ...). Observations use spmlkit's text form
 (:class:`spmlkit.protocol.Observation`): ``single_positive``, ``full``, ``ratio=0.1``.
 Note that ``bce`` and ``iun`` rows of the SPML tables are the references "All P. & All N."
 and "1 P. & All N.", i.e. methods that see more labels, listed under the SPML setting.
@@ -107,6 +107,9 @@ METHOD_LABELS: dict[str, str] = {
     "gr": "GR",
     "pu_mlc": "PU-MLC",
     "crisp": "CRISP",
+    "smile": "SMILE",
+    "plc": "PLC",
+    "lac": "LAC",
     "boostlu_ll_r": "BoostLU+LL-R",
     "boostlu_ll_ct": "BoostLU+LL-Ct",
     "boostlu_ll_cp": "BoostLU+LL-Cp",
@@ -201,6 +204,8 @@ _CRISP_T1 = {
     "boostlu_ll_cp": ((88.358, 0.212), (70.820, 0.030), (47.810, 0.166), (18.166, 0.063)),
     "boostlu_ll_ct": ((88.528, 0.053), (71.742, 0.006), (48.216, 0.021), (17.952, 0.007)),
     "crisp": ((89.820, 0.191), (74.640, 0.219), (49.996, 0.316), (21.650, 0.178)),
+    # LAC's first stage (Xie et al., NeurIPS 2022), as CRISP ran it
+    "plc": ((88.021, 0.121), (70.422, 0.062), (46.211, 0.155), (21.840, 0.237)),
 }
 #: BoostLU Table 1 (single positive label): the paper's own large-loss runs, each without and with
 #: BoostLU; means only (no stds printed)

@@ -27,12 +27,13 @@ def write_tables(ok: pd.DataFrame, out: Path, *, metric: str = "test_map", refer
         runs = ok[ok["observation"] == observation]
         title = (f"{metric} (%){_test_labels(runs, metric)}, mean ± std over seeds, configuration selected on "
                  f"validation mAP ({_val_labels(runs)}); {observation}")
-        writers = {"md": lambda t: f"**{title}**\n\n" + report.to_markdown(t),
+        markdown = report.to_markdown(table) + "".join(f"\n{note}\n" for note in table.attrs["notes"])
+        writers = {"md": lambda t: f"**{title}**\n\n" + markdown,
                    "tex": lambda t: report.to_latex(t, caption=title),
                    "csv": report.to_csv}
         for fmt in formats:
             written.append(atomic_write_text(stem.with_suffix(f".{fmt}"), writers[fmt](table)))
-        shown.append((title, report.to_markdown(table)))
+        shown.append((title, markdown))
     selected = agg.drop(columns=["run_ids"], errors="ignore").to_csv(index=False)
     written.append(atomic_write_text(out / "selected_configs.csv", selected))
     thresholds = report.threshold_table(ok)

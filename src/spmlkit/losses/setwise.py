@@ -207,7 +207,8 @@ class OPMLLoss(SPMLLoss):
         return self._reduce_rows(opml_loss(logits, labels, a=self.a, b=self.b))
 
 
-@register("opml_soft", "soft OPML: unobserved labels smoothed towards positive by AP_c^r * sg(p)")
+@register("opml_soft", "soft OPML: unobserved labels smoothed towards positive by AP_c^r * sg(p)",
+          method=False)  # trained by the opml_sp recipe, with its correction
 class SoftOPMLLoss(OPMLLoss):
     """Soft OPML with AP-adaptive label smoothing (docs/methods.md, "opml_soft": our definition).
 

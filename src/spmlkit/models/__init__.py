@@ -4,17 +4,21 @@
 SPML paper (docs/protocol.md, "Training protocols"): ImageNet-V1 ResNet-50 -> global average
 pooling -> linear layer. ``lgconv=True`` adds PU-MLC's local-global convolutions
 (docs/methods.md, "pu_mlc"); ``cam_boost=alpha`` BoostLU's boosted class activation maps
-(docs/methods.md, "boostlu_ll_r").
+(docs/methods.md, "boostlu_ll_r"). :class:`LabelQueryNet` is the LAC code's label-query
+transformer head (docs/methods.md, "lac").
 """
 
 from .backbones import SMALL_MODELS, SmallResNet, create_backbone, torchvision_weights
 from .cam import boost_lu, boosted_logits, class_activation_maps, spatial_map_reason
 from .head import FeatureHead, SPMLNet, build_model, global_average_pool
+from .label_query import LabelQueryHead, LabelQueryNet, sine_positions
 from .lgconv import LgConv, convert_lgconv, count_lgconv, lgconv_branch_parameters, skip_reason
 
 __all__ = [
     "SMALL_MODELS",
     "FeatureHead",
+    "LabelQueryHead",
+    "LabelQueryNet",
     "LgConv",
     "SPMLNet",
     "SmallResNet",
@@ -27,6 +31,7 @@ __all__ = [
     "create_backbone",
     "global_average_pool",
     "lgconv_branch_parameters",
+    "sine_positions",
     "skip_reason",
     "spatial_map_reason",
     "torchvision_weights",

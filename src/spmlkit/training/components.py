@@ -130,17 +130,21 @@ class MethodComponents:
 
     def training_loss(self, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, logits: torch.Tensor,
                       batch: LabelBatch, mixing: Mixing | None,
-                      parameters: Callable[[], Iterable[torch.Tensor]]) -> torch.Tensor:
+                      parameters: Callable[[], Iterable[torch.Tensor]], *, strong: torch.Tensor | None = None,
+                      embeddings: torch.Tensor | None = None) -> torch.Tensor:
         """The method's loss of one step. ``forward`` maps inputs to logits (PU-MLC's mixup term
         needs an extra forward pass, with ``mixing`` from :meth:`draw_mixing`); ``parameters``
-        gives the model's trainable weights (L1/L2 penalties)."""
+        gives the model's trainable weights (L1/L2 penalties). ``strong`` and ``embeddings``: the
+        strong view's logits and both views' label-wise embeddings (LAC/PLC; ``logits`` are then
+        the weak view's)."""
         device = logits.device
         labels = batch.labels.to(device)
         pseudo = losses.PseudoLabels(batch.pseudo.mask.to(device), batch.pseudo.target.to(device))
         index = batch.index.to(device)
-        value = self.loss(logits, labels, pseudo=pseudo, index=index)
+        views = {} if strong is None else {"strong": strong, "embeddings": embeddings}
+        value = self.loss(logits, labels, pseudo=pseudo, index=index, **views)
         for reg in self.regularizers:
-            value = value + reg(logits, labels, pseudo=pseudo, index=index)
+            value = value + reg(logits, labels, pseudo=pseudo, index=index, **views)
         if self.penalty is not None:
             value = value + self._weight_penalty(parameters(), lead=logits.dim() - 2)
         if mixing is not None:
@@ -208,6 +212,7 @@ def build_components(
     expected_num_pos: float,
     epochs: int,
     seed: int,
+    features: Callable[[], torch.Tensor] | None = None,
 ) -> MethodComponents:
     """Instantiate the loss, regularisers and label algorithm of a resolved method.
 
@@ -215,20 +220,30 @@ def build_components(
     from the run; hyperparameters come from the recipe and the user; run arguments of the
     label algorithm (APL's total epochs) come from the run. Nothing else is filled in.
     Input checks run once, on the label matrix, so the losses skip their per-step checks.
+    ``features`` gives the training rows' features in index order (SMILE's graph): called only
+    when a loss asks for them, since for an image run it is a pass over the training images.
     """
     m = resolved.method
+
+    def training_features() -> torch.Tensor:
+        if features is None:
+            raise ValueError(f"method {m.name!r} needs the training rows' features, and this run gives none")
+        return features()
+
     context = {"num_train": num_train, "num_classes": num_classes, "observed": observed,
-               "expected_num_pos": expected_num_pos, "seed": seed}
+               "expected_num_pos": expected_num_pos, "seed": seed, "features": training_features}
     loss_kwargs = dict(resolved.loss_kwargs)
     for key in (*losses.data_arguments(m.loss), *m.data_defaults):
-        loss_kwargs.setdefault(key, context[key])
+        if key not in loss_kwargs:
+            loss_kwargs[key] = context[key]() if key == "features" else context[key]
     loss = losses.create(m.loss, **loss_kwargs, validate_args=False)
     regs = []
     for name, kwargs in m.regularizers:
         kw = dict(kwargs)
         if name == "highrank" and "highrank_lam" in resolved.knobs:
             kw["lam"] = resolved.knobs["highrank_lam"]
-        kw.update({k: context[k] for k in losses.data_arguments(name) if k not in kw})
+        kw.update({k: context[k]() if k == "features" else context[k] for k in losses.data_arguments(name)
+                   if k not in kw})
         regs.append(losses.create(name, **kw, validate_args=False))
     algorithm = None
     if m.labeling is not None:

@@ -33,7 +33,7 @@ from typing import Any
 
 __all__ = ["RunConfig", "DataConfig", "ModelConfig", "MethodConfig", "OptimisationConfig", "ScheduleConfig",
            "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "applies_to", "config_from_dict",
-           "flat_settings", "load_config_file", "saved_settings", "save_config"]
+           "default_setting", "flat_settings", "load_config_file", "merged_plugins", "saved_settings", "save_config"]
 
 
 def _images(default: Any = None, *, factory: Any = None) -> Any:
@@ -87,12 +87,16 @@ class ModelConfig:
     backbone: str = _images("torchvision:resnet50")
     pretrained: bool = _images(True)
     lgconv: bool = _images(False)  # PU-MLC's local-global convolutions
+    #: image runs' classifier: linear (global average pooling + one linear layer, the SPML papers') |
+    #: label_query (the LAC code's label-query transformer, one embedding per class; docs/methods.md, "lac")
+    image_head: str = _images("linear")
     head: str = _features("linear")  # feature runs: linear | mlp
     hidden: int = _features(256)
     dropout: float = _features(0.0)
 
     def __post_init__(self) -> None:
         _choice("head", self.head, ("linear", "mlp"))
+        _choice("image_head", self.image_head, ("linear", "label_query"))
         _positive_int("hidden", self.hidden)
         _non_negative("dropout", self.dropout)
 
@@ -107,10 +111,16 @@ class MethodConfig:
     #: process), "process" (each process's own slice, as PU-MLC's code) or None (the method's
     #: default); docs/architecture.md, "Distributed training"
     batch_statistics: str | None = None
+    #: the plug-ins (a .py file or a module name, docs/plugins.md) whose methods, losses or datasets the
+    #: run may name; loaded by whoever builds the configuration (experiments.presets.resolve_config), so a
+    #: resumed run, a sweep's worker and a Ray task load them again from here
+    plugins: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from ..methods import get_method
 
+        if not (isinstance(self.plugins, list) and all(isinstance(p, str) and p for p in self.plugins)):
+            raise ValueError(f"plugins must be a list of .py files or module names, got {self.plugins!r}")
         get_method(self.name)
         if not isinstance(self.hparams, dict):
             raise ValueError(f"hparams must be a mapping of NAME: VALUE, got {self.hparams!r}")
@@ -122,7 +132,7 @@ class MethodConfig:
 class OptimisationConfig:
     """How the model is optimised: the optimiser, its step, the batch, the seed."""
 
-    optimizer: str = "adam"  # adam | sgd
+    optimizer: str = "adam"  # adam | adamw (decoupled weight decay, the LAC code's) | sgd
     lr: float = 1e-5
     head_lr_mult: float = _images(1.0)
     weight_decay: float = 0.0
@@ -133,7 +143,7 @@ class OptimisationConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _choice("optimizer", self.optimizer, ("adam", "sgd"))
+        _choice("optimizer", self.optimizer, ("adam", "adamw", "sgd"))
         _positive_number("lr", self.lr)
         _positive_int("batch_size", self.batch_size)
         _non_negative("weight_decay", self.weight_decay)
@@ -199,6 +209,11 @@ class RecipeConfig:
     train_only: list[str] | None = None
     #: every BatchNorm stays in eval mode: running statistics never change, batch statistics unused
     freeze_bn: bool = False
+    #: every BatchNorm becomes a constant affine map: statistics, scale and shift all fixed (the LAC code)
+    constant_bn: bool = _images(False)
+    #: start from the weights of an earlier run's checkpoint (its best.pt), e.g. LAC's second stage from
+    #: a plc run; parts the checkpoint lacks (LAC's projector) keep their fresh initialisation
+    init_weights: str | None = None
     #: what batch_size counts under torch.distributed: "global" (split across the processes) or
     #: "process" (each process's own batch; the global batch is batch_size x processes)
     batch_per: str = "global"
@@ -227,12 +242,15 @@ class RecipeConfig:
             _positive_number(name, getattr(self, name))
         _schedule_stays_at_or_below_lr(self)
         _non_negative("min_lr", self.min_lr)
-        for name in ("cycle_momentum", "freeze_bn", "drop_last", "lgconv_bias"):
+        for name in ("cycle_momentum", "freeze_bn", "constant_bn", "drop_last", "lgconv_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.ema_decay is not None and not (isinstance(self.ema_decay, (int, float))
                                                and not isinstance(self.ema_decay, bool) and 0 < self.ema_decay < 1):
             raise ValueError(f"ema_decay must be in (0, 1) or null (no EMA), got {self.ema_decay!r}")
+        if self.init_weights is not None and not (isinstance(self.init_weights, str) and self.init_weights):
+            raise ValueError(f"init_weights must be the path of a checkpoint (a run's best.pt) or null, got "
+                             f"{self.init_weights!r}")
         if self.train_only is not None and (not isinstance(self.train_only, list) or not self.train_only
                                             or not all(isinstance(n, str) and n for n in self.train_only)):
             raise ValueError(f"train_only must be a non-empty list of part names or null, got {self.train_only!r}")
@@ -426,6 +444,14 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
+def default_setting(name: str) -> Any:
+    """A setting's default, by its flat name, read from its field: the value ``RunConfig().flat()[name]``
+    has, without building (and checking) a whole configuration, which imports the methods and so
+    torch. The command line's help prints these (docs/architecture.md, "Start-up time")."""
+    section, field_name = _FIELD_OF[name]
+    return _default(next(f for f in dataclasses.fields(SECTIONS[section]) if f.name == field_name))
+
+
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
@@ -448,8 +474,9 @@ def _non_negative(name: str, value: Any) -> None:
 
 #: settings that change no number: a resumed run may change them (where it is written, how it is
 #: logged, how the machine feeds it; workers draw no randomness, the order and flips come from the
-#: run's own generator)
-RESUME_FREE = ("out", "loggers", "num_workers", "eval_batch_size", "num_threads")
+#: run's own generator; where its plug-ins are loaded from: a resumed run loads its own and any the
+#: user adds, experiments.presets.resolve_config)
+RESUME_FREE = ("out", "loggers", "num_workers", "eval_batch_size", "num_threads", "plugins")
 
 
 def saved_settings(values: dict[str, Any]) -> dict[str, Any]:
@@ -513,12 +540,25 @@ def config_from_dict(values: dict[str, Any], *, base: RunConfig | None = None, w
             if value is not None and not isinstance(value, dict):
                 raise ValueError(f"{where}: hparams must be a mapping of NAME: VALUE, got {value!r}")
             current["hparams"] = {**current["hparams"], **(value or {})}
+        elif key == "plugins":  # every layer's plug-ins load: a later layer adds to them
+            current["plugins"] = merged_plugins(current["plugins"], value, where=where)
         else:
             current[key] = value
     try:
         return RunConfig(**current)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None
+
+
+def merged_plugins(earlier: list[str], later: Any, *, where: str = "config") -> list[str]:
+    """``earlier`` followed by the plug-ins of ``later`` that it does not hold yet (a list, or one
+    reference), so layers (a config file, the options, a resumed run) add plug-ins and never drop one."""
+    if later is None:
+        return list(earlier)
+    items = [later] if isinstance(later, str) else later
+    if not (isinstance(items, list) and all(isinstance(p, str) and p for p in items)):
+        raise ValueError(f"{where}: plugins must be a list of .py files or module names, got {later!r}")
+    return list(dict.fromkeys([*earlier, *items]))
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

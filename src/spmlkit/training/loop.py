@@ -312,9 +312,11 @@ def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndar
                 record.update(run.components.after_epoch(run_probs, run.state, epoch))
     for record, val_map in zip(records, _val_maps(group, runs, val_targets, epoch)):
         record["val_map"] = val_map
+    # counted with or without the training rows' full labels (a user's data has none): the
+    # console's pseudo-label column and metrics.csv read these; only the accuracies need a truth
+    for record, stats in zip(records, pseudo_label_stats([run.state for run in runs], truth_train)):
+        record.update(stats)
     if truth_train is not None:
-        for record, stats in zip(records, pseudo_label_stats([run.state for run in runs], truth_train)):
-            record.update(stats)
         _prior_errors(runs, records, truth_train)
     return records
 

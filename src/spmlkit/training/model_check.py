@@ -1,15 +1,20 @@
-"""What a method needs of the run's model, refused from the configuration before any run.
+"""What a method needs of the run's data and model, refused from the configuration before any run.
 
-A method whose recipe changes the image model's head (:attr:`spmlkit.methods.Method.head`;
-BoostLU's boosted class activation maps, docs/methods.md, "boostlu_ll_r") needs a backbone with a
-spatial feature map. Three runs cannot give one, and each is refused in one line before anything
-is written, by :func:`plan_run <spmlkit.training.plan.plan_run>` for one run and by the sweep for
-every point of its grid (so a benchmark or a sweep says it once, before training):
+Some methods have no meaning on a feature data set (:attr:`spmlkit.methods.Method.images_only`:
+LAC's two views of an image, BoostLU's class activation maps), and a method whose recipe changes
+the image model's head (:attr:`spmlkit.methods.Method.head`; BoostLU, docs/methods.md,
+"boostlu_ll_r") needs a backbone with a spatial feature map. Each run that cannot give what its
+method needs is refused in one line before anything is written, by :func:`plan_run
+<spmlkit.training.plan.plan_run>` for one run and by the sweep for every point of its grid (so a
+benchmark or a sweep says it once, before training):
 
-* a feature run: its inputs are pooled features, and its model is a linear head on them;
-* LinearInit (``linear_init_epochs``): its first phase trains the linear layer on cached pooled
-  features, which the boosted maps never pass through;
-* an image backbone whose output is not ``[B, D, h, w]`` (a vision transformer's tokens). The
+* an image-only method on a feature data set: its inputs are pooled features (or a table's
+  columns), and its model is a linear head on them;
+* BoostLU with LinearInit (``linear_init_epochs``): its first phase trains the linear layer on
+  cached pooled features, which the boosted maps never pass through;
+* BoostLU on the label-query head (``image_head: label_query``), which has no per-location
+  linear classifier to boost;
+* BoostLU on a backbone whose output is not ``[B, D, h, w]`` (a vision transformer's tokens). The
   backbone is built on the meta device and shown one image of the run's size, which allocates
   nothing and reads no weights (about half a second for ResNet-50), once per backbone and size.
 """
@@ -20,28 +25,30 @@ import functools
 
 import torch
 
-from ..methods import HEADS, feature_runs_reason, get_method
+from ..methods import HEADS, get_method
 from .config import RunConfig
 
 __all__ = ["check_model", "backbone_map_reason"]
 
 
 def check_model(config: RunConfig, kind: str) -> None:
-    """ValueError (one line: what, why, what to do) when the run's method needs a model part the run
-    cannot have; ``kind`` is the run's data kind, ``"features"`` or ``"images"``."""
+    """ValueError (one line: what, why, what to do) when the run's method needs data or a model part
+    the run cannot have; ``kind`` is the run's data kind, ``"features"`` or ``"images"``."""
     method = get_method(config.method.name)
-    why = feature_runs_reason(method)
-    if why is None:
+    if kind == "features" and method.images_only:
+        plain = f", or use {method.loss} on it" if method.head is not None else ""
+        raise ValueError(f"method {method.name!r} has no meaning on a feature dataset ({config.data.dataset!r}): "
+                         f"{method.images_only}; train it on an image dataset{plain}")
+    if method.head is None or kind == "features":
         return
     head = HEADS[method.head]
-    name = config.data.prepared or config.data.dataset
-    if kind == "features":
-        raise ValueError(f"method {method.name!r} has no meaning on {name}, a feature data set: {why}; train it on "
-                         f"images, or use {method.loss} on {name}")
     if config.schedule.linear_init_epochs:
         raise ValueError(f"method {method.name!r} cannot train with LinearInit (linear_init_epochs "
                          f"{config.schedule.linear_init_epochs}): LinearInit trains the linear layer on pooled "
                          f"features, but {head['does']}; set linear_init_epochs to 0")
+    if config.model.image_head != "linear":
+        raise ValueError(f"method {method.name!r} needs the linear head applied at every location ({head['does']}), "
+                         f"and image_head {config.model.image_head} has none; set image_head: linear")
     reason = backbone_map_reason(config.model.backbone, config.data.image_size)
     if reason is not None:
         raise ValueError(f"method {method.name!r} needs {head['needs']} ({head['does']}), but "

@@ -25,7 +25,7 @@ import functools
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -78,6 +78,13 @@ class RunPlan:
         """"features" or "images"."""
         return self.data.kind
 
+    @property
+    def components_needs_views(self) -> bool:
+        """Whether the method's loss trains on a weak and a strong view of each image (LAC/PLC)."""
+        from .. import losses
+
+        return losses.loss_class(self.method.loss).needs_views
+
     @functools.cached_property
     def group_key(self) -> str | None:
         """:func:`batch_key` of this run's configuration, derived once (a group's runs are each
@@ -108,17 +115,20 @@ class RunPlan:
             model = model.to(memory_format=torch.channels_last)
         return model
 
-    def build_components(self, *, epochs: int | None = None, device: torch.device | str | None = None
-                         ) -> MethodComponents:
+    def build_components(self, *, epochs: int | None = None, device: torch.device | str | None = None,
+                         features: Callable[[], torch.Tensor] | None = None) -> MethodComponents:
         """The method's loss, regularisers and label algorithm for this run (seeded by its seed), on
-        ``device`` (the run's by default); ``epochs`` for a phase shorter than the run (LinearInit)."""
+        ``device`` (the run's by default); ``epochs`` for a phase shorter than the run (LinearInit).
+        ``features``: the training rows' features in index order, for a loss that asks for them
+        (``DataSource.train_features``)."""
         from ..errors import user_input
 
         with user_input():  # hyperparameter values out of range, APL's warm-up beyond the epochs
             comp = build_components(self.resolved, num_train=len(self.split.train_idx),
                                     num_classes=self.data.num_classes, observed=self.train_labels,
                                     expected_num_pos=self.expected_num_pos,
-                                    epochs=self.config.schedule.epochs if epochs is None else epochs, seed=self.config.optimisation.seed)
+                                    epochs=self.config.schedule.epochs if epochs is None else epochs,
+                                    seed=self.config.optimisation.seed, features=features)
         return comp.to(self.device if device is None else device)
 
     def checkpoint_extras(self, with_run_folder: bool) -> dict[str, Any]:
@@ -150,6 +160,7 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
     with user_input():
         resolved = resolve_hparams(config.method.name, config.method.hparams)
         data = load_run_data(config) if data is None else data
+        _check_method_fits(config, resolved.method, data.kind, dist)
         split = split_and_observe(config, data)
         train_labels = method_label_matrix(resolved.method, split.observed, split.truth_train)
         validate_observed(train_labels, where=f"the training labels of {data.name}")
@@ -158,11 +169,28 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
                              f"{config.data.observation!r}; there is nothing to learn from")
         device = _device(config, data, dist)
         check_recipe(config, data, len(split.train_idx), dist)  # docs/protocol.md, "Recipes"
-        check_model(config, data.kind)  # a method's head needs a spatial map (BoostLU)
     global_batch = (config.method.batch_statistics or resolved.method.batch_statistics) == "global"
     return RunPlan(config=config, resolved=resolved, data=data, split=split, train_labels=train_labels,
                    expected_num_pos=expected_positives(train_labels, split.truth_train), device=device,
                    global_batch=global_batch)
+
+
+def _check_method_fits(config: RunConfig, method: Method, kind: str, dist: Distributed) -> None:
+    """Refuse, in one line, a method on data or a model it cannot train with (docs/methods.md, "plc")."""
+    from .. import losses
+
+    check_model(config, kind)  # images only (LAC's views, BoostLU's maps); BoostLU's spatial map
+    loss = losses.loss_class(method.loss)
+    if loss.needs_embeddings and config.model.image_head != "label_query":
+        raise ValueError(f"method {method.name!r} contrasts label-wise embeddings, which the {config.model.image_head} "
+                         "head has not; set image_head: label_query (--image-head label_query)")
+    if loss.needs_views:
+        why = ("crops (augment multiscale_crop)" if config.recipe.augment != "resize" else
+               "--decode gpu" if config.machine.decode == "gpu" else
+               "several processes" if dist.enabled else None)
+        if why:
+            raise ValueError(f"method {method.name!r} trains on two views of each image, which spmlkit does not "
+                             f"combine with {why}; remove it")
 
 
 def requested_device(config: RunConfig, kind: str) -> str:

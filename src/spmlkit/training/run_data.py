@@ -90,9 +90,31 @@ class RunData:
         recipe = config.recipe  # the official PU-MLC code's LgConv: a projection bias, gamma ~ N(0, 1e-4)
         options = ({"project_bias": recipe.lgconv_bias, "gamma_init": recipe.lgconv_gamma_init}
                    if config.model.lgconv else None)
-        return build_model(config.model.backbone, self.num_classes, pretrained=config.model.pretrained,
-                           lgconv=config.model.lgconv, lgconv_options=options,
-                           cam_boost=cam_boost(resolve_hparams(config.method.name, config.method.hparams)))
+        if config.model.image_head == "label_query":
+            model = _label_query_model(config, self.num_classes)
+        else:
+            model = build_model(config.model.backbone, self.num_classes, pretrained=config.model.pretrained,
+                                lgconv=config.model.lgconv, lgconv_options=options,
+                                cam_boost=cam_boost(resolve_hparams(config.method.name, config.method.hparams)))
+        if recipe.constant_bn:  # docs/protocol.md, "Recipes"
+            from ..models.parts import constant_batchnorm
+
+            constant_batchnorm(model)
+        return model
+
+
+def _label_query_model(config: RunConfig, num_classes: int) -> nn.Module:
+    """The LAC code's network (docs/methods.md, "lac"), with the projector when the method's loss
+    reads label-wise embeddings (128 wide, the code's)."""
+    from .. import losses
+    from ..methods import get_method
+    from ..models import LabelQueryNet, create_backbone
+
+    if config.model.lgconv:
+        raise ValueError("image_head label_query takes the backbone as it is; lgconv changes it: choose one")
+    body, dim = create_backbone(config.model.backbone, pretrained=config.model.pretrained)
+    embeds = losses.loss_class(get_method(config.method.name).loss).needs_embeddings
+    return LabelQueryNet(body, dim, num_classes, embed_dim=128 if embeds else None)
 
 
 def _check_features(name: str, split: str, X: np.ndarray | None, rows: int | None, dim: int | None = None) -> None:

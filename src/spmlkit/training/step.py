@@ -15,6 +15,7 @@ stacked tensors of R runs can take the place of its own under the same names.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -68,15 +69,23 @@ class RunStep(nn.Module):
         stacked weights swapped in, ``self.model`` is all R models and its parameters are the
         stacked ones (the L1/L2 penalties then take one norm per run)."""
         train_model = self.model if self._wrapped[0] is None else self._wrapped[0]
-        if self.autocast is not None:
-            with self.autocast():
-                logits = train_model(x).float()
-        else:
-            logits = train_model(x).float()
+        loss = self.components.loss
+        embed = loss.needs_embeddings  # LAC: the label-wise embeddings come out of the same forward
+        forward = self.model.embed if embed else train_model
+        with self.autocast() if self.autocast is not None else contextlib.nullcontext():
+            out = forward(x)
+        logits, embeddings = (out[0].float(), out[1].float()) if embed else (out.float(), None)
+        strong = None
+        if loss.needs_views:  # x holds each row's weak view, then its strong view (one forward, as the LAC code)
+            rows = len(index)
+            logits, strong = logits[:rows], logits[rows:]
+            if embeddings is not None:
+                embeddings = embeddings.view(2, rows, *embeddings.shape[1:])
         if self.global_batch and self.dist.enabled:  # the loss of the whole global batch
             logits = self.dist.gather_rows(logits, len(index))
             if self.components.method.mixup:
                 x = self.dist.gather_rows(x, len(index))
         batch = LabelBatch(labels, PseudoLabels(pseudo_mask, pseudo_target), index)
-        loss = self.components.training_loss(self._mixup_forward, x, logits, batch, mixing, self._trainable)
-        return loss, self.components.corrections(logits, batch)
+        value = self.components.training_loss(self._mixup_forward, x, logits, batch, mixing, self._trainable,
+                                              strong=strong, embeddings=embeddings)
+        return value, self.components.corrections(logits, batch)

@@ -127,8 +127,8 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
     first = plan_run(configs[0], data=data)
     reset_peak_memory(first.device)
     plans = [first, *(first.for_config(config) for config in configs[1:])]
-    runs = [_build_run(plan) for plan in plans]
     source = _source(first, Distributed())
+    runs = [_build_run(plan, source) for plan in plans]
     groups = _merged([g for plan, run in zip(plans, runs) for g in _param_groups(plan.config, run)])
     group = Group(runs, source, _optimizer(first.config, groups), first.device)
     machine = first.config.machine  # one for the group: the machine settings are part of batch_key
@@ -145,13 +145,20 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
     return results
 
 
-def _build_run(plan: RunPlan) -> Run:
+def _build_run(plan: RunPlan, source: DataSource) -> Run:
     """A run's own objects, in the order that fixes its random draws: the model first (its initial
-    weights are the seeded global stream's), then the method's components, then its generator."""
+    weights are the seeded global stream's), then the method's components, then its generator.
+    A loss that reads the training rows' features (SMILE) gets them from ``source`` and the model as
+    built: an image run's pooled features of its initial backbone (docs/methods.md, "smile")."""
     config = plan.config
     model = plan.build_model()
+    if config.recipe.init_weights is not None:  # e.g. LAC's second stage from a plc run
+        from .checkpoint import load_initial_weights
+
+        with user_input():
+            load_initial_weights(model, config.recipe.init_weights)
     state = LabelState(plan.train_labels)
-    components = plan.build_components()
+    components = plan.build_components(features=lambda: source.train_features(model))
     return Run(model, components, state, torch.Generator().manual_seed(config.optimisation.seed),
                StoppingRule(config.schedule.patience, config.schedule.min_delta, config.schedule.stop_drop))
 
@@ -177,11 +184,11 @@ def _merged(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, stop_after: int | None,
                hooks: LoopHooks, dist: Distributed) -> RunResult:
     config = plan.config
-    run = _build_run(plan)
+    source = _source(plan, dist)
+    run = _build_run(plan, source)
     if dist.enabled and not plan.global_batch and run.components.loss.corrects_labels:
         raise InputError(f"{plan.method.name} corrects labels during each step; with per-process batch statistics "
                          "the processes' label states would drift apart: use --batch-statistics global")
-    source = _source(plan, dist)
     autocast, scaler = autocast_factory(config.machine.amp, plan.device) if plan.kind == "images" else (None, None)
     if isinstance(source, ImageSource):
         source.autocast = autocast
@@ -295,11 +302,12 @@ def _source(plan: RunPlan, dist: Distributed) -> DataSource:
                            batch_size=batch, eval_batch_size=config.machine.eval_batch_size,
                            hflip=config.data.hflip, num_workers=config.machine.num_workers, device=device,
                            channels_last=config.machine.channels_last, num_classes=data.num_classes, dist=dist,
-                           decode=config.machine.decode, crop=crop, drop_last=drop_last)
+                           decode=config.machine.decode, crop=crop, drop_last=drop_last,
+                           strong=plan.components_needs_views)
 
 
 def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
-    """SGD or Adam over ``groups`` (each run's own groups, with its own learning rate). Adam is
+    """SGD, Adam or AdamW over ``groups`` (each run's own groups, with its own learning rate). Adam is
     PyTorch's fused implementation (one kernel for all parameters of a group), on the GPU and the
     CPU alike: on a GPU it spares ResNet-50 some 160 small kernel launches per step, on the CPU a
     group of R feature runs pays one call per learning rate instead of one per tensor."""
@@ -307,7 +315,8 @@ def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
         return torch.optim.SGD(groups, lr=config.optimisation.lr, momentum=config.optimisation.momentum, weight_decay=config.optimisation.weight_decay)
     params = [p for g in groups for p in g["params"]]
     fused = {"fused": True} if params and all(p.is_floating_point() for p in params) else {}
-    return torch.optim.Adam(groups, lr=config.optimisation.lr, weight_decay=config.optimisation.weight_decay, **fused)
+    kind = torch.optim.AdamW if config.optimisation.optimizer == "adamw" else torch.optim.Adam
+    return kind(groups, lr=config.optimisation.lr, weight_decay=config.optimisation.weight_decay, **fused)
 
 
 def _lr_now(run: Run) -> float | None:

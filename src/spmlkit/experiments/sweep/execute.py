@@ -20,6 +20,7 @@ from ...training import RunConfig, train
 from ...training.config import applies_to, flat_settings
 from ...training.divergence import RunDiverged
 from ...training.device import num_threads
+from ...plugins import plugin_records
 from ...training.provenance import command_line, process_git_commit, utc_now
 from ..presets import resolve_config
 from ..store import package_version
@@ -27,6 +28,10 @@ from .spec import SweepSpec
 
 __all__ = ["run_config", "execute_run", "execute_runs", "failed_record", "now", "settings_for_other_kinds",
            "GROUP_FALLBACK"]
+
+
+#: how many frames of a failed run's traceback its record keeps (the innermost ones)
+_FRAMES = 6
 
 
 def now() -> str:
@@ -46,11 +51,16 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
 
     values = {k: run[k] for k in ("dataset", "method", "observation", "seed", "lr", "batch_size", "hparams",
                                   "val_variant")}
+    if run.get("plugins"):  # loaded here by path or module name: a spawned worker or a Ray task has not yet
+        from ...plugins import load_plugins
+
+        load_plugins(run["plugins"])  # before the dataset is resolved: it may be a plug-in's
+        values["plugins"] = list(run["plugins"])
     kind = resolve_dataset(run["dataset"]).kind  # an unknown dataset: one line, with the closest name
     where = f"sweep settings (run {run['run_id']})"
     settings = {k: v for k, v in flat_settings(dict(run["settings"]), where=where).items()
                 if applies_to(k) in (None, kind)}  # another kind's settings: said once by the sweep
-    config = resolve_config(values, file_values=settings, file_name=where)
+    config = resolve_config(values, file_values=settings, file_name=where, hparams_from=run.get("hparams_from"))
     check_labels(config)
     check_model(config, kind)
     if kind == "images":
@@ -107,7 +117,8 @@ def execute_run(run: dict[str, Any], runs_dir: str | None = None, threads: int |
     except RunDiverged as exc:  # its one line says everything (training/divergence.py)
         record = failed_record(run, str(exc), started, t0)
     except Exception as exc:
-        record = failed_record(run, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}", started, t0)
+        # the frames nearest to where it was raised: a plug-in's loss that fails shows its own file's line
+        record = failed_record(run, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-_FRAMES)}", started, t0)
     else:
         record = record_head(run, started)
         record.update(fields)
@@ -155,13 +166,18 @@ def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None,
 
 def record_head(run: dict[str, Any], started: str, group_size: int = 1) -> dict[str, Any]:
     """The keys of a run's record that describe the run rather than its results;
-    ``group_size``: how many runs trained together with it in one loop (1: alone)."""
-    return {
+    ``group_size``: how many runs trained together with it in one loop (1: alone). A run of a
+    plug-in's method or dataset also names that code (``plugin_code``), which the report reads; a
+    run whose hyperparameters come from a stated source (``hparams_from``) says so, so that a
+    report tells it from a run of the same ``hparams`` that took its data set's preset."""
+    code = {"plugin_code": run["plugin_code"]} if run.get("plugin_code") else {}
+    source = {"hparams_from": run["hparams_from"]} if "hparams_from" in run else {}
+    return {**code, **source,
         "run_id": run["run_id"], "sweep": run["sweep"], "dataset": run["dataset"], "method": run["method"],
         "observation": run["observation"], "seed": run["seed"], "lr": run["lr"], "batch_size": run["batch_size"],
         "hparams": run["hparams"], "config": run, "started_at": started, "spmlkit_version": package_version(),
         "git_commit": process_git_commit(), "group_size": group_size, "torch_version": torch.__version__,
-        "python_version": platform.python_version(), "command": command_line(),
+        "python_version": platform.python_version(), "command": command_line(), "plugins": plugin_records(),
     }
 
 

@@ -32,7 +32,7 @@ __all__ = ["SweepSpec", "load_sweep", "expand", "iter_runs", "grid_size", "run_i
 MAX_GRID_RUNS = 100_000_000
 
 _GRID_KEYS = {"name", "datasets", "methods", "seeds", "lrs", "batch_sizes", "observations", "hparams", "settings",
-              "store", "val_variant", "dataset", "method"}
+              "store", "val_variant", "dataset", "method", "plugins"}
 
 
 @dataclass
@@ -54,11 +54,29 @@ class SweepSpec:
     #: exist, observed for a user's prepared folder), resolved per run so a run's id names it
     val_variant: str | None = None
     store: str = "results.db"
+    #: where every method's hyperparameters come from on every data set, when not from each
+    #: (method, dataset) preset as in ``train``: "defaults" (the recipes') or a data set whose presets
+    #: are taken everywhere (:func:`~spmlkit.experiments.presets.hparams_preset`); a benchmark across
+    #: data sets sets it (docs/leaderboard.md, "One source of hyperparameters")
+    hparams_from: str | None = None
+    #: plug-ins whose methods, losses or datasets the grid names (.py files, module names;
+    #: docs/plugins.md): loaded here, and carried by every run so that a worker loads them too
+    plugins: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from ...methods import get_method, resolve_hparams
+        from ...plugins import load_plugins
         from ...protocol import Observation
+        from ..presets import check_hparams_from
 
+        check_hparams_from(self.hparams_from)
+
+        if "plugins" in self.settings:
+            raise ValueError(f"sweep {self.name!r}: give plug-ins as the sweep file's own `plugins:` key, not in "
+                             "settings")
+        load_plugins(self.plugins)
+        #: plug-in code behind each (method, dataset) of the grid (:func:`make_run`), asked once
+        self._code: dict[tuple[str, str], list[str]] = {}
         for m in self.methods:
             get_method(m)
         for o in self.observations or ():
@@ -140,6 +158,12 @@ def _check_sweep_types(data: dict[str, Any], p: Path) -> dict[str, Any]:
     for key in ("name", "store", "val_variant"):
         if key in data and not (isinstance(data[key], str) and data[key]):
             raise ValueError(f"sweep file {p}: {key} must be a non-empty string, got {data[key]!r}")
+    if "plugins" in data:
+        plugins = [data["plugins"]] if isinstance(data["plugins"], str) else data["plugins"]
+        if not (isinstance(plugins, list) and all(isinstance(ref, str) and ref for ref in plugins)):
+            raise ValueError(f"sweep file {p}: plugins must be a .py file or module name, or a list of them, got "
+                             f"{data['plugins']!r}; e.g. `plugins: [my_loss.py]`")
+        data["plugins"] = plugins
     if "settings" in data and not isinstance(data["settings"], dict):
         raise ValueError(f"sweep file {p}: settings must be a mapping of trainer settings, got "
                          f"{type(data['settings']).__name__} {data['settings']!r}; e.g. `settings: {{epochs: 20}}`")
@@ -154,9 +178,11 @@ def _check_sweep_types(data: dict[str, Any], p: Path) -> dict[str, Any]:
     return data
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
+def load_sweep(path: str | Path, plugins: list[str] | tuple[str, ...] = ()) -> SweepSpec:
     """Read and check a sweep file; every mistake in it is a ``ValueError`` naming the file,
-    the key and the fix (the CLI prints it as one line)."""
+    the key and the fix (the CLI prints it as one line). Its ``plugins`` that are files are
+    relative to the file's folder, as its ``store`` is; ``plugins`` adds more (``--plugin``)."""
+    from ...plugins import is_file_reference
     from ...training.config import load_config_file
 
     p = Path(path)
@@ -169,6 +195,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise ValueError(f"sweep file {p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(_GRID_KEYS))}")
     data = _check_sweep_types(data, p)
     data.setdefault("name", p.stem)
+    here = p.resolve().parent
+    data["plugins"] = list(dict.fromkeys(
+        [str(here / Path(ref).expanduser()) if is_file_reference(ref) else ref for ref in data.get("plugins", [])]
+        + [str(Path(ref).expanduser().absolute()) if is_file_reference(ref) else ref for ref in plugins]))
     try:
         spec = SweepSpec(**data)
     except ValueError as exc:
@@ -241,8 +271,9 @@ def _default_batch_size(dataset: str, method: str, settings: str) -> int:
 
 
 def run_id(run: dict[str, Any]) -> str:
-    """A stable id of a run's settings (the sweep name is not part of it)."""
-    key = {k: v for k, v in run.items() if k != "sweep"}
+    """A stable id of a run's settings. Neither the sweep's name nor where its plug-ins are loaded
+    from is part of it; the plug-in *code* a run trains with is (``plugin_code``, docs/plugins.md)."""
+    key = {k: v for k, v in run.items() if k not in ("sweep", "plugins")}
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -252,8 +283,29 @@ def make_run(spec: SweepSpec, dataset: str, observation: str, method: str, hpara
     run = {"sweep": spec.name, "dataset": dataset, "method": method, "observation": observation, "seed": int(seed),
            "lr": float(lr), "batch_size": int(batch_size), "hparams": hparams, "val_variant": spec.val_variant or _dataset_val_variant(dataset),
            "settings": dict(spec.settings)}
+    if spec.hparams_from is not None and _preset_involved(method, dataset, spec.hparams_from):
+        run["hparams_from"] = spec.hparams_from
+    # both only with plug-ins, so that every other run keeps the id it always had
+    if spec.plugins:
+        run["plugins"] = list(spec.plugins)
+    code = spec._code.get((method, dataset))
+    if code is None:
+        from ...plugins import plugin_code
+
+        code = spec._code[(method, dataset)] = plugin_code(method, dataset)
+    if code:
+        run["plugin_code"] = code
     run["run_id"] = run_id(run)
     return run
+
+
+def _preset_involved(method: str, dataset: str, hparams_from: str) -> bool:
+    """Whether ``hparams_from`` can change the run: a preset of the method applies to the data
+    set either way. Only then does the run carry it, so a run that no preset touches keeps the
+    id it has in any other sweep or benchmark, and is found finished there."""
+    from ..presets import PRESETS, hparams_preset
+
+    return f"{method}/{dataset}" in PRESETS or hparams_preset(method, dataset, hparams_from) is not None
 
 
 def _dataset_val_variant(dataset: str) -> str:
