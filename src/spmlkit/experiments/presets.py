@@ -90,7 +90,7 @@ _GR_PROTOCOL = {"head_lr_mult": 10.0, "stop_drop": 0.02}
 #: epochs with the best validation epoch kept (no early stop)
 _BOOSTLU_PROTOCOL = {"head_lr_mult": 10.0, "lr": 1e-5, "batch_size": 16, "epochs": 10}
 _BOOSTLU_NOTES = ("the official BoostLU code's values, the same for every dataset: alpha 5 (its README's command), "
-                  "delta_rel {delta} % per epoch ({scheme}), no early stop; also compare BoostLU Table 1 "
+                  "delta_rel {delta} % ({scheme}), no early stop; also compare BoostLU Table 1 "
                   "(the paper's own runs)")
 
 #: SMILE's published hyperparameters per feature dataset: the official code's README commands (--bias, --p,
