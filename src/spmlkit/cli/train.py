@@ -196,7 +196,7 @@ def resolve_from_args(args: argparse.Namespace):
         config = resolve_config(values, preset=args.preset, file_values=file_values,
                                 file_name=f"config file {args.config}", resume_values=resume_values)
         if config.output.out is None:
-            config.output.out = str(Path("runs") / Path(config.data.dataset).name / config.method.name
+            config.output.out = str(Path("runs") / _folder_name(config.data.dataset) / config.method.name
                                     / f"seed{config.optimisation.seed}")
         return config
 
@@ -235,6 +235,15 @@ def _cost(res: Any) -> str:
 def _bytes(n: int) -> str:
     """Decimal units, one decimal from a gigabyte on: 734 MB, 1.2 GB."""
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def _folder_name(dataset: str) -> str:
+    """The default run folder's data-set part: a named set's name, a folder's own name as it resolves
+    (``--dataset ..`` is the parent's name, never ``..``), as a plain file name (spmlkit/file_names.py)."""
+    from ..data.registry import DATASETS
+    from ..file_names import file_stem
+
+    return file_stem(Path(dataset).name if dataset in DATASETS else Path(dataset).expanduser().resolve().name or "root")
 
 
 def f1_summary(test_metrics: dict[str, Any], method_threshold: float) -> str:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig, config_from_dict, flat_settings,
-                               merged_plugins, saved_settings)
+from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig, check_min_lr, config_from_dict,
+                               flat_settings, merged_plugins, saved_settings)
 from ..training.defaults import FEATURE_DEFAULTS
 
 __all__ = ["Preset", "DATASET_DEFAULTS", "OWN_LABELS", "PRESETS", "RECIPE_DEFAULTS", "get_preset", "list_presets",
@@ -471,6 +471,7 @@ def resolve_config(
     config = None
     for where, layer in layers:
         config = config_from_dict(layer, base=config, where=where)
+    check_min_lr(config)  # settings of two layers: checked on the whole
     return config
 
 

@@ -423,6 +423,21 @@ def _schedule_stays_at_or_below_lr(recipe: RecipeConfig) -> None:
                          "by it every step_epochs epochs, and lr is the highest lr it reaches")
 
 
+def check_min_lr(config: RunConfig) -> None:
+    """The cosine schedule ends at ``min_lr``: above the lr it would climb, and the lr set is the
+    highest a schedule reaches (docs/protocol.md, "Runs that diverge"). Checked on a whole
+    configuration (the lr and ``min_lr`` may come from different layers: a config file's
+    ``min_lr`` beside a typed ``--lr``), by :func:`spmlkit.experiments.presets.resolve_config` and
+    when a run is planned; ValueError saying why."""
+    recipe, opt = config.recipe, config.optimisation
+    lowest = opt.lr * min(1.0, opt.head_lr_mult)  # a head may train at a lower lr than the backbone
+    if recipe.lr_schedule == "cosine" and recipe.min_lr > lowest:
+        raise ValueError(f"min_lr {recipe.min_lr:g} is above the lr {lowest:g}"
+                         + (" (lr x head_lr_mult)" if lowest < opt.lr else "")
+                         + ": the cosine schedule would climb from the lr to min_lr, and the lr set is the highest "
+                         "a schedule reaches; make min_lr at most the lr (0 by default)")
+
+
 def _check_recipe(config: RunConfig) -> None:
     """The recipe's checks that involve other sections (docs/protocol.md, "Recipes")."""
     recipe = config.recipe
