@@ -17,10 +17,10 @@ from spmlkit.errors import InputError
 from spmlkit.experiments.presets import get_preset
 from spmlkit.labeling import ConfidentPositives
 from spmlkit.labels import Kind, LabelState
-from spmlkit.methods import get_method
 from spmlkit.models import BottleneckNet, GaussianBottleneck, create_backbone
 from spmlkit.training import RunConfig, train, train_group
-from spmlkit.training.plan import check_model, plan_run
+from spmlkit.training.model_check import check_model
+from spmlkit.training.plan import plan_run
 
 E = math.e
 LN2 = math.log(2.0)
@@ -243,7 +243,7 @@ def test_what_a_run_cannot_give_mime_is_refused_in_one_line() -> None:
         plan_run(_config(head="mlp"))
     images = RunConfig(dataset="voc2012", method="mime", linear_init_epochs=2)
     with pytest.raises(ValueError, match="LinearInit trains a linear layer.*Gaussian bottleneck"):
-        check_model(images, get_method("mime"), "images")
+        check_model(images, "images")
     with pytest.raises(ValueError, match="bottleneck must be an integer >= 0"):
         RunConfig(bottleneck=-1)
     with pytest.raises(InputError, match="image_head only apply to image runs, but 'yeast' is a feature dataset"):

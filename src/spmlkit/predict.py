@@ -88,13 +88,26 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
                                          label_queries=cfg.get("image_head") == "label_query")
         else:
             model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False, lgconv=lgconv,
-                                lgconv_options={"project_bias": bool(cfg.get("lgconv_bias", False))} if lgconv else None)
+                                lgconv_options={"project_bias": bool(cfg.get("lgconv_bias", False))} if lgconv else None,
+                                cam_boost=_cam_boost(cfg))
         if cfg.get("constant_bn"):  # the run's BatchNorm became constant affine maps (docs/protocol.md, "Recipes")
             constant_batchnorm(model)
     _check_weights_fit(path, ckpt, model)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     return model, ckpt, path
+
+
+def _cam_boost(cfg: dict[str, Any]) -> float | None:
+    """BoostLU's alpha of the run's method (its saved method and hyperparameters), None for a plain
+    head: the boost is part of the model's forward, so a prediction without it would not be the
+    run's (docs/methods.md, "boostlu_ll_r")."""
+    from .methods import METHODS, cam_boost, resolve_hparams
+
+    name = cfg.get("method", "an")
+    if name not in METHODS:  # a plug-in's method whose plug-in this process has not loaded: the plain head
+        return None
+    return cam_boost(resolve_hparams(name, cfg.get("hparams") or {}))
 
 
 def load_predictor(checkpoint: str | Path, device: str = "cpu"):

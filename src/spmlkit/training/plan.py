@@ -37,10 +37,11 @@ from .components import MethodComponents, build_components, expected_positives, 
 from .config import RecipeConfig, RunConfig
 from .device import resolve_device
 from .distributed import Distributed
+from .model_check import check_model
 from .recipe import check_recipe
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
 
-__all__ = ["VARYING", "RunPlan", "batch_key", "check_model", "plan_run", "requested_device", "unbatchable_reason"]
+__all__ = ["VARYING", "RunPlan", "batch_key", "plan_run", "requested_device", "unbatchable_reason"]
 
 #: the settings in which runs of one batched group may differ; everything else they share
 VARYING = ("seed", "lr")
@@ -172,7 +173,6 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
         if not (train_labels != 0).any():
             raise ValueError(f"the training rows of {data.name} carry no observed label at all under observation "
                              f"{config.data.observation!r}; there is nothing to learn from")
-        check_model(config, resolved.method, data.kind)
         device = _device(config, data, dist)
         check_recipe(config, data, len(split.train_idx), dist)  # docs/protocol.md, "Recipes"
     global_batch = (config.method.batch_statistics or resolved.method.batch_statistics) == "global"
@@ -181,39 +181,11 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
                    global_batch=global_batch)
 
 
-def check_model(config: RunConfig, method: Method, kind: str) -> None:
-    """The model parts the method needs and the run's other settings can give (ValueError: what is
-    wrong, what to do). MIME's loss reads the codes of a Gaussian bottleneck, which only a model with
-    one has; a bottleneck is trained by no other loss; it replaces a feature run's head; LinearInit
-    trains a linear head on pooled features, which a bottleneck or label-query model does not have."""
-    from .. import losses
-
-    width = bottleneck_width(method, config.model.bottleneck)
-    needs_latent = losses.loss_class(method.loss).needs_latent
-    if needs_latent and not width:
-        raise ValueError(f"method {method.name!r} trains the KL term of a Gaussian bottleneck before the classifier, "
-                         f"and bottleneck 0 removes it: leave bottleneck unset (the method's {method.bottleneck}) "
-                         "or set a width > 0")
-    if width and not needs_latent:
-        raise ValueError(f"bottleneck {width} is MIME's model part, and method {method.name!r} does not train its KL "
-                         "term: set bottleneck 0 (or leave it unset), or train method mime")
-    if width and kind == "features" and config.model.head != "linear":
-        raise ValueError(f"on features the bottleneck is the whole network, so head {config.model.head!r} would be a "
-                         "second one: leave head linear (the default) or set bottleneck 0")
-    if width and kind == "images" and config.model.lgconv:
-        raise ValueError("a bottleneck model takes the backbone as it is; lgconv changes it: choose one")
-    if config.schedule.linear_init_epochs and width:
-        raise ValueError("LinearInit trains a linear layer on pooled backbone features, and a model with a Gaussian "
-                         "bottleneck classifies otherwise: set linear_init_epochs 0")
-
-
 def _check_method_fits(config: RunConfig, method: Method, kind: str, dist: Distributed) -> None:
     """Refuse, in one line, a method on data or a model it cannot train with (docs/methods.md, "plc")."""
     from .. import losses
 
-    if kind == "features" and method.images_only:
-        raise ValueError(f"method {method.name!r} has no meaning on a feature dataset ({config.data.dataset!r}): "
-                         f"{method.images_only}; train it on an image dataset")
+    check_model(config, kind)  # images only (LAC's views, BoostLU's maps); BoostLU's spatial map; MIME's bottleneck
     loss = losses.loss_class(method.loss)
     if loss.needs_embeddings and config.model.image_head != "label_query":
         raise ValueError(f"method {method.name!r} contrasts label-wise embeddings, which the {config.model.image_head} "
