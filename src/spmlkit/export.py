@@ -37,7 +37,8 @@ from torch import nn
 
 from .errors import InputError, user_input
 from .io import atomic_write_bytes, atomic_write_json, check_outputs, inputs_kept
-from .predict import decision_threshold, load_model, method_threshold, run_inputs, transform_spec, validation_thresholds
+from .predict import (decision_threshold, feature_width, load_model, method_threshold, run_inputs, transform_spec,
+                      validation_thresholds)
 from .training.config import saved_settings
 
 __all__ = ["FORMATS", "TOLERANCE", "ExportResult", "Probabilities", "export_model", "default_out"]
@@ -109,7 +110,7 @@ def export_model(checkpoint: str | Path, format: str, out: str | Path | None = N
         method = method_threshold(path, ckpt)
         decision = decision_threshold(path, ckpt, threshold)
     net = Probabilities(model).eval()
-    shape = _input_shape(ckpt)
+    shape = _input_shape(path, ckpt)
     traced_with = _batch(shape, 2, seed=0)
     with warnings.catch_warnings():
         # the TorchScript-based tools warn that they are deprecated and that shape checks
@@ -194,12 +195,12 @@ def _input_name(ckpt: dict[str, Any]) -> str:
     return "features" if transform_spec(ckpt).get("kind") == "features" else "images"
 
 
-def _input_shape(ckpt: dict[str, Any]) -> tuple[int, ...]:
-    """One example's shape: ``(3, S, S)`` for images, ``(D,)`` for features (D from the weights)."""
+def _input_shape(path: Path, ckpt: dict[str, Any]) -> tuple[int, ...]:
+    """One example's shape: ``(3, S, S)`` for images, ``(D,)`` for features (the network's input width,
+    :func:`~spmlkit.predict.feature_width`)."""
     spec = transform_spec(ckpt)
     if spec.get("kind") == "features":
-        widths = [v.shape[1] for k, v in ckpt["model"].items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
-        return (int(spec.get("dim") or widths[0]),)
+        return (feature_width(path, ckpt),)
     return (int(spec.get("channels", 3)), int(spec["size"]), int(spec["size"]))
 
 
@@ -231,7 +232,7 @@ def _sidecar(fmt: str, out: Path, path: Path, ckpt: dict[str, Any], selected: di
         "epoch": ckpt.get("epoch"),
         "val_map": ckpt.get("val_map"),
         "class_names": names,
-        "input": _input_description(ckpt),
+        "input": _input_description(path, ckpt),
         "output": {
             "name": "probabilities", "shape": ["batch", len(names)], "dtype": "float32",
             "meaning": "per-class probabilities in the order of class_names: the sigmoid is applied inside the "
@@ -246,7 +247,7 @@ def _sidecar(fmt: str, out: Path, path: Path, ckpt: dict[str, Any], selected: di
     }
 
 
-def _input_description(ckpt: dict[str, Any]) -> dict[str, Any]:
+def _input_description(path: Path, ckpt: dict[str, Any]) -> dict[str, Any]:
     """How to turn an image (or a feature row) into the model's input, as the run did in evaluation."""
     from .data.images import IMAGENET_MEAN, IMAGENET_STD
 
@@ -254,7 +255,7 @@ def _input_description(ckpt: dict[str, Any]) -> dict[str, Any]:
     kind = spec.get("kind")
     if kind == "features":
         standardized = bool(spec.get("standardize", saved_settings(ckpt["config"]).get("standardize", True)))
-        out: dict[str, Any] = {"kind": "features", "name": "features", "shape": ["batch", _input_shape(ckpt)[0]],
+        out: dict[str, Any] = {"kind": "features", "name": "features", "shape": ["batch", _input_shape(path, ckpt)[0]],
                                "dtype": "float32", "standardized": standardized,
                                "transform": {k: v for k, v in spec.items() if k not in ("mean", "std")}}
         if not standardized:

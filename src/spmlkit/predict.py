@@ -1,9 +1,9 @@
 """Predict class scores for image files with a trained run (``spmlkit predict``).
 
 Loads ``best.pt`` of a run folder (or a checkpoint file), rebuilds the model from its saved
-config without downloading weights, and scores every image in batches. Unreadable images
-are reported and skipped; they never stop the batch. Outputs: a CSV (one row per image, one
-column per class score, then the labels at the threshold) and a JSON list.
+config as the trainer builds it (without downloading weights), and scores every image in
+batches. Unreadable images are reported and skipped; they never stop the batch. Outputs: a CSV
+(one row per image, one column per class score, then the labels at the threshold) and a JSON list.
 
 The labels are decided at the threshold the run chose on its validation split (recorded in
 ``result.json`` beside ``best.pt``), unless the caller gives one; a run without that record
@@ -14,6 +14,7 @@ threshold decides a label", says why the validated one comes first.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -25,10 +26,12 @@ from torch.utils.data import DataLoader
 from .data.images import ImageFileDataset, ImageTransform, collate_skip_bad
 from .io import atomic_write_text
 from .training.checkpoint import load_checkpoint
-from .training.config import saved_settings
+from .training.config import RunConfig, config_from_dict, saved_settings
 
-__all__ = ["IMAGE_SUFFIXES", "decision_threshold", "run_inputs", "method_threshold", "find_images",
+__all__ = ["IMAGE_SUFFIXES", "decision_threshold", "run_inputs", "method_threshold", "find_images", "feature_width",
            "load_model", "load_predictor", "predict_images", "Predictions", "transform_spec", "validation_thresholds"]
+
+log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
@@ -53,13 +56,12 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
     """The trained network of a run folder (its best.pt) or checkpoint file, in eval mode.
 
     Returns the model, the checkpoint (config, class names, threshold, ``"transform"``) and
-    the file read. Image runs rebuild their backbone + head without downloading weights;
-    feature runs their :class:`~spmlkit.models.FeatureHead` (or MIME's bottleneck), whose input width is
-    read from the saved weights (checkpoints of older runs do not record it elsewhere).
+    the file read. The network is rebuilt from the run's saved configuration by the function the
+    trainer builds it with (:func:`~spmlkit.training.run_data.build_run_model`), so one place
+    decides a run's network; no pretrained weights are downloaded (the checkpoint holds every
+    weight). A feature run's input width is :func:`feature_width`.
     """
-    from .methods import bottleneck_width
-    from .models import FeatureHead, GaussianBottleneck, build_bottleneck_net, build_model
-    from .models.parts import constant_batchnorm
+    from .training.run_data import build_run_model
 
     path = Path(checkpoint)
     if path.is_dir():
@@ -68,46 +70,88 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
     for key in ("model", "config", "class_names"):
         if key not in ckpt:
             raise ValueError(f"{path} is not an spmlkit run checkpoint (no {key!r}); pass a run folder or its best.pt")
-    cfg = saved_settings(ckpt["config"])
-    width = bottleneck_width(cfg.get("method", "an"), cfg.get("bottleneck"))  # MIME's Gaussian bottleneck, or 0
-    samples = int(cfg.get("bottleneck_samples", 10))
-    if (ckpt.get("transform") or {}).get("kind") == "features":
-        widths = [v.shape[1] for k, v in ckpt["model"].items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
-        if not widths:
-            raise ValueError(f"{path} is a feature run without a linear layer's weights; the file was changed after "
-                             "training: use the best.pt written by `spmlkit train`, or train the run again")
-        if width:  # MIME's bottleneck is the whole network on features
-            model: torch.nn.Module = GaussianBottleneck(int(widths[0]), len(ckpt["class_names"]), width, samples=samples)
-        else:
-            model = FeatureHead(int(widths[0]), len(ckpt["class_names"]), cfg.get("head", "linear"),
-                                int(cfg.get("hidden", 256)), float(cfg.get("dropout", 0.0)))
-    else:
-        lgconv = cfg.get("lgconv", False)  # the recipe's LgConv variant has a projection bias
-        if width:  # MIME's image model (docs/methods.md, "mime")
-            model = build_bottleneck_net(cfg["backbone"], len(ckpt["class_names"]), width, samples=samples,
-                                         label_queries=cfg.get("image_head") == "label_query")
-        else:
-            model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False, lgconv=lgconv,
-                                lgconv_options={"project_bias": bool(cfg.get("lgconv_bias", False))} if lgconv else None,
-                                cam_boost=_cam_boost(cfg))
-        if cfg.get("constant_bn"):  # the run's BatchNorm became constant affine maps (docs/protocol.md, "Recipes")
-            constant_batchnorm(model)
-    _check_weights_fit(path, ckpt, model)
+    if not isinstance(ckpt["config"], dict):
+        raise ValueError(f"{path}: its saved configuration is {type(ckpt['config']).__name__}, not a mapping of "
+                         "settings; the file was changed after training: use the best.pt written by `spmlkit train`, "
+                         "or train the run again")
+    kind = "features" if (ckpt.get("transform") or {}).get("kind") == "features" else "images"
+    config, unknown_method = _run_config(path, ckpt)
+    width = feature_width(path, ckpt) if kind == "features" else 0
+    model = build_run_model(config, kind, len(ckpt["class_names"]), width)
+    _check_weights_fit(path, ckpt, model, unknown_method)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     return model, ckpt, path
 
 
-def _cam_boost(cfg: dict[str, Any]) -> float | None:
-    """BoostLU's alpha of the run's method (its saved method and hyperparameters), None for a plain
-    head: the boost is part of the model's forward, so a prediction without it would not be the
-    run's (docs/methods.md, "boostlu_ll_r")."""
-    from .methods import METHODS, cam_boost, resolve_hparams
+def feature_width(path: Path, ckpt: dict[str, Any]) -> int:
+    """The input width of a feature run's network: what its ``best.pt`` records (``"transform"``'s
+    ``dim``), else the input width of the first matrix of its saved weights (checkpoints of older
+    runs, and of runs trained in a batched group, record no width)."""
+    recorded = (ckpt.get("transform") or {}).get("dim")
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:
+        return recorded
+    widths = [v.shape[1] for k, v in ckpt["model"].items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
+    if not widths:
+        raise ValueError(f"{path} is a feature run without a linear layer's weights; the file was changed after "
+                         "training: use the best.pt written by `spmlkit train`, or train the run again")
+    return int(widths[0])
 
-    name = cfg.get("method", "an")
-    if name not in METHODS:  # a plug-in's method whose plug-in this process has not loaded: the plain head
-        return None
-    return cam_boost(resolve_hparams(name, cfg.get("hparams") or {}))
+
+def _run_config(path: Path, ckpt: dict[str, Any]) -> tuple[RunConfig, str | None]:
+    """The run's configuration, read back from its checkpoint, and the name of its method when
+    this process cannot know that method (else None).
+
+    Settings added to spmlkit since the run take their defaults (what the run had), settings this
+    version does not know are left out, and ``pretrained`` is off. A method not known here comes
+    from a plug-in: the plug-ins the run recorded are loaded (:func:`_load_run_plugins`); when the
+    method is still unknown, the network is rebuilt as for a method that adds no part of its own
+    (an's): every part the run's settings decide is there, a part that only a method decides
+    (BoostLU's head, MIME's bottleneck, LAC's projector) is not, and a warning says so; the weights
+    check then refuses a network whose weights do not fit, naming the method (docs/plugins.md).
+    """
+    from .methods import METHODS
+
+    settings = saved_settings(ckpt["config"])
+    known = RunConfig().flat()
+    values = {key: value for key, value in settings.items() if key in known}
+    values["pretrained"] = False
+    method = values.get("method", known["method"])
+    unknown = None
+    if isinstance(method, str) and method not in METHODS:  # (anything else is refused below, as the file's)
+        if not _load_run_plugins(path, values.get("plugins"), method):
+            unknown = method
+            values.update(method=known["method"], hparams={})
+    try:
+        return config_from_dict(values, where=f"{path}: its saved configuration"), unknown
+    except ValueError as exc:
+        raise ValueError(f"{exc}; the file was changed after training: use the best.pt written by `spmlkit train`, "
+                         "or train the run again") from None
+
+
+def _load_run_plugins(path: Path, recorded: Any, method: Any) -> bool:
+    """Load the plug-ins a run recorded (file paths relative to its run folder, as ``--resume``
+    reads them) and say whether ``method`` is known then. A plug-in that cannot be loaded (moved,
+    broken) does not stop the prediction: a warning names it, why, and how to give it."""
+    from .errors import InputError
+    from .methods import METHODS
+    from .plugins import load_plugins
+    from .training.run_paths import paths_from_run_folder
+
+    refs = paths_from_run_folder({"plugins": recorded}, path.parent)["plugins"] if isinstance(recorded, list) else []
+    problems = []
+    for ref in refs:
+        try:
+            load_plugins([ref], installed=False)
+        except InputError as exc:
+            problems.append(str(exc))
+    if method in METHODS:
+        return True
+    why = "; ".join(problems) or "the run names no plug-in that registers it"
+    log.warning("%s: method %r is not known here (%s); its network is rebuilt without the parts a method may add "
+                "(BoostLU's head, MIME's bottleneck, LAC's projector): give the method's plug-in (--plugin) to "
+                "rebuild it as trained", path, method, why)
+    return False
 
 
 def load_predictor(checkpoint: str | Path, device: str = "cpu"):
@@ -217,26 +261,32 @@ def method_threshold(checkpoint: Path, ckpt: dict[str, Any]) -> float:
                      "after training: give --threshold, or train the run again")
 
 
-def _check_weights_fit(path: Path, ckpt: dict, model: torch.nn.Module) -> None:
+def _check_weights_fit(path: Path, ckpt: dict, model: torch.nn.Module, unknown_method: str | None = None) -> None:
     """Refuse, in one line, a checkpoint whose weights disagree with its own config or class names.
 
     The model is rebuilt from the saved config and class-name count; a file edited by hand
     or assembled from two runs fails in ``load_state_dict`` with torch's multi-line size
-    mismatch, which says nothing about which file is wrong or what to use instead.
+    mismatch, which says nothing about which file is wrong or what to use instead. A run whose
+    method was not known (``unknown_method``, :func:`_run_config`) is told to give its plug-in.
     """
     from .training.run_dir import num_outputs, weight_mismatches
 
     problems = weight_mismatches(ckpt["model"], model)
     if not problems:
         return
-    held, listed = num_outputs(ckpt["model"]), len(ckpt["class_names"])
-    if held is not None and held != listed:
+    held, listed, own = num_outputs(ckpt["model"]), len(ckpt["class_names"]), model.state_dict()
+    # the same network but its classifier's rows (the last matrix of most networks; not of LAC's, whose
+    # projector comes last and is as wide for any class count) are not the class names' count
+    if set(ckpt["model"]) == set(own) and held != num_outputs(own):
         what = f"model weights for {held} classes but {listed} class names"
     else:
+        cfg = saved_settings(ckpt["config"])
         features = (ckpt.get("transform") or {}).get("kind") == "features"
-        model_of = (f"head {ckpt['config'].get('head')!r}" if features
-                    else f"backbone {ckpt['config'].get('backbone')!r}")
+        model_of = f"head {cfg.get('head')!r}" if features else f"backbone {cfg.get('backbone')!r}"
         what = f"model weights that do not fit its config ({model_of})"
+    if unknown_method is not None:
+        raise ValueError(f"{path} holds {what} ({'; '.join(problems[:3])}) as rebuilt without its method "
+                         f"{unknown_method!r}, which is not known here: give the plug-in that registers it (--plugin)")
     raise ValueError(f"{path} holds {what} ({'; '.join(problems[:3])}); the file was changed after training or "
                      "mixes two runs: predict with the best.pt written by `spmlkit train`, or train the run again")
 
