@@ -50,6 +50,17 @@ class RunStep(nn.Module):
         self.dist = dist or Distributed()
         self.global_batch = global_batch
         self.autocast = autocast
+        # what the run's record says of its training (docs/architecture.md, "How a run trained"),
+        # seen where it happens: the dtype the forward's logits came out in (None before a step)
+        # and the most runs whose steps this one took together (set by BatchedSteps)
+        self.forward_dtype: torch.dtype | None = None
+        self.group_size = 1
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the training forward calls torch.compile's wrapper (which keeps the module it
+        compiled as ``_orig_mod``)."""
+        return hasattr(self._wrapped[0], "_orig_mod")
 
     def _trainable(self) -> list[torch.Tensor]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -70,9 +81,11 @@ class RunStep(nn.Module):
         train_model = self.model if self._wrapped[0] is None else self._wrapped[0]
         if self.autocast is not None:
             with self.autocast():
-                logits = train_model(x).float()
+                logits = train_model(x)
         else:
-            logits = train_model(x).float()
+            logits = train_model(x)
+        self.forward_dtype = logits.dtype
+        logits = logits.float()
         if self.global_batch and self.dist.enabled:  # the loss of the whole global batch
             logits = self.dist.gather_rows(logits, len(index))
             if self.components.method.mixup:
