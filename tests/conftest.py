@@ -1,6 +1,8 @@
 """Every test runs in its own empty working folder, so nothing a command writes by default
 (``runs/...``, ``spmlkit-results/...``, ``predictions.csv``) lands in the checkout.
 
+No test sees the plug-ins of the environment it runs in (``SPMLKIT_PLUGINS`` is unset).
+
 Tests marked ``cuda`` need a CUDA GPU: where there is none (CI, the 2-core development machine)
 they are skipped, and pytest's summary (``-rs``, set in pyproject.toml) shows why.
 ``benchmarks/gpu_check.sh`` runs them on a machine that has one.
@@ -29,6 +31,7 @@ def _run_in_a_fresh_folder(tmp_path, monkeypatch):
     work = tmp_path / "cwd"
     work.mkdir()
     monkeypatch.chdir(work)
+    monkeypatch.delenv("SPMLKIT_PLUGINS", raising=False)  # the developer's own plug-ins load in no test
 
 
 @pytest.fixture

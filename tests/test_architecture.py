@@ -16,7 +16,7 @@ LAYERS = {
     "names": 0,
     "output_dir": 0,
     "methods": 1, "losses": 1, "labeling": 1,
-    "data": 2, "models": 2,
+    "data": 2, "models": 2, "plugins": 2,
     "training": 3,
     "experiments": 4,
     "cli": 5, "estimator": 5, "extract": 5, "predict": 5, "export": 5, "__main__": 5,

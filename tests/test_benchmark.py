@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spmlkit.experiments.benchmark import BenchmarkSpec, summarize
+from spmlkit.experiments.benchmark import BenchmarkSpec, gap_note, summarize
 from spmlkit.cli import main
 
 
@@ -51,6 +51,57 @@ def test_one_selection_rule_ties_go_to_more_seeds_then_sorted_config():
     assert rows["em"]["lr"] == 0.01                                  # '{"lr": 0.01...' sorts before '{"lr": 0.1...'
 
 
+def test_a_gap_within_noise_is_left_out_and_the_line_says_why():
+    """BCE 50.0 ± 1.0 and AN 49.5 ± 1.0 over 2 seeds (population std 1, sample std sqrt 2): the
+    difference's standard error is sqrt(2/2 + 2/2) = 1.41, twice that 2.83 > 0.5; no quotient by 0.5."""
+    runs = pd.DataFrame([_run("bce", 0.1, 0, 0.7, 0.49), _run("bce", 0.1, 1, 0.7, 0.51),
+                         _run("an", 0.1, 0, 0.6, 0.485), _run("an", 0.1, 1, 0.6, 0.505),
+                         _run("em", 0.1, 0, 0.6, 0.40), _run("em", 0.1, 1, 0.6, 0.40)])
+    rows, _ = summarize(runs, ("bce", "an", "em"))
+    assert all(math.isnan(r["gap_closed"]) for r in rows)
+    assert gap_note(rows) == ("no gap closed: BCE − AN = +0.50 points is within noise (2 standard errors of the "
+                              "difference over the seeds: 2.83 points), so a share of it would be noise")
+    rows, _ = summarize(pd.DataFrame([_run("em", 0.1, 0, 0.6, 0.5)]))
+    assert gap_note(rows) is None  # no references, no column, no footnote
+
+
+def test_each_benchmark_names_where_its_hyperparameters_come_from():
+    """One data set keeps its own presets, as train does; several get one source: the recipe defaults
+    unless a data set's presets are named, and every run then resolves to that source."""
+    from spmlkit.experiments.benchmark import hyperparameter_source, one_source
+    from spmlkit.experiments.presets import YEAST_HPARAMS
+    from spmlkit.experiments.sweep import expand, run_config
+
+    yeast = BenchmarkSpec(dataset="yeast", methods=("an", "em", "l2r"), seeds=(0,), lrs=(0.01,))
+    assert hyperparameter_source(yeast) == (
+        "Hyperparameters: those of the presets em/yeast, l2r/yeast (tuned on yeast: spmlkit (chosen on validation); "
+        "`spmlkit presets --dataset yeast`) on yeast; recipe defaults for the other methods.")
+    pair = one_source([yeast, BenchmarkSpec(dataset="digits-mosaic", methods=("an", "em", "l2r"), seeds=(0,),
+                                            lrs=(0.01,))])
+    assert [s.hparams_from for s in pair] == ["defaults", "defaults"]
+    assert hyperparameter_source(pair[0], ["yeast", "digits-mosaic"]) == (
+        "Hyperparameters: each method's recipe defaults on every data set (`spmlkit methods`); no preset is used.")
+    hparams = {r["method"]: run_config(r).method.hparams for r in expand(pair[0].sweep("unused.db"))}
+    assert hparams == {"an": {}, "em": {}, "l2r": {}}  # yeast's presets are not applied
+    own = {r["method"]: run_config(r).method.hparams for r in expand(yeast.sweep("unused.db"))}
+    assert own == {"an": {}, "em": YEAST_HPARAMS["em"], "l2r": YEAST_HPARAMS["l2r"]}
+    # only the runs a preset touches carry the source, so every other run keeps its id
+    single = {r["method"]: r["run_id"] for r in expand(yeast.sweep("unused.db"))}
+    suite = {r["method"]: r for r in expand(pair[0].sweep("unused.db"))}
+    assert suite["an"]["run_id"] == single["an"] and "hparams_from" not in suite["an"]
+    assert suite["em"]["hparams_from"] == "defaults" and suite["em"]["run_id"] != single["em"]
+    # the yeast presets on every data set: named as such, and a feature run elsewhere takes them
+    tuned = BenchmarkSpec(dataset="mulan/yeast", methods=("an", "em"), seeds=(0,), lrs=(0.01,), hparams_from="yeast")
+    assert hyperparameter_source(tuned, ["mulan/yeast", "yeast"]) == (
+        "Hyperparameters: those of the presets em/yeast (tuned on yeast: spmlkit (chosen on validation); `spmlkit "
+        "presets --dataset yeast`) on every data set (mulan/yeast, yeast); recipe defaults for the other methods.")
+    from spmlkit.experiments.presets import resolve_config
+
+    em = next(r for r in expand(tuned.sweep("unused.db")) if r["method"] == "em")
+    assert resolve_config({"dataset": "emotions", "method": "em"}, hparams_from=em["hparams_from"]).method.hparams \
+        == YEAST_HPARAMS["em"]
+
+
 def test_summarize_without_references_has_no_gap():
     rows, _ = summarize(pd.DataFrame([_run("em", 0.1, 0, 0.6, 0.5)]))
     assert math.isnan(rows[0]["gap_closed"])
@@ -64,6 +115,11 @@ def test_cli_benchmark_on_a_small_subset(tmp_path, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "full labels (BCE)" in printed and "gap closed" in printed
+    said = " ".join(printed.split())
+    hyper = ("Hyperparameters: those of the presets em_apl/yeast (tuned on yeast: spmlkit (chosen on validation); "
+             "`spmlkit presets --dataset yeast`) on yeast; recipe defaults for the other methods.")
+    assert hyper in said and hyper in (out / "table.md").read_text()
+    assert f"Next: `spmlkit report --store {out / 'results.db'} --out {out / 'report'}`" in said
     runs = pd.read_csv(out / "runs.csv")
     table = pd.read_csv(out / "table.csv")
     assert len(runs) == 4 * 2 * 2 and set(table["method"]) == {"bce", "an", "em_apl", "gr"}
@@ -107,6 +163,16 @@ def test_cli_errors_are_one_clear_line(capsys):
     assert main(["benchmark", "--methods", "an,nope", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "unknown method 'nope'" in err and "Traceback" not in err
+    # a mistyped method is answered with the closest one, on every command that takes one
+    for argv in (["benchmark", "--methods", "an,em_alp", "--quiet"], ["train", "--method", "em_alp", "--epochs", "1"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "unknown method 'em_alp' (did you mean 'em_apl'?)" in err and len(err.strip().splitlines()) == 1
+    assert main(["benchmark", "--hparams-from", "emotions", "--quiet"]) == 2
+    assert ("--hparams-from 'emotions': no preset was tuned on 'emotions'; give defaults (each method's recipe "
+            "defaults) or one of coco2014, cub, nuswide, voc2012, yeast, voc2007") in capsys.readouterr().err
+    assert main(["benchmark", "--rank-references", "--quiet"]) == 2
+    assert "--rank-references ranks methods across data sets" in capsys.readouterr().err
     assert main(["train", "--method", "em", "--hparam", "alhpa=0.2", "--epochs", "1"]) == 2
     assert "no hyperparameter 'alhpa'" in capsys.readouterr().err
 

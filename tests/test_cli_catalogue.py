@@ -27,6 +27,16 @@ def test_presets_lists_each_preset_of_a_dataset_with_its_published_target(capsys
     assert rows["epr/voc2012"][1:3] == ["", ""]  # no published number to target
 
 
+def test_presets_of_a_data_set_without_any_say_so_instead_of_an_empty_table(capsys):
+    assert main(["presets", "--dataset", "emotions"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "│" not in said and said.startswith(
+        "no preset is tuned on emotions: its runs use the data set's defaults and each method's recipe defaults")
+    assert said.endswith("Presets exist for: coco2014, cub, nuswide, voc2012, yeast, voc2007")
+    assert main(["presets", "--dataset", "yaest"]) == 0
+    assert "no preset is tuned on yaest (did you mean yeast?)" in " ".join(capsys.readouterr().out.split())
+
+
 def test_methods_lists_every_recipe_in_order(capsys):
     assert main(["methods"]) == 0
     rows = _rows(capsys.readouterr().out)

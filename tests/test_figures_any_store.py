@@ -1,4 +1,4 @@
-"""Every figure from stores of any size and mix: 26 methods, 3 methods, two datasets, methods
+"""Every figure from stores of any size and mix: every benchmark method (28), 3 methods, two datasets, methods
 without a label state, a single AN run (docs/figures.md, "Sizes and layouts").
 
 The figures are rendered with every warning raised as an error (matplotlib says
@@ -40,7 +40,7 @@ from spmlkit.experiments.store import ResultsStore
 
 C, EPOCHS = 14, 20
 BINS = np.linspace(0.0, 1.0, 51)
-#: the Yeast benchmark's 26 methods (every method but ROLE's linear-init variant)
+#: the Yeast benchmark's 28 methods (every method but ROLE's linear-init variant)
 BENCHMARK_METHODS = [m for m in METHOD_LABELS if m != "role_li"]
 #: the methods that keep a label state and report pseudo-labels (as the trainer writes them)
 LABEL_STATE = {"em_apl": "pseudo_negatives", "ll_cp": "corrections", "opml_sp": "corrections"}
@@ -179,7 +179,7 @@ def test_bounded_size_keeps_sides_and_aspect_in_bounds() -> None:
 def test_grid_shape_and_method_groups() -> None:
     assert [grid_shape(n) for n in (1, 3, 4, 5, 26, 30)] == [(1, 1), (1, 3), (1, 4), (2, 3), (4, 7), (5, 7)]
     groups = method_groups(BENCHMARK_METHODS)
-    assert [len(g) for g in groups] == [6, 5, 5, 5, 5]
+    assert [len(g) for g in groups] == [6, 6, 6, 5, 5]
     assert [m for g in groups for m in g] == BENCHMARK_METHODS  # order kept, nothing lost
     assert method_groups(["an", "em", "gr"]) == [["an", "em", "gr"]]
     with pytest.raises(ValueError, match="at least one panel"):
@@ -189,8 +189,8 @@ def test_grid_shape_and_method_groups() -> None:
 # --------------------------------------------------------------------------- every figure
 
 
-def test_every_figure_from_26_methods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert len(BENCHMARK_METHODS) == 26
+def test_every_figure_from_every_benchmark_method(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert len(BENCHMARK_METHODS) == 28
     figures, notes = render_all(make_store(tmp_path / "r.db", BENCHMARK_METHODS), tmp_path / "f", monkeypatch)
     assert sorted(figures) == sorted([f"{s}_yeast_single_positive" for s in PER_DATASET] + ["sensitivity_lr"])
     assert notes == []
@@ -199,18 +199,18 @@ def test_every_figure_from_26_methods(tmp_path: Path, monkeypatch: pytest.Monkey
     curves = figures["training_curves_yeast_single_positive"]
     assert len(curves.axes) == 10
     legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in curves.axes if ax.get_legend()]
-    assert [len(texts) for texts in legends] == [6, 6, 6, 6, 6]  # 6 + 5 methods with the reference, x 4
+    assert [len(texts) for texts in legends] == [6, 7, 7, 6, 6]  # 6, then 6, 6, 5, 5 methods with the reference
     assert sum("AN (reference)" in texts for texts in legends) == 4
     # densities: one panel per method in a 4 x 7 grid; Wasserstein: one panel per method but AN
-    assert len(figures["densities_yeast_single_positive"].axes) == 26
-    assert len(figures["wasserstein_vs_an_yeast_single_positive"].axes) == 25
-    # AP gain: a heat map of 25 methods x 14 classes (and its colour bar)
+    assert len(figures["densities_yeast_single_positive"].axes) == 28
+    assert len(figures["wasserstein_vs_an_yeast_single_positive"].axes) == 27
+    # AP gain: a heat map of 27 methods x 14 classes (and its colour bar)
     heat = figures["ap_gain_vs_an_yeast_single_positive"].axes[0]
-    assert heat.images[0].get_array().shape == (25, C)
+    assert heat.images[0].get_array().shape == (27, C)
     # sensitivity: 5 panels of grouped methods, log x for the learning rate
     sens = figures["sensitivity_lr"].axes
     assert len(sens) == 5 and all(ax.get_xscale() == "log" for ax in sens)
-    assert sens[0].get_title() == "methods 1-6 of 26"
+    assert sens[0].get_title() == "methods 1-6 of 28"
     # pseudo-labels: only the three methods with a label state
     pseudo = figures["pseudo_labels_yeast_single_positive"].axes[-1]
     assert [t.get_text() for t in pseudo.get_legend().get_texts()] == ["LL-Cp", "EM+APL", "OPML-SP"]
@@ -250,7 +250,7 @@ def test_a_plain_sensitivity_call_facets_datasets() -> None:
         warnings.simplefilter("error")
         fig = plots.plot_sensitivity(df, "lr")  # 2 datasets x 5 groups = 10 panels, each named
         assert layout_problems(fig) == []
-    assert len(fig.axes) == 10 and fig.axes[5].get_title() == "yeast, methods 1-6 of 26"  # datasets in name order
+    assert len(fig.axes) == 10 and fig.axes[5].get_title() == "yeast, methods 1-6 of 28"  # datasets in name order
     with pytest.raises(ValueError, match="plot one dataset at a time"):
         plots.plot_sensitivity(runs(("yeast", "scene", "emotions")), "lr")
 
@@ -265,7 +265,7 @@ def test_methods_without_label_state_skip_the_pseudo_label_figure(tmp_path: Path
     assert sorted(figures) == sorted(f"{s}_yeast_single_positive" for s in PER_DATASET if s != "pseudo_labels")
     assert notes == [
         "figure pseudo_labels (yeast, single_positive) skipped: no method here keeps a label state (no pseudo-label "
-        "accuracy, no pseudo-negative or correction counts); em_apl, ll_cp and opml_sp do",
+        "accuracy, no pseudo-negative or correction counts); ll_cp, em_apl and opml_sp do",
         "figure sensitivity skipped: no learning rate, batch size or method hyperparameter takes several values "
         "within a method; sweep one (e.g. lrs: [0.001, 0.01]) to get it",
     ]
@@ -281,14 +281,17 @@ def test_a_single_run_of_one_method(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_no_an_and_no_analysis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs without the analysis pass (no histograms) and without AN: only the training
-    curves and the sensitivity remain, and the notes say why the others are missing."""
+    """Runs without an analysis of their unobserved labels (no histograms: data of a user's own has no
+    truth to measure them against) and without AN: only the training curves and the sensitivity remain,
+    and the notes say why the others are missing, naming no option that does not exist."""
     store = ResultsStore(tmp_path / "r.db")
     store.add_many({**real_like(m, 0, lr), "analysis": None} for m in ("em", "gr") for lr in (1e-3, 1e-2))
     figures, notes = render_all(store, tmp_path / "f", monkeypatch)
     assert sorted(figures) == ["sensitivity_lr", "training_curves_yeast_single_positive"]
     assert notes[0] == ("figure densities (yeast, single_positive) skipped: no run record has analysis histograms; "
-                        "train with the analysis pass enabled")
+                        "the analysis of unobserved training labels needs the training rows' full labels, which every "
+                        "named data set and extracted feature folder has, and data of your own (observed labels only) "
+                        "does not")
     assert notes[1].endswith("no AN run is here; add `an` to the sweep's methods")
 
 
@@ -327,7 +330,7 @@ def test_ap_gain_with_many_classes_stays_in_bounds(tmp_path: Path, n_methods: in
     assert not any(t.get_text().startswith("class ") for ax in fig.axes for t in ax.get_xticklabels())
     xlabel = fig.axes[1 if n_methods == 2 else 0].get_xlabel()
     assert xlabel == ("class (sorted by gain; 312 classes)" if n_methods == 2
-                      else "class (312, sorted by mean gain over the methods)")
+                      else "class (312, sorted by the compared methods' mean gain)")
 
 
 def test_missing_values_draw_without_warnings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from spmlkit import labeling
-from spmlkit.labeling import APL, LabelingAlgorithm, OPMLCorrection
+from spmlkit.labeling import APL, ClassPriorEstimation, LabelingAlgorithm, OPMLCorrection
 from spmlkit.labels import LabelState
 
 OBSERVED = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [-1, 0, 0], [1, 0, 0], [0, 0, 1]])
@@ -22,12 +22,15 @@ def test_algorithms_subclass_the_contract_and_declare_their_needs():
         assert issubclass(cls, LabelingAlgorithm)
     assert APL.run_arguments == ("num_epochs",) and not APL.needs_class_ap
     assert OPMLCorrection.run_arguments == () and OPMLCorrection.needs_class_ap
+    assert ClassPriorEstimation.run_arguments == () and ClassPriorEstimation.provides_class_prior
+    assert not APL.provides_class_prior and APL(0.5, warmup_epochs=1, num_epochs=3).class_prior() is None
     with pytest.raises(TypeError):
         LabelingAlgorithm()  # abstract: is_active, step, state_dict, load_state_dict
 
 
 def test_hyperparameters_leave_out_run_arguments():
     assert labeling.hyperparameters("apl") == {"theta": 0.9, "warmup_epochs": 5}
+    assert labeling.hyperparameters("class_prior") == {"delta": 0.01, "tau": 0.01}
     assert labeling.hyperparameters("opml_correction") == {
         "rho": None, "start_epoch": 5, "kappa": 1.0, "every_epoch": False
     }
@@ -41,7 +44,7 @@ def test_create_checks_names_and_arguments():
         labeling.create("apl", thetta=0.5)
     with pytest.raises(ValueError, match="needs rho"):
         labeling.create("opml_correction", start_epoch=2)
-    with pytest.raises(ValueError, match="valid names are: apl, opml_correction"):
+    with pytest.raises(ValueError, match="valid names are: apl, class_prior, opml_correction"):
         labeling.create("apl2")
     with pytest.raises(ValueError, match="valid names are"):
         labeling.hyperparameters("nope")
@@ -50,16 +53,17 @@ def test_create_checks_names_and_arguments():
 def test_every_algorithm_takes_the_same_step_call():
     ap = np.array([0.5, 0.5, 0.0])
     for name, kwargs in (("apl", {"theta": 1.0, "warmup_epochs": 1, "num_epochs": 3}),
-                         ("opml_correction", {"rho": 0.5, "start_epoch": 1})):
+                         ("opml_correction", {"rho": 0.5, "start_epoch": 1}), ("class_prior", {})):
         algo, same = labeling.create(name, **kwargs), labeling.create(name, **kwargs)
         state, other = LabelState(OBSERVED), LabelState(OBSERVED)
         algo.initialize(state)
         assert algo.is_active(1)
         with_ap = algo.step(PROBS, state, 1, class_ap=ap if algo.needs_class_ap else None)
         assert with_ap["active"] is True and with_ap["epoch"] == 1
-        if not algo.needs_class_ap:  # APL ignores class_ap: the same round with or without it
+        if not algo.needs_class_ap:  # APL and the prior estimate ignore class_ap: the same round without it
             without = same.step(PROBS, other, 1, class_ap=ap)
-            assert torch.equal(without["selected_per_class"], with_ap["selected_per_class"])
+            key = "class_prior" if algo.provides_class_prior else "selected_per_class"
+            assert torch.equal(without[key], with_ap[key])
             assert torch.equal(state.kind, other.kind)
         same.load_state_dict(algo.state_dict())
 

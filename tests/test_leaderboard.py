@@ -213,16 +213,29 @@ def test_cli_two_datasets_end_to_end_and_resumed(tmp_path, capsys, monkeypatch):
         key = "yeast" if name == "yeast" else str(feats)
         for method in table.index:  # the leaderboard's number is the table's: the lr selected on val
             assert board.loc[method, f"{key} test_map"] == table.loc[method, "test_map"]
-        ranks = table["test_map"].rank(ascending=False, method="average")
+        # bce sees every label: shown with its score, not ranked; an and em are ranked between them
+        ranks = table["test_map"].drop("bce").rank(ascending=False, method="average")
         assert board.loc[list(ranks.index), f"{key} rank"].tolist() == ranks.tolist()
+        assert math.isnan(board.loc["bce", f"{key} rank"])
+    assert board["reference"].to_dict() == {"an": False, "em": False, "bce": True}
     avg = (board["yeast rank"] + board[f"{feats} rank"]) / 2
-    assert board["average_rank"].tolist() == pytest.approx(avg.tolist())
-    assert board["average_rank"].is_monotonic_increasing  # best first
+    assert board["average_rank"].tolist()[:2] == pytest.approx(avg.tolist()[:2])
+    assert board["average_rank"].iloc[:2].is_monotonic_increasing  # best first
+    assert list(board.index)[2] == "bce" and math.isnan(board.loc["bce", "average_rank"])  # references last
     md = (out / "leaderboard.md").read_text()
     assert "No Friedman test" in md and "2 data sets" in md and "![critical-difference diagram](leaderboard.png)" in md
+    assert "| – | All P. & All N. (BCE) (reference, not ranked) | – |" in md and "Not ranked: All P. & All N. (BCE)" in md
+    assert "Hyperparameters: each method's recipe defaults on every data set" in md  # yeast's em preset is not used
     assert (out / "leaderboard.png").is_file()
     saved = json.loads((out / "leaderboard.json").read_text())
-    assert saved["friedman"] is None and saved["critical_difference"] == pytest.approx(critical_difference(3, 2))
+    assert saved["friedman"] is None and saved["critical_difference"] == pytest.approx(critical_difference(2, 2))
+    assert saved["references"] == ["bce"]
+    from spmlkit.experiments.store import ResultsStore
+
+    sources = {(r["dataset"], r["method"]): r.get("hparams_from") for r in ResultsStore(out / "results.db").records()}
+    assert sources[("yeast", "em")] == "defaults"  # the record says so: yeast has an em preset it did not use
+    assert sources[("yeast", "an")] is None and sources[(str(feats), "em")] is None  # no preset either way
+    assert "Next: `spmlkit report --store" in " ".join(printed.split())
 
     # resumable: the same grid again, here named as a suite (--suite reads SUITES when the parser
     # is built), trains nothing and writes the same leaderboard
@@ -232,9 +245,12 @@ def test_cli_two_datasets_end_to_end_and_resumed(tmp_path, capsys, monkeypatch):
     again = capsys.readouterr().out
     assert "benchmark tiny" in again and "12 runs, 12 already finished" in again and "12 finished runs reused" in again
     assert all((out / p).read_bytes() == b for p, b in before.items())
-    # a data set's runs are its one-data-set benchmark's runs: that benchmark finds them all finished
-    assert main(["benchmark", "--dataset", "yeast", *grid]) == 0
+    # a data set's runs are its one-data-set benchmark's runs with the same hyperparameters: that benchmark
+    # finds them all finished; with yeast's own presets (its default alone) em's 2 runs are others
+    assert main(["benchmark", "--dataset", "yeast", "--hparams-from", "defaults", *grid]) == 0
     assert "6 runs, 6 already finished" in capsys.readouterr().out
+    assert main(["benchmark", "--dataset", "yeast", "--methods", "an,em", *grid[2:]]) == 0
+    assert "4 runs, 2 already finished" in capsys.readouterr().out
 
 
 def test_cli_refuses_a_dataset_named_twice_or_two_folders_of_one_name(tmp_path, capsys):
@@ -251,3 +267,90 @@ def test_cli_refuses_a_dataset_named_twice_or_two_folders_of_one_name(tmp_path, 
     with pytest.raises(SystemExit) as stop:  # a suite and data sets at once: which did the user mean?
         main(["benchmark", "--suite", "mulan", "--dataset", "yeast", *args])
     assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_references_are_shown_beside_the_ranks_not_ranked(tmp_path):
+    """bce sees every label and wins everywhere: ranked, it alone would make the methods "differ"."""
+    scores = _scores([[90, 60, 61, 59], [80, 50, 49, 52], [70, 40, 41, 39], [85, 55, 54, 56], [75, 45, 46, 44]],
+                     ["bce", "an", "em", "role"], ["a", "b", "c", "d", "e"])
+    spread = scores * 0 + 0.5
+    board = build_leaderboard(scores, references=("bce", "iun"), spread=spread)
+    assert board.references == ["bce"] and list(board.ranks.columns) == ["an", "em", "role"]
+    assert board.ranks.loc["a"].tolist() == [2, 1, 3]
+    assert board.friedman.n_methods == 3
+    # ranked, bce is first on all 5 (average rank 1), an 3, em 2.8, role 3.2:
+    # chi2 = 12 * 5 / (4 * 5) * (1 + 9 + 7.84 + 10.24 - 4 * 25 / 4) = 9.24, p = 0.026 with 3 df
+    ranked = build_leaderboard(scores)
+    assert ranked.average_rank["bce"] == 1 and ranked.friedman.statistic == pytest.approx(9.24)
+    assert ranked.friedman.pvalue == pytest.approx(0.02626, abs=1e-5) and board.friedman.pvalue > 0.5
+    md = to_markdown(board)
+    assert "| – | All P. & All N. (BCE) (reference, not ranked) | – | 90.00 ± 0.50 | 80.00 ± 0.50 |" in md
+    assert "| 1 | " in md and "Not ranked: All P. & All N. (BCE), references that see more labels" in md
+    assert "`spmlkit benchmark --rank-references` ranks them" in md
+
+
+def test_scores_that_read_the_same_tie():
+    """Ranked as printed, to 0.01 points: 73.736086 and 73.736019 are one number to a reader."""
+    scores = _scores([[73.736086, 73.736019, 70.0], [60.0, 60.0, 61.0], [50.0, 50.0, 40.0]], ["l2r", "an", "em"])
+    board = build_leaderboard(scores)
+    assert board.ranks.loc["d0"].tolist() == [1.5, 1.5, 3]
+    assert board.average_rank["l2r"] == board.average_rank["an"]
+    assert build_leaderboard(scores, decimals=None).ranks.loc["d0"].tolist() == [1, 2, 3]
+
+
+def test_tied_methods_share_a_split_dot_and_say_tied(tmp_path):
+    from matplotlib.colors import to_hex
+
+    from spmlkit.experiments.cd_diagram import tie_groups
+
+    # an and l2r tie on every data set: equal average ranks, which drew one dot over the other
+    scores = _scores([[70, 70, 65, 60], [50, 50, 55, 40], [30, 30, 20, 25]], ["an", "l2r", "em", "role"])
+    board = build_leaderboard(scores)
+    assert tie_groups(board.average_rank.rename(index=lambda m: m)) == [["an", "l2r"]]
+    fig = diagram(board)
+    ax = fig.axes[0]
+    at = board.average_rank["an"]
+    dots = [c for c in ax.collections if np.allclose(c.get_offsets(), [[at, 0]])]
+    elbow = {t.get_text(): t.get_color() for t in ax.texts}
+    tied = {text: colour for text, colour in elbow.items() if "tied" in text}
+    assert sorted(tied) == [f"AN ({at:.2f}, tied)", f"L2R ({at:.2f}, tied)"]
+    assert len(dots) == 2 and {to_hex(d.get_facecolor()[0]) for d in dots} == {to_hex(c) for c in tied.values()}
+    # two halves of one dot (two equal round markers would be one drawn over the other)
+    halves = [d.get_paths()[0].vertices for d in dots]
+    assert not np.array_equal(halves[0], halves[1]) and all(v[:, 0].min() > -0.6 and v[:, 0].max() < 0.6 for v in halves)
+    assert {round(float(np.sign(v[np.abs(v[:, 0]) > 0.2, 0]).mean())) for v in halves} == {-1, 1}  # left, right
+    save_png(fig, tmp_path / "ties.png")
+
+
+@pytest.mark.parametrize("first, second, why", [
+    ("emotions", "mulan/emotions", "mulan/emotions is another name for emotions"),
+    ("mulan/yeast", "yeast", "river's copy of yeast and MULAN's own files hold the same arrays"),
+    ("FOLDER", "FOLDER/", "both are the folder "),
+])
+def test_cli_refuses_one_data_set_under_two_names_with_advice_that_applies(tmp_path, capsys, first, second, why):
+    """Two names of one data set would train it twice and rank it twice; "give the feature folders distinct
+    names" cannot apply to two names of a MULAN set. Refused before anything is written, --out included."""
+    folder = _feature_folder(tmp_path / "feats", seed=1)
+    first, second = (str(folder) if a == "FOLDER" else str(folder) + "/" if a == "FOLDER/" else a
+                     for a in (first, second))
+    out = tmp_path / "o"
+    assert main(["benchmark", "--dataset", first, "--dataset", second, "--methods", "an", "--seeds", "0", "--lrs",
+                 "0.01", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"--dataset {first} and --dataset {second} are the same data set ({why}" in err and err.endswith(
+        "; name it once")
+    assert not out.exists()
+
+
+def test_cli_refuses_a_feature_folder_named_as_a_file_the_benchmark_keeps_before_any_run(tmp_path, capsys):
+    """A feature folder named results.db would have its tables written over the benchmark's store: it used to
+    fail only after every run trained."""
+    feats = _feature_folder(tmp_path / "results.db", seed=1)
+    out = tmp_path / "o"
+    assert main(["benchmark", "--dataset", "yeast", "--dataset", str(feats), "--methods", "an", "--seeds", "0",
+                 "--lrs", "0.01", "--epochs", "1", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"the tables of data set {feats} would go to {out / 'results.db'}, which is the benchmark's "
+                        "own results.db; give the feature folder another name (or a link to it)")
+    assert not out.exists()

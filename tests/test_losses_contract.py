@@ -27,6 +27,8 @@ ELEMENTWISE = [
 SETWISE = ["zlpr", "opml", "opml_soft"]
 #: batch-wise losses whose regulariser belongs to the whole batch: no "none"
 BATCH_TERM = ["epr", "role"]
+#: a sum of means over different sets of entries: "mean" only
+MEAN_ONLY = ["smile"]
 B, C = 5, 4
 
 
@@ -35,9 +37,17 @@ def build(name: str, **kwargs) -> losses.SPMLLoss:
     if "num_train" in losses.data_arguments(name):
         kwargs.setdefault("num_train", B)
         kwargs.setdefault("num_classes", C)
+    if name == "crisp":  # the training split's observed labels: one positive per row
+        kwargs.setdefault("observed", torch.eye(C)[torch.tensor([0, 1, 2, 3, 0, 1])])
+    if "features" in losses.data_arguments(name):  # SMILE's graph: one feature row per training row
+        kwargs.setdefault("features", torch.randn(B, 3, generator=torch.Generator().manual_seed(1)))
+        kwargs.setdefault("num_classes", C)
     fn = losses.create(name, **kwargs).double()
     if name == "opml_soft":
         fn.set_class_ap(torch.tensor([0.9, 0.5, 0.3, 0.7]))
+    if name == "crisp":
+        fn.set_epoch(2, 10)  # past the warm-up: the risk with the estimated priors
+        fn.set_class_prior(torch.tensor([0.6, 0.3, 0.2, 0.45]))
     if name in ("splc", "ll_r", "ll_ct", "ll_cp", "gr"):
         fn.set_epoch(3, 10)  # their special branches are active from here on
     return fn
@@ -68,16 +78,19 @@ def close(a: torch.Tensor, b: torch.Tensor | float) -> None:
 
 # --------------------------------------------------------------------------- declarations / registry
 def test_families_cover_every_registered_loss():
-    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + ["highrank", "pu_mlc"]) == ALL
+    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + MEAN_ONLY + ["highrank", "pu_mlc", "crisp"]) == ALL
 
 
 def test_capabilities_are_declared_on_the_class():
-    expected = {"needs_index": {"role"}, "corrects_labels": {"ll_cp"}, "needs_class_ap": {"opml_soft"}}
+    expected = {"needs_index": {"role", "smile"}, "corrects_labels": {"ll_cp"}, "needs_class_ap": {"opml_soft"},
+                "needs_class_prior": {"crisp"}}
     cls = {name: type(build(name)) for name in ALL}
     for flag, names in expected.items():
         assert {name for name in ALL if getattr(cls[name], flag)} == names, flag
-    assert {name for name in ALL if losses.data_arguments(name)} == {"role"}
+    assert {name for name in ALL if losses.data_arguments(name)} == {"role", "crisp", "smile"}
     assert losses.data_arguments("role") == ("num_train", "num_classes", "observed", "seed")
+    assert losses.data_arguments("crisp") == ("observed",)
+    assert losses.data_arguments("smile") == ("features", "num_classes", "seed")
 
 
 def test_hyperparameters_list_only_what_a_user_tunes():
@@ -87,6 +100,7 @@ def test_hyperparameters_list_only_what_a_user_tunes():
     assert losses.hyperparameters("role") == {"expected_num_pos": 1.5, "lr_mult": 10.0}
     assert losses.hyperparameters("an") == {}
     assert losses.hyperparameters("em_apl") == {"alpha": 0.1, "beta": 0.9}
+    assert losses.hyperparameters("crisp") == {"lam": 0.0, "warmup_epochs": 1}
 
 
 def test_create_accepts_data_arguments_and_options_and_names_the_valid_ones():
@@ -112,6 +126,7 @@ def test_default_hooks_do_nothing():
     with pytest.raises(ValueError, match="keeps no extra state"):
         fn.load_extra_state({"class_ap": [0.5]})
     fn.set_class_ap(torch.ones(3))
+    fn.set_class_prior(torch.ones(3))
     fn.set_epoch(2, 10)
     fn.transfer_from(other)
     z, y = batch()
@@ -165,6 +180,13 @@ def test_setwise_reductions_agree(name):
         close(each.sum(), total)
 
 
+@pytest.mark.parametrize("name", MEAN_ONLY)
+def test_mean_only_losses_refuse_sum_and_none_when_built(name):
+    for reduction in ("sum", "none"):
+        with pytest.raises(ValueError, match=f"reduction must be one of 'mean', got '{reduction}'"):
+            build(name, reduction=reduction)
+
+
 @pytest.mark.parametrize("name", BATCH_TERM)
 def test_batch_term_losses_sum_scales_the_mean_and_reject_none(name):
     z, y = batch(5)
@@ -193,6 +215,14 @@ def test_pu_mlc_reductions_are_per_class():
     assert each.shape == (C,)
     close(each.sum(), mean)
     close(total, mean)  # the paper's form is already a sum over classes
+
+
+def test_crisp_reductions_are_per_class():
+    z, y = batch(9)
+    mean, total, each = (call(build("crisp", reduction=r), z, y) for r in ("mean", "sum", "none"))
+    assert each.shape == (C,)
+    close(each.mean(), mean)  # the classes' mean, the scale of the AN warm-up's BC-mean
+    close(each.sum(), total)  # the paper's sum over classes
 
 
 def test_mixup_reductions():

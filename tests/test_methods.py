@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from spmlkit import losses
-from spmlkit.labeling import APL, OPMLCorrection
+from spmlkit.labeling import APL, ClassPriorEstimation, OPMLCorrection
 from spmlkit.labels import LabelBatch
 from spmlkit.methods import METHODS, get_method, resolve_hparams
 from spmlkit.training.components import build_components, method_label_matrix
@@ -20,15 +20,18 @@ def test_every_method_builds_the_parts_its_recipe_names_and_its_step_loss_is_the
     trainer fills), its regularisers, its label algorithm and penalty; and the loss of a step is
     exactly the sum of those parts on that batch, each built here on its own."""
     method = METHODS[name]
+    features = torch.tensor([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0], [0.5, 3.0]])  # SMILE's graph of the 4 rows
     comp = build_components(resolve_hparams(name), num_train=4, num_classes=3, observed=OBS,
-                            expected_num_pos=1.75, epochs=10, seed=0)
+                            expected_num_pos=1.75, epochs=10, seed=0, features=lambda: features)
     assert comp.loss.name == method.loss
     assert [r.name for r in comp.regularizers] == [reg for reg, _ in method.regularizers]
     assert (comp.algorithm is None) == (method.labeling is None)
     if method.labeling is not None:
-        assert isinstance(comp.algorithm, {"apl": APL, "opml_correction": OPMLCorrection}[method.labeling])
+        assert isinstance(comp.algorithm, {"apl": APL, "opml_correction": OPMLCorrection,
+                                           "class_prior": ClassPriorEstimation}[method.labeling])
     assert comp.penalty == method.weight_penalty
-    data = {"num_train": 4, "num_classes": 3, "observed": OBS, "expected_num_pos": 1.75, "seed": 0}
+    data = {"num_train": 4, "num_classes": 3, "observed": OBS, "expected_num_pos": 1.75, "seed": 0,
+            "features": features}
 
     def fresh(loss: str, kwargs: dict) -> losses.SPMLLoss:
         needed = {k: data[k] for k in (*losses.data_arguments(loss), *method.data_defaults) if k not in kwargs}
@@ -83,7 +86,7 @@ def test_structural_arguments_are_filled_but_user_values_win():
 def test_unknown_hyperparameter_lists_valid_ones():
     with pytest.raises(ValueError, match=r"no hyperparameter 'alhpa'.*alpha.*beta.*theta"):
         resolve_hparams("em_apl", {"alhpa": 0.2})
-    with pytest.raises(ValueError, match="valid methods are"):
+    with pytest.raises(ValueError, match="valid names are"):
         get_method("nope")
 
 

@@ -10,7 +10,7 @@ import logging
 
 import numpy as np
 import pytest
-from fixtures.mulan import MULAN, data_home_with, needs_mulan
+from fixtures.mulan import MULAN, home_fixture, needs_mulan  # noqa: F401 - the fixture "home"
 
 from spmlkit.data import load_dataset
 from spmlkit.data.mulan import MULAN_SETS, load_mulan
@@ -35,17 +35,6 @@ SIZES = {
     "tmc2007": (21519, 7077, 500, 22, 0, 0),
     "yeast": (1500, 917, 103, 14, 0, 0),
 }
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    def make(*sets):
-        folder = data_home_with(tmp_path, *sets)
-        monkeypatch.setenv("SPMLKIT_DATA", str(folder))
-        monkeypatch.setenv("SPMLKIT_MULAN_URL", "http://127.0.0.1:9/closed")  # never the internet
-        return folder
-
-    return make
 
 
 @pytest.mark.parametrize("name", list(SIZES))

@@ -2,14 +2,20 @@
 (data/download.py, data/mulan.py; docs/protocol.md, "MULAN data sets").
 
 The server runs in a daemon thread, answers only this machine, and stops when its test ends or,
-whatever happens, after a minute. It serves the files as they are, with one byte changed, or cut
-off halfway (announcing the full length, then closing). Nothing here touches the internet.
+whatever happens, after a minute. It serves the files as they are, with one byte changed, cut
+off halfway (announcing the full length, then closing), followed by bytes that never end,
+announcing more bytes than the file has, or a byte every 0.1 s. Nothing here touches the internet.
 """
 
 import hashlib
 import http.server
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +45,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if server.mode == "corrupt":
             body = body[:100] + bytes([body[100] ^ 1]) + body[101:]
         self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
+        if server.mode == "announce-more":
+            self.send_header("Content-Length", str(len(body) + 1))
+        elif server.mode not in ("endless", "trickle"):  # those two announce no length, as a stream would
+            self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        if server.mode in ("endless", "trickle"):
+            self._stream(body)
+            return
         if server.mode == "truncate":
             self.wfile.write(body[: len(body) // 2])
             self.wfile.flush()
@@ -48,6 +60,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         self.wfile.write(body)
+
+    def _stream(self, body: bytes) -> None:
+        """The file, then zeros without end ("endless"); or the file a byte every 0.1 s ("trickle").
+        Either stops when the client goes away, or after 60 s."""
+        stop = time.monotonic() + 60
+        try:
+            if self.server.mode == "endless":
+                self.wfile.write(body)
+                while time.monotonic() < stop:
+                    self.wfile.write(bytes(1 << 16))
+            else:
+                for i in range(len(body)):
+                    if time.monotonic() > stop:
+                        break
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.1)
+        except OSError:  # the client closed the connection
+            pass
+        self.close_connection = True
 
     def log_message(self, *args):  # quiet
         pass
@@ -83,6 +115,11 @@ def empty_home(tmp_path, monkeypatch):
 def _left_behind(home: Path) -> list[str]:
     folder = home / "mulan" / "flags"
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def _nothing_left(home: Path) -> bool:
+    """No file and no folder of the fetch: the data folder as it was (not even empty set folders)."""
+    return not home.exists() or not any(home.iterdir())
 
 
 def test_a_set_is_fetched_once_verified_and_kept(server, empty_home):
@@ -162,3 +199,125 @@ def test_the_fetched_set_equals_mulans_files(server, empty_home, tmp_path, monke
     local = load_mulan("flags")
     for part in ("X_train", "Y_train", "X_test", "Y_test"):
         np.testing.assert_array_equal(getattr(fetched, part), getattr(local, part))
+
+
+@pytest.mark.parametrize("mode", ["endless", "announce-more"])
+def test_an_answer_longer_than_the_file_stops_at_the_files_size(server, empty_home, mode):
+    """The checksum fixes each file's size: an endless answer stops there (the disk holds at most the file),
+    and an answer that announces more is refused before its first byte is read."""
+    server.mode = mode
+    t0 = time.monotonic()
+    with pytest.raises(DownloadError) as caught:
+        load_mulan("flags")
+    message = str(caught.value)
+    expected = "sent more than the 7,707 bytes" if mode == "endless" else "announces 7,708 bytes, but the file spmlkit"
+    assert expected in message and "flags-train.arff" in message and "\n" not in message
+    assert time.monotonic() - t0 < 10
+    assert _nothing_left(empty_home)
+
+
+def test_a_trickling_server_meets_the_overall_deadline(server, empty_home, monkeypatch):
+    """A byte every 0.1 s never trips the per-read timeout; the overall deadline ends it, and says how to
+    give a slow network more time."""
+    server.mode = "trickle"
+    monkeypatch.setenv("SPMLKIT_DOWNLOAD_DEADLINE", "1")
+    t0 = time.monotonic()
+    with pytest.raises(DownloadError, match=r"flags-train\.arff took longer than 1 s \(\d+ bytes arrived\); "
+                                            r"nothing was kept\. .*set SPMLKIT_DOWNLOAD_DEADLINE to more seconds"):
+        load_mulan("flags")
+    assert 1 <= time.monotonic() - t0 < 5
+    assert _nothing_left(empty_home)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "inf", "nan"])
+def test_a_deadline_that_is_not_a_positive_number_is_one_line(empty_home, monkeypatch, capsys, value):
+    monkeypatch.setenv("SPMLKIT_DOWNLOAD_DEADLINE", value)
+    monkeypatch.setenv("SPMLKIT_MULAN_URL", "http://127.0.0.1:9")
+    assert main(["train", "--dataset", "flags", "--method", "an", "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"SPMLKIT_DOWNLOAD_DEADLINE={value} is not a number of seconds above 0; unset it for the "
+                        "default (600 s per file)")
+    assert _nothing_left(empty_home)
+
+
+def test_sigterm_during_a_download_leaves_no_part_file(server, empty_home):
+    """SIGTERM (a scheduler ending a job) removes the temporary file and the folders the fetch made,
+    then ends the process by that signal as it would have."""
+    server.mode = "trickle"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen([sys.executable, "-c", "from spmlkit.data.mulan import load_mulan; load_mulan('flags')"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        folder = empty_home / "mulan" / "flags"
+        stop = time.monotonic() + 30
+        while not (folder.is_dir() and any(p.name.endswith(".part") for p in folder.iterdir())):
+            assert time.monotonic() < stop and child.poll() is None, child.communicate()
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=20) == -signal.SIGTERM
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert _nothing_left(empty_home), sorted(str(p) for p in empty_home.rglob("*"))
+
+
+def test_a_part_file_left_by_a_killed_process_goes_once_older_than_the_deadline(server, empty_home, monkeypatch):
+    """kill -9 leaves a temporary file nobody can remove then; the next fetch of that file removes it once it
+    is older than the deadline (no live download can still be writing it), and leaves a younger one alone."""
+    monkeypatch.setenv("SPMLKIT_DOWNLOAD_DEADLINE", "60")
+    folder = empty_home / "mulan" / "flags"
+    folder.mkdir(parents=True)
+    old, young = folder / ".flags-train.arff.abc.part", folder / ".flags-test.arff.def.part"
+    for part in (old, young):
+        part.write_bytes(b"half a file")
+    os.utime(old, (time.time() - 61, time.time() - 61))
+    load_mulan("flags")
+    assert not old.exists() and young.exists()
+
+
+def test_a_disk_without_room_for_the_file_is_one_line_before_any_byte(server, empty_home, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(DownloadError, match=r"flags-train\.arff needs 7,707 bytes but the disk holding .* has 1,000 "
+                                            r"free; free space, or choose another data folder with SPMLKIT_DATA=DIR"):
+        load_mulan("flags")
+    assert server.requests == [] and _nothing_left(empty_home)
+
+
+def test_a_failed_fetch_leaves_no_empty_set_folder(empty_home, monkeypatch):
+    """The folders a fetch made (mulan/, mulan/flags/) go with it while empty; a folder that held something
+    before is kept."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("SPMLKIT_MULAN_URL", f"http://127.0.0.1:{port}")
+    with pytest.raises(DownloadError):
+        load_mulan("flags")
+    assert not empty_home.exists()
+    (empty_home / "mulan" / "birds").mkdir(parents=True)
+    with pytest.raises(DownloadError):
+        load_mulan("flags")
+    assert sorted(p.relative_to(empty_home).as_posix() for p in empty_home.rglob("*")) == ["mulan", "mulan/birds"]
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("", "SPMLKIT_DATA is set but empty; unset it (the default is ~/spmlkit_data) or name a folder"),
+    ("~nosuchuser/x", "SPMLKIT_DATA=~nosuchuser/x starts with the home folder of user 'nosuchuser', which this "
+                      "machine does not know; give the folder's full path"),
+])
+def test_a_data_folder_setting_that_names_no_folder_is_one_line(monkeypatch, capsys, tmp_path, value, expected):
+    """`spmlkit datasets` (which asks the data folder whether each set is there) and a run alike; nothing is
+    created (the literal `~nosuchuser` folder in the working folder included)."""
+    monkeypatch.setenv("SPMLKIT_DATA", value)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for argv in (["datasets"], ["train", "--dataset", "flags", "--method", "an", "--epochs", "1", "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.endswith(expected), err
+    assert list(work.iterdir()) == []

@@ -232,3 +232,27 @@ def test_make_all_figures(store: ResultsStore, tmp_path: Path) -> None:
         "densities_voc2012_single_positive.png", "sensitivity_lr.png", "training_curves_voc2012_single_positive.png",
     ]
     assert plots.make_all_figures(pd.DataFrame(), tmp_path / "f3") == []
+
+
+def test_the_ap_gain_heat_maps_colours_serve_the_compared_methods_not_the_references() -> None:
+    """The references gain several times more (they see more labels); a colour range wide enough
+    for them washed the single-positive rows out. The range holds 90 % of the compared methods'
+    |gains|; larger ones saturate, the colour bar's arrows say so, and the references come last."""
+    classes = 10
+    gains = {"bce": np.linspace(-5.0, 30.0, classes), "em": np.linspace(-2.0, 2.5, classes),
+             "role": np.linspace(-1.0, 1.5, classes), "epr": np.r_[np.linspace(-1.5, 1.0, classes - 1), -12.0],
+             "iun": np.linspace(0.0, 25.0, classes), "an_ls": np.linspace(-0.5, 0.5, classes)}
+    fig = plots._ap_gain_heatmap(gains, [f"c{i}" for i in range(classes)], True)
+    ax = fig.axes[0]
+    compared = np.abs(np.concatenate([gains[m] for m in ("em", "role", "epr", "an_ls")]))
+    span = float(np.quantile(compared, 0.9))
+    assert span == pytest.approx(1.55)  # 36 of the 40 compared gains lie within 1.55 points; bce reaches 30
+    assert ax.images[0].norm.vmin == -span and ax.images[0].norm.vmax == span
+    assert ax.images[0].colorbar.extend == "both"  # epr's -12 and the references' gains saturate
+    labels = [re.sub(r"( \(reference\))? \([+-][0-9.]+\)$", "", t.get_text()) for t in ax.get_yticklabels()]
+    assert labels == ["EM", "ROLE", "EPR", "LS", "All P. & All N. (BCE)", "1 P. & All N. (BCE)"]
+    assert [t.get_text() for t in ax.get_yticklabels()][-1].endswith("(reference) (+12.50)")
+    # the classes are ordered by the compared methods' mean gain, not by the references'
+    shown = np.asarray(ax.images[0].get_array())
+    means = shown[:4].mean(axis=0)
+    assert np.all(np.diff(means) <= 1e-12)

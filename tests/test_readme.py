@@ -41,18 +41,33 @@ OFFLINE) names for it must be there."""
 import ast
 import shlex
 
+import numpy as np
 import pytest
 
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMAND_WORDS = ("spmlkit", "python", "python3", "ray", "pip", "torchrun")
 
-#: commands of the docs that the test does not run: (the words the docs say beside it, why)
+#: commands of the docs that the test does not run: (the words the docs say beside it, why). The
+#: words are None where the command needs nothing a reader lacks (no download, GPU or cluster):
+#: one that only takes long, or that reads what a command not run here would write
 NOT_RUN = {
     "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/spmlkit benchmark --dataset yeast":
         ("pip install", "installs spmlkit and PyTorch from PyPI (a download); the benchmark alone is test_benchmark's"),
     'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest':
         ("pip install", "installs from PyPI and runs this very test suite"),
+    "spmlkit extract --prepared prepared/photos --features-out features/photos":
+        ("downloads", "an image run with ImageNet weights: downloads ResNet-50; test_own_data_compared extracts "
+                      "with a small CNN"),
+    "spmlkit benchmark --dataset features/photos --out results/photos":
+        (None, "needs the features of the extract above (a download); test_own_data_compared benchmarks extracted "
+               "features"),
+    "spmlkit benchmark --dataset prepared/genes --out results/genes":
+        (None, "216 runs, about 10 s on 2 cores; test_own_data_compared benchmarks a table on one seed and one lr"),
+    "python tests/mutations/run.py": (None, "the mutation check: minutes of pytest runs; CI runs it after the suite"),
+    "python tests/mutations/run.py peak-kib --why": (None, "one mutation of that check; tests/test_mutations.py keeps "
+                                                           "every mutation applicable"),
+    "python tests/mutations/run.py --list": (None, "lists the catalogue that tests/test_mutations.py checks"),
     "spmlkit sweep grid.yaml --backend ray": ("ray", "needs the ray extra and starts a Ray instance"),
     "ray start --head --port 6379": ("ray start", "starts a Ray cluster"),
     "ray start --address HEAD:6379": ("ray start", "joins a Ray cluster on another machine"),
@@ -79,12 +94,29 @@ OFFLINE = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _plugins_of_the_docs_stay_here():
+    """docs/plugins.md and docs/losses-api.md register losses and methods of a reader's own: taken
+    back after each document, so no other test sees them."""
+    from fixtures.plugins import isolated_plugins
+
+    with isolated_plugins():
+        yield
+
+
 def _outside_fences(text: str) -> str:
     return FENCE.sub("", text)
 
 
+#: the first line of a block that is a file the reader saves (``# my_loss.py``), not code to run
+FILE_BLOCK = re.compile(r"# [\w.-]+\.(py|yaml)")
+
+
 def python_blocks(path: Path) -> list[str]:
-    return [body for lang, body in FENCE.findall(path.read_text()) if lang == "python"]
+    """The Python blocks a reader runs; a block that is a file to save (``# my_loss.py``) is run by
+    the commands that load it instead."""
+    return [body for lang, body in FENCE.findall(path.read_text())
+            if lang == "python" and not FILE_BLOCK.fullmatch(body.splitlines()[0] if body.strip() else "")]
 
 
 def _command(line: str) -> str:
@@ -143,7 +175,7 @@ COMMAND_DOCUMENTS = [doc for doc in DOCUMENTS if shell_commands(doc)]
 
 def _make_inputs(doc: Path, where: Path) -> None:
     """The files the commands of ``doc`` read, as its text shows them: the README's folder of photos
-    and labels file (tiny real JPEGs), and each ``# NAME.yaml`` block written to NAME.yaml."""
+    and labels file (tiny real JPEGs), and each ``# NAME.yaml`` or ``# NAME.py`` block written to that file."""
     from PIL import Image
 
     def jpeg(path: Path, shade: int) -> None:
@@ -152,8 +184,22 @@ def _make_inputs(doc: Path, where: Path) -> None:
 
     for lang, body in FENCE.findall(doc.read_text()):
         first = body.splitlines()[0] if body.strip() else ""
-        if lang == "yaml" and re.fullmatch(r"# [\w.-]+\.yaml", first):
+        if lang in ("yaml", "python") and FILE_BLOCK.fullmatch(first):
             (where / first[2:]).write_text(body)
+    if doc.name == "protocol.md":  # "Your own data": a table of genes, a folder of photos with a test folder
+        functions = ("growth", "repair", "transport")
+        rng = np.random.default_rng(0)
+        for name, rows, test in (("genes.csv", 40, False), ("genes-test.csv", 12, True)):
+            lines = ["gene,g1,g2,g3,g4,positives"]
+            for i, x in enumerate(rng.normal(size=(rows, 4)).round(3)):
+                # the training table: one observed function per gene; the test table: every true one
+                labels = [f for f, v in zip(functions, x) if v > 0] if test else [functions[x[:3].argmax()]]
+                lines.append(f"{name[0]}{i}," + ",".join(map(str, x)) + "," + ";".join(labels))
+            (where / name).write_text("\n".join(lines) + "\n")
+        for folder, labels in (("photos", ("cat", "dog", "outdoor")), ("test_photos", ("cat", "dog"))):
+            for k, label in enumerate(labels):
+                for i in range(2):
+                    jpeg(where / folder / label / f"{folder[0]}{label}{i}.jpg", 30 * k + 90 * i + len(folder))
     if doc.name == "README.md":
         for label, names in {"cat": ("001", "002", "017"), "dog": ("003", "017"), "outdoor": ("004",)}.items():
             for i, name in enumerate(names):
@@ -183,6 +229,7 @@ def _check_values(block: str, namespace: dict) -> None:
 def test_every_python_block_runs_as_written(doc, tmp_path, monkeypatch):
     blocks = python_blocks(doc)
     monkeypatch.chdir(tmp_path)
+    _make_inputs(doc, tmp_path)
     namespace: dict = {"__name__": f"{doc.stem}_blocks"}
     for i, block in enumerate(blocks):
         exec(compile(block, f"{doc.name}, python block {i + 1}", "exec"), namespace)

@@ -73,6 +73,17 @@ def test_select_and_aggregate_numbers(df: pd.DataFrame) -> None:
     assert apl["std"] == 0.0 and apl["n_seeds"] == 1
 
 
+def test_runs_of_equal_hparams_from_two_sources_are_two_configurations() -> None:
+    """yeast's em with its preset (alpha 0.005, hparams {}) and with the recipe defaults (alpha 0.1, also
+    hparams {}, the record saying hparams_from "defaults"): two configurations, never one of 6 seeds."""
+    runs = [rec(f"p{s}", "em", s, 0.42, 0.41) for s in range(3)]
+    runs += [rec(f"d{s}", "em", s, 0.40, 0.30, hparams_from="defaults") for s in range(3)]
+    agg = select_and_aggregate(pd.DataFrame(runs))
+    (row,) = agg.to_dict("records")
+    assert row["n_configs"] == 2 and row["n_seeds"] == 3 and row["mean"] == pytest.approx(41.0)
+    assert math.isnan(row["hparams_from"]) if isinstance(row["hparams_from"], float) else row["hparams_from"] is None
+
+
 def test_select_other_metric_and_ties(df: pd.DataFrame) -> None:
     agg = select_and_aggregate(df, metric="test.CF1@0.5")
     em = agg[(agg.dataset == "voc2012") & (agg.method == "em")].iloc[0]
@@ -108,15 +119,51 @@ def test_paper_table_marks_best_and_gap(df: pd.DataFrame) -> None:
     lines = md.splitlines()
     assert lines[0] == "| method | VOC | VOC gap closed | COCO |"
     assert lines[1] == "|---|---|---|---|"
-    assert "| EM | **86.33 ± 1.25** | +59% | 70.00 ± 0.00 |" in lines
-    assert "| EM+APL | – | – | **72.00 ± 0.00** |" in lines
+    # COCO's cells come from one seed each: a mean without a made-up "± 0.00"
+    assert "| EM | **86.33 ± 1.25** | +59% | 70.00 |" in lines
+    assert "| EM+APL | – | – | **72.00** |" in lines
+    assert table.attrs["notes"] == ["gap closed = (method − AN) / (full BCE − AN), in percent.",
+                                    "Cells without ± come from one seed, which gives no standard deviation."]
 
     tex = to_latex(table, caption="mAP (%) & more", label="tab:main")
     assert r"\begin{tabular}{lccc}" in tex
-    assert r"EM & \textbf{86.33 $\pm$ 1.25} & +59\% & 70.00 $\pm$ 0.00 \\" in tex
+    assert r"EM & \textbf{86.33 $\pm$ 1.25} & +59\% & 70.00 \\" in tex
     assert r"All P. \& All N. (BCE) & 90.00 $\pm$ 0.00 & +100\% & -- \\" in tex
     assert r"\caption{mAP (\%) \& more}" in tex and r"\label{tab:main}" in tex
     assert tex.count(r"\textbf") == 2
+
+
+def _references(bce: list[float], an: list[float], em: float = 0.60) -> pd.DataFrame:
+    runs = [rec(f"bce{i}", "bce", i, 0.9, t) for i, t in enumerate(bce)]
+    runs += [rec(f"an{i}", "an", i, 0.8, t) for i, t in enumerate(an)]
+    runs += [rec(f"em{i}", "em", i, 0.8, em) for i in range(len(an))]
+    return select_and_aggregate(pd.DataFrame(runs))
+
+
+@pytest.mark.parametrize("bce, an, why", [
+    # BCE 75.0, AN 74.5, each a sample std of 1.0 over 3 seeds: standard error of the difference
+    # sqrt(1/3 + 1/3) = 0.816, twice that 1.63 > 0.50
+    ([0.74, 0.75, 0.76], [0.735, 0.745, 0.755],
+     "BCE − AN = +0.50 points is within noise (2 standard errors of the difference over the seeds: 1.63 points), "
+     "so a share of it would be noise"),
+    # AN above BCE by far more than the noise: nothing to close
+    ([0.70, 0.71, 0.72], [0.80, 0.81, 0.82],
+     "BCE − AN = -10.00 points: full labels score below AN here, so there is no gap to close"),
+    # one seed each: no spread to judge the 20 points against
+    ([0.90], [0.70], "BCE − AN = +20.00 points from a single seed, with no spread over seeds to tell it from noise "
+                     "(the default seeds 0,1,2 give one)"),
+])
+def test_a_gap_within_noise_is_not_divided_by_and_says_why(bce, an, why) -> None:
+    table = paper_table(_references(bce, an))
+    assert list(table.columns) == ["VOC"]  # no column of noise quotients (scene once read -1440 %)
+    assert f"VOC: no gap-closed column: {why}." in table.attrs["notes"]
+    assert not any(note.startswith("gap closed =") for note in table.attrs["notes"])  # no formula for no column
+
+
+def test_a_gap_beyond_noise_is_shown():
+    # BCE − AN = 0.60 points against 2 standard errors of 2 * sqrt(0.01/3 + 0.01/3) = 0.163: shown
+    table = paper_table(_references([0.749, 0.750, 0.751], [0.743, 0.744, 0.745], em=0.747))
+    assert table.loc["EM", "VOC gap closed"] == f"{100 * (74.7 - 74.4) / 0.6:+.0f}%" == "+50%"
 
 
 def test_paper_table_reference_and_plain_names(df: pd.DataFrame, tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def _one_line_error(capsys) -> str:
 # ------------------------------------------------------------------ what a run writes
 
 
-@pytest.mark.parametrize("method", ["an", "em_apl", "role", "gr", "opml_sp", "ll_cp", "pu_mlc"])
+@pytest.mark.parametrize("method", ["an", "em_apl", "role", "gr", "opml_sp", "ll_cp", "pu_mlc", "crisp"])
 def test_every_method_writes_safe_checkpoints_and_resumes_exactly(tmp_path, method):
     hp = {"warmup_epochs": 1} if method == "em_apl" else {}
     settings = {"dataset": "yeast", "method": method, "subset": 300, "epochs": 4, "lr": 0.01, "hparams": hp,

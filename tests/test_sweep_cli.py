@@ -50,7 +50,9 @@ def test_a_sweep_where_every_run_fails_exits_non_zero_with_a_summary(tmp_path: P
         "methods: [gr]\nseeds: [0, 1]\nhparams:\n  gr: {schedule: [{bogus: [0, 1]}]}\n" + QUICK)
     assert main(["sweep", str(tmp_path / "s.yaml"), "--quiet"]) == 2
     out, err = capsys.readouterr()
-    assert "ran 2 run(s) (2 failed)" in out and out.count("failed ") == 2 and "bogus" in out  # summary + each error
+    # the summary, and the two runs' one error said once, naming both
+    assert "ran 2 run(s) (2 failed)" in out and out.count("failed ") == 1 and "bogus" in out
+    assert "failed 2 runs (gr; lr=0.001; seed=0,1): " in " ".join(out.split())
     assert "every one of the 2 runs failed" in err and "--retry-failed" in err and "Traceback" not in err
     assert [r["status"] for r in ResultsStore(tmp_path / "q.db").records()] == ["failed", "failed"]
     # recorded failures count as finished: nothing to do, nothing failed this time

@@ -129,3 +129,25 @@ def test_a_worker_that_dies_is_retried_and_one_that_keeps_dying_is_recorded_fail
     assert records[always]["status"] == "failed" and "died 2 time(s)" in records[always]["error"]
     assert all(records[r["run_id"]]["status"] == "ok" for r in runs[1:3])
     assert ResultsStore(tmp_path / "r.db").leases() == []
+
+
+def test_a_ray_task_loads_the_sweeps_plugin_by_its_path(tmp_path: Path, crash_dir: Path) -> None:
+    """A Ray worker is a process of its own that never saw the plug-in: it imports it from the
+    path the run carries (docs/plugins.md) and trains what the process backend trains."""
+    from fixtures.plugins import MY_LOSS, isolated_plugins
+
+    (tmp_path / "my_loss.py").write_text(MY_LOSS)
+    (tmp_path / "p.yaml").write_text("name: p\nmethods: [an, my_loss]\nplugins: [my_loss.py]\nseeds: [0]\n"
+                                     "lrs: [0.003]\nsettings: {epochs: 2, subset: 200, device: cpu}\n")
+    with isolated_plugins():
+        spec = load_sweep(tmp_path / "p.yaml")
+        on_ray = run_sweep(spec, backend="ray", store_path=tmp_path / "ray.db")
+        here = run_sweep(spec, store_path=tmp_path / "here.db")
+    assert (on_ray.ran, on_ray.failed) == (here.ran, here.failed) == (2, 0)
+    ray_records, here_records = _records(tmp_path / "ray.db"), _records(tmp_path / "here.db")
+    assert sorted(ray_records) == sorted(here_records)
+    for run_id, rec in ray_records.items():
+        assert _comparable(rec) == _comparable(here_records[run_id])
+        assert [p["name"] for p in rec["plugins"]] == ["my_loss.py"]  # loaded in the Ray worker itself
+    (mine,) = [rec for rec in ray_records.values() if rec["method"] == "my_loss"]
+    assert mine["plugin_code"] == [f"my_loss.py sha256:{mine['plugins'][0]['sha256']}"]

@@ -123,7 +123,7 @@ def test_bad_inputs_are_explained():
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         train_on_features(bad, obs, X, truth, cfg)
-    with pytest.raises(ValueError, match="valid methods"):
+    with pytest.raises(ValueError, match="valid names are"):
         FeatureTrainConfig(method="emm")
     with pytest.raises(ValueError, match="needs the full training labels"):
         train_on_features(X, obs, X, truth, FeatureTrainConfig(method="bce", epochs=1))

@@ -131,10 +131,20 @@ def test_folder_without_test_set_prepare_train_predict(tmp_path, capsys):
     assert set(np.unique(ds.observed)) == {0, 1}
 
     assert main(["train", "--prepared", str(prepared), *TRAIN, "--out", str(run)]) == 0
-    said = " ".join(capsys.readouterr().out.split())
+    printed = capsys.readouterr().out
+    said = " ".join(printed.split())
     assert NO_CLEAN_METRIC in said
     result = _result(run)
     assert math.isnan(result["test_map"]) and result["test_metrics"] == {} and result["test_ap"] == []
+    # APL's round after epoch 1 made pseudo-negatives; without the training rows' full labels they are counted
+    # all the same (the console's pseudo-labels column and metrics.csv), only their accuracy is unknown
+    first, second = result["history"]
+    assert first["pseudo_negatives"] == first["labeling_selected"] > 0 and second["labeling_selected"] == 0
+    assert second["pseudo_negatives"] == first["pseudo_negatives"] and math.isnan(first["pseudo_label_accuracy"])
+    from spmlkit.training.loggers import EpochLines
+
+    counts = [row.split("│")[4].strip() for row in printed.splitlines() if row.count("│") == 7]
+    assert counts == [EpochLines.cells(h)[3] for h in result["history"]] == [str(int(first["pseudo_negatives"]))] * 2
     assert result["config"]["data"]["observation"] == "given" and result["config"]["data"]["val_variant"] == "observed"
     assert result["class_names"] == list(CLASSES) and math.isfinite(result["val_map"])
 
@@ -190,7 +200,7 @@ def test_methods_that_need_true_labels_and_simulated_observations_are_refused(tm
         (["--method", "bce"], "method 'bce' trains on 'full' labels and needs the full training labels"),
         (["--method", "iun"], "method 'iun' trains on '1p_alln' labels and needs the full training labels"),
         (["--method", "an", "--observation", "single_positive"],
-         "has no full labels to simulate observation 'single_positive' from; use observation 'given'"),
+         "no full labels to simulate observation 'single_positive' from; use observation 'given'"),
         (["--method", "an", "--val", "clean"], "has no clean labels to validate on; use val_variant 'observed'"),
     ]):
         assert main(["train", "--prepared", str(prepared), *quick, *extra, "--out", str(tmp_path / f"r{i}")]) == 2

@@ -4,24 +4,42 @@
     >>> clf.predict_proba(X_new)      # [n, C] probabilities
     >>> clf.predict(X_new)            # [n, C] 0/1 at the method's threshold
 
+A method of one's own (docs/plugins.md) is named like any other once its plug-in is loaded;
+``plugins=("my_loss.py",)`` loads it in :meth:`fit`, so a copy of the estimator in another
+process (``cross_val_score(..., n_jobs=2)``) loads it there too.
+
 ``Y_observed`` holds 1 for observed positives, 0 for unknown and -1 for observed negatives,
 exactly what a user with partially labelled data has: the observation is "given", nothing is
 simulated. Without clean labels there is nothing clean to select on, so :meth:`fit` holds
 out a validation split of the rows (the reference split) and selects the epoch on mAP
 against the *observed* positives of those rows, the "observed" validation variant; pass
-``X_val``/``Y_val`` (0/1) to select on clean labels.
+``X_val``/``Y_val`` (0/1) to select on clean labels. ``val_map_`` is that epoch's validation
+mAP, measured on the labels ``validation_`` names.
 
-Scoring needs the truth. :meth:`score` is the mAP against *full* 0/1 labels, and refuses
-labels that are observed ones (a -1, or one positive per row from an estimator fitted on
-given observed labels): scored against observed labels, every unobserved positive would count
-as a false positive, and the number would mean nothing. For scikit-learn's model selection
-(``cross_val_score``, ``GridSearchCV``), which pass the same ``y`` to ``fit`` and ``score``,
-give full labels and let the estimator simulate the observation on each training fold::
+Scoring and comparing methods (docs/protocol.md, "Your own data"):
 
-    >>> cross_val_score(SPMLClassifier(observation="single_positive"), X, Y_full, cv=5)
+* **On full labels**, when some exist. :meth:`score` is the mAP against *full* 0/1 labels, and
+  refuses labels that are observed ones (a -1, or one positive per row from an estimator fitted
+  on given observed labels): scored against observed labels, every unobserved positive would
+  count as a false positive, and the number would mean something else. For scikit-learn's model
+  selection (``cross_val_score``, ``GridSearchCV``), which pass the same ``y`` to ``fit`` and
+  ``score``, give full labels and let the estimator simulate the observation on each training
+  fold::
 
-so each fold trains on single positives drawn from its own rows (the protocol's draw,
-docs/protocol.md, "Observed labels") and is scored against the full labels of its test rows.
+      >>> cross_val_score(SPMLClassifier(observation="single_positive"), X, Y_full, cv=5)
+
+  so each fold trains on single positives drawn from its own rows (the protocol's draw,
+  docs/protocol.md, "Observed labels") and is scored against the full labels of its test rows.
+
+* **On observed labels**, when that is all there is. :func:`observed_map` is a scorer that says
+  what it measures: the mAP against the *observed positives* of the held-out rows, every other
+  label counted as a negative (the "observed" validation variant, on held-out folds)::
+
+      >>> cross_val_score(SPMLClassifier(method="em"), X, Y_observed, cv=5, scoring=observed_map)
+
+  It is not the mAP on full labels (an unobserved positive ranked high counts as an error), but
+  every method is measured on the same rows against the same labels, so it ranks methods and
+  settings; it is not a number to report as a method's mAP.
 
 It is a :class:`sklearn.base.BaseEstimator`: ``get_params``, ``set_params``, ``clone`` and
 the repr come from the signature, and fitting goes through the same
@@ -45,7 +63,7 @@ from .training.run_data import RunData, feature_scaling
 from .training.sources import predict_proba
 from .training.trainer import train
 
-__all__ = ["SPMLClassifier"]
+__all__ = ["SPMLClassifier", "observed_map"]
 
 
 class SPMLClassifier(BaseEstimator):
@@ -66,6 +84,7 @@ class SPMLClassifier(BaseEstimator):
         threshold: float | None = None,
         seed: int = 0,
         observation: str = "given",
+        plugins: tuple[str, ...] = (),
     ):
         self.method = method
         self.hparams = hparams
@@ -81,6 +100,7 @@ class SPMLClassifier(BaseEstimator):
         self.threshold = threshold
         self.seed = seed
         self.observation = observation
+        self.plugins = plugins
 
     # -------------------------------------------------------------- fitting
     def fit(
@@ -100,8 +120,10 @@ class SPMLClassifier(BaseEstimator):
         rows' full labels. ``Y_true`` (full 0/1 labels) is only needed by the oracle references
         ``bce`` and ``iun`` and, when given, to report pseudo-label accuracy in ``history_``.
         """
+        from .plugins import load_plugins
         from .protocol import Observation
 
+        load_plugins(self._plugins())  # by reference: a clone in a joblib worker loads them too
         method = get_method(self.method)
         X = self._check_X(X, "X")
         if Observation.parse(self.observation).kind != "given":
@@ -138,6 +160,7 @@ class SPMLClassifier(BaseEstimator):
             hidden=self.hidden, epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
             weight_decay=self.weight_decay, seed=self.seed, patience=self.patience, observation=observation,
             val_frac=self.val_frac, val_variant=val_variant, standardize=self.standardize,
+            plugins=self._plugins(),
         )
 
     def _fitted(self, result: Any, config: RunConfig, X: np.ndarray, n_classes: int, method: Any,
@@ -147,6 +170,8 @@ class SPMLClassifier(BaseEstimator):
         else:
             self.mean_, self.scale_ = np.zeros(X.shape[1], np.float32), np.ones(X.shape[1], np.float32)
         self.validation_ = config.data.val_variant
+        #: the selected epoch's validation mAP, on the labels ``validation_`` names (NaN without validation rows)
+        self.val_map_ = float(result.val_map)
         self.model_ = result.model
         self.history_ = result.history
         self.best_epoch_ = result.best_epoch
@@ -198,11 +223,16 @@ class SPMLClassifier(BaseEstimator):
         if self.observation == "given" and len(Y) > 1 and (Y.sum(1) <= 1).all():
             raise ValueError("score needs full 0/1 labels, but every row of Y has at most one positive: these look "
                              "like observed labels (the y given to fit). Against them every unobserved positive "
-                             "counts as an error; pass full labels, or cross-validate with full labels and "
-                             "observation='single_positive'")
+                             "counts as an error; pass full labels, cross-validate with full labels and "
+                             "observation='single_positive', or score on observed labels by name with "
+                             "scoring=spmlkit.estimator.observed_map")
         return mean_average_precision(self.predict_proba(X), Y)
 
     # -------------------------------------------------------------- helpers
+    def _plugins(self) -> list[str]:
+        """``plugins`` as a list (one reference may be given as a plain string)."""
+        return [self.plugins] if isinstance(self.plugins, str) else list(self.plugins or ())
+
     @staticmethod
     def _check_X(X: Any, name: str, allow_empty: bool = False) -> np.ndarray:
         arr = np.asarray(X, dtype=np.float32)
@@ -217,6 +247,22 @@ class SPMLClassifier(BaseEstimator):
     def _check_fitted(self) -> None:
         if not hasattr(self, "model_"):
             raise RuntimeError("this SPMLClassifier is not fitted yet; call fit(X, Y_observed) first")
+
+
+def observed_map(estimator: SPMLClassifier, X: np.ndarray, Y_observed: np.ndarray) -> float:
+    """mAP of ``estimator``'s scores on ``X`` against the *observed positives* of ``Y_observed``
+    ({-1, 0, 1}: 1 counts as a positive, 0 and -1 as negatives), a scikit-learn scorer
+    (``cross_val_score(..., scoring=observed_map)``, ``GridSearchCV(..., scoring=observed_map)``).
+
+    What it measures (docs/protocol.md, "Your own data"): every unobserved positive counts as a
+    negative, so the value is not the mAP on full labels; methods and settings scored on the same
+    rows against the same labels compare fairly, but the value is not a method's mAP. Classes without an observed
+    positive in ``Y_observed`` score 0 and count in the mean, as in every spmlkit mAP."""
+    from .metrics import mean_average_precision
+
+    estimator._check_fitted()
+    observed = validate_observed(Y_observed, where="the observed labels scored against")
+    return mean_average_precision(estimator.predict_proba(X), (observed == 1).astype(np.uint8))
 
 
 def _full_labels(Y: Any, where: str) -> np.ndarray:

@@ -4,7 +4,7 @@ This is the "linear" setting of the base protocol (a linear head on frozen Image
 features) and the fast path for sweeping methods and hyperparameters on a CPU. Features are
 the global-average-pooled backbone output of each image, evaluation transform (no flip),
 written as memory-mapped ``.npy`` files (float32, or float16 to halve the disk size) with the
-full label matrices:
+label matrices:
 
     <out>/meta.json              kind "spmlkit-features", version, dataset, backbone, size, classes
     <out>/train_features.npy     [N_train, D]  official train list (split later by the protocol)
@@ -13,14 +13,18 @@ full label matrices:
     <out>/.spmlkit.json          marks the folder as spmlkit's (spmlkit.output_dir): a folder holding
                                  other files is refused, never written into
 
+A user's prepared folder (``spmlkit prepare folder|csv``) has no full train labels: its observed
+{-1, 0, 1} labels are kept as ``train_observed.npy`` (``meta.json``: ``"observation": "given"``),
+and its test list, when it was given one, keeps its full labels; without one the folder has no
+test files (``"test": false``). The format is :mod:`spmlkit.data.feature_dir`'s.
+
 :func:`load_feature_dir` reads it back as a :class:`~spmlkit.data.tabular.TabularDataset`
 (memory-mapped), so ``spmlkit train --features DIR`` and ``spmlkit benchmark --dataset DIR``
-use the feature trainer unchanged.
+use the feature trainer unchanged, on the data's own labels.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Callable
@@ -28,9 +32,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .data.feature_dir import FEATURES_KIND, FORMAT_VERSION, is_feature_dir
+from .data.feature_dir import is_feature_dir, write_feature_labels
 from .errors import InputError
-from .io import atomic_write_text
 from .output_dir import FEATURES, check_output_dir, claim_output_dir
 
 __all__ = ["extract_features"]
@@ -66,17 +69,16 @@ def extract_features(
     check_output_dir(out, FEATURES, option="--features-out", recognise=_is_feature_output)  # before any work
     device = resolve_device(config.machine.device)
     data = load_image_data(config)
-    if data.Y_train is None:
-        raise InputError(f"{data.name}: spmlkit extract writes feature folders of benchmark datasets with full labels; "
-                         "a prepared folder of your own images (observed labels only) is trained on the images "
-                         "directly: spmlkit train --prepared FOLDER")
     claim_output_dir(out, FEATURES, option="--features-out", recognise=_is_feature_output)
     torch.manual_seed(config.optimisation.seed)  # reproducible features from a randomly initialised backbone
     model = build_model(config.model.backbone, len(data.class_names), pretrained=config.model.pretrained, lgconv=config.model.lgconv)
     model.to(device).eval()
     bs = config.machine.eval_batch_size or max(config.optimisation.batch_size, 64)
-    for split, dataset, labels in (("train", data.train_dataset(), data.Y_train),
-                                   ("test", data.test_dataset(), data.Y_test)):
+    splits = [("train", data.train_dataset())]
+    if data.Y_test is not None:  # a user's folder may have no labelled test list: then it has no test features
+        splits.append(("test", data.test_dataset()))
+    (out / "meta.json").unlink(missing_ok=True)  # the folder is incomplete until its new meta.json is written
+    for split, dataset in splits:
         loader = pixel_loader(dataset, np.arange(len(dataset)), batch_size=bs,
                               num_workers=loader_workers(config.machine.num_workers), device=device)
         tmp = out / f"{split}_features.npy.tmp"
@@ -91,24 +93,21 @@ def extract_features(
         arr.flush()
         del arr
         os.replace(tmp, out / f"{split}_features.npy")
-        np.save(out / f"{split}_labels.npy", np.asarray(labels, dtype=np.uint8))
-    meta = {
-        "kind": FEATURES_KIND,
-        "format_version": FORMAT_VERSION,
-        "dataset": data.name,
-        "backbone": config.model.backbone,
-        "pretrained": config.model.pretrained,
-        "image_size": config.data.image_size,
-        "dtype": dtype,
-        "feature_dim": model.feat_dim,
-        "class_names": list(data.class_names),
-    }
-    atomic_write_text(out / "meta.json", json.dumps(meta, indent=1))  # written last: marks completion
+    recorded = {"dataset": data.name, "backbone": config.model.backbone, "pretrained": config.model.pretrained,
+                "image_size": config.data.image_size, "dtype": dtype, "feature_dim": model.feat_dim}
+    if data.observed is not None:
+        recorded["prepared"] = str(Path(config.data.prepared).expanduser().resolve())
+        for stale in ("train_labels.npy", *(("test_features.npy", "test_labels.npy") if data.Y_test is None else ())):
+            (out / stale).unlink(missing_ok=True)  # of an earlier extraction into this folder
+    # full labels of a benchmark, or a user's observed train labels and full test labels where given
+    write_feature_labels(out, class_names=list(data.class_names), Y_train=data.Y_train, observed=data.observed,
+                         Y_test=data.Y_test, recorded=recorded)
     return out
 
 
 _FEATURE_FILES = frozenset({"meta.json", "train_features.npy", "test_features.npy", "train_labels.npy",
-                            "test_labels.npy", "train_features.npy.tmp", "test_features.npy.tmp"})
+                            "train_observed.npy", "test_labels.npy", "train_features.npy.tmp",
+                            "test_features.npy.tmp"})
 
 
 def _is_feature_output(path: Path) -> bool:

@@ -247,30 +247,35 @@ class LabelState:
         self.epoch = state["epoch"].clone()
 
 
-def pseudo_label_stats(states: list[LabelState], truth: np.ndarray | torch.Tensor) -> list[dict[str, float]]:
+def pseudo_label_stats(states: list[LabelState], truth: np.ndarray | torch.Tensor | None
+                       ) -> list[dict[str, float]]:
     """:meth:`LabelState.pseudo_label_stats` of each of ``states`` (label states of one shape),
     counted for all at once: a few operations on their stacked kinds instead of a few per state,
     and integer counts, so each state's numbers are its own. A state whose kinds did not change
-    since it was last asked (with this ``truth``) answers from its cache."""
+    since it was last asked (with this ``truth``) answers from its cache.
+
+    ``truth`` None (a user's data, whose training rows have only their observed labels): the
+    counts of pseudo-negatives and corrections, which need no truth, and NaN accuracies."""
     out = [state._cached_stats_for(truth) for state in states]
     todo = [r for r, stats in enumerate(out) if stats is None]
     if todo:
-        y = torch.as_tensor(np.asarray(truth)).to(torch.int8)
+        y = None if truth is None else torch.as_tensor(np.asarray(truth)).to(torch.int8)
         for r in todo:
-            if tuple(y.shape) != states[r].shape:
+            if y is not None and tuple(y.shape) != states[r].shape:
                 raise ValueError(f"truth shape {tuple(y.shape)} does not match label state {states[r].shape}")
         kind = torch.stack([states[r].kind for r in todo])
         neg, cor = kind == Kind.PSEUDO_NEGATIVE, kind == Kind.CORRECTED
-        counts = torch.stack([neg.sum((1, 2)), cor.sum((1, 2)), (neg & (y == 0)).sum((1, 2)),
-                              (cor & (y == 1)).sum((1, 2))], dim=1).tolist()
+        right = ([(neg & (y == 0)).sum((1, 2)), (cor & (y == 1)).sum((1, 2))] if y is not None
+                 else [torch.full((len(todo),), -1), torch.full((len(todo),), -1)])  # -1: unknown without a truth
+        counts = torch.stack([neg.sum((1, 2)), cor.sum((1, 2)), *right], dim=1).tolist()
         for r, (n_neg, n_cor, right_neg, right_cor) in zip(todo, counts):
-            total = n_neg + n_cor
+            total, known = n_neg + n_cor, y is not None
             out[r] = {
                 "pseudo_negatives": float(n_neg),
-                "pseudo_negative_accuracy": right_neg / n_neg if n_neg else float("nan"),
+                "pseudo_negative_accuracy": right_neg / n_neg if n_neg and known else float("nan"),
                 "corrections": float(n_cor),
-                "correction_accuracy": right_cor / n_cor if n_cor else float("nan"),
-                "pseudo_label_accuracy": (right_neg + right_cor) / total if total else float("nan"),
+                "correction_accuracy": right_cor / n_cor if n_cor and known else float("nan"),
+                "pseudo_label_accuracy": (right_neg + right_cor) / total if total and known else float("nan"),
             }
             # the truth held, so that its id stays its own
             states[r]._cached_stats = ((id(truth), states[r].kind._version), states[r].kind, out[r], truth)

@@ -11,16 +11,23 @@ Hyperparameters: a method's loss hyperparameters default to the loss's own defau
 source of truth, :func:`spmlkit.losses.hyperparameters`); ``loss_kwargs`` only records where
 a recipe deliberately differs. :func:`resolve_hparams` routes user overrides to the loss, the
 label-state algorithm or the method-level knobs and rejects unknown names.
+
+A user's method joins the same catalogue (docs/plugins.md): :func:`register` takes a
+:class:`Method` as it takes spmlkit's own, and a loss registered with
+:func:`spmlkit.losses.register` is also a method of its name (the loss on the observed labels,
+nothing around it) unless it says ``method=False``.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import losses
+from .names import BUILTIN, REGISTRY, NameTaken, Registry, origin_of
 
-__all__ = ["Method", "METHODS", "get_method", "resolve_hparams", "ResolvedMethod"]
+__all__ = ["Method", "METHODS", "get_method", "register", "resolve_hparams", "ResolvedMethod"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,7 @@ class Method:
     #: complete truth, oracle reference), "1p_alln" (one positive plus every true negative)
     labels: str = "observed"
     loss_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: between-epoch label-state algorithm: None, "apl" or "opml_correction"
+    #: between-epoch label-state algorithm: None, "apl", "opml_correction" or "class_prior"
     labeling: str | None = None
     labeling_kwargs: dict[str, Any] = field(default_factory=dict)
     #: extra regularising losses added to the main loss: (loss name, kwargs)
@@ -53,16 +60,55 @@ class Method:
     #: what PU-MLC's two-GPU code does for its temperature, prior and mixup)
     batch_statistics: str = "global"
 
+    @property
+    def sees_more_labels(self) -> bool:
+        """Whether it trains on more labels than the observation gives the other methods (full
+        labels, or one positive and every negative): a reference that bounds what the missing
+        labels cost, shown beside a leaderboard's ranks rather than in them (docs/leaderboard.md,
+        "References beside the ranks")."""
+        return self.labels != "observed"
+
 
 def _m(*args: Any, **kwargs: Any) -> Method:
     return Method(*args, **kwargs)
 
 
+#: every method by name: the method family of the one registry (spmlkit.names)
+METHODS: Registry[Method] = REGISTRY.method
+#: methods made from a loss of the same name (:func:`_method_of_loss`), which that loss's author may
+#: replace with a recipe of their own
+_DERIVED: set[str] = set()
+#: the label settings a recipe may train on (Method.labels)
+_LABELS = ("observed", "full", "1p_alln")
+
+
+def register(method: Method) -> Method:
+    """Add a recipe to the catalogue, spmlkit's own and a user's alike (docs/plugins.md).
+
+    Its loss (and label algorithm, and regularisers) must be registered first, so a typo fails
+    here, when the recipe is registered, not in the middle of a run. A recipe may take the
+    place of the method its own loss made (a loss is a method of its name unless registered
+    with ``method=False``); any other name that is taken is refused."""
+    origin = origin_of(sys._getframe(1).f_globals.get("__name__", ""))
+    if not isinstance(method, Method):
+        raise TypeError(f"methods.register takes a spmlkit.methods.Method, got {type(method).__name__}")
+    if method.labels not in _LABELS:
+        raise ValueError(f"method {method.name!r}: labels must be one of {', '.join(_LABELS)}, got {method.labels!r}")
+    for loss in (method.loss, *(name for name, _ in method.regularizers)):
+        losses.loss_class(loss)  # an unknown loss: one line naming the closest
+    if method.labeling is not None:
+        from . import labeling
+
+        labeling.ALGORITHMS.get(method.labeling)
+    if method.name in _DERIVED and METHODS.origin(method.name) == origin:
+        _DERIVED.discard(method.name)
+        return METHODS.replace(method.name, method)
+    return METHODS.register(method.name, method, origin=origin)
+
+
 _COLE = "Cole et al., CVPR 2021"
 _EM = "Zhou et al., ECCV 2022"
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in [
+for _recipe in [
         _m("bce", "bce", "full labels (oracle reference): BCE on the complete label matrix", _COLE, labels="full"),
         _m("iun", "iun", "one positive + all negatives (1P & all N) with BCE", _COLE, labels="1p_alln"),
         _m("an", "an", "assume negative: every unobserved label is a negative", _COLE),
@@ -94,8 +140,34 @@ METHODS: dict[str, Method] = {
            regularizers=(("highrank", {}),)),
         _m("pu_mlc", "pu_mlc", "variational PU learning with re-balancing and mixup",
            "Yuan, Zhang, Huang, ICME 2024", mixup=True, batch_statistics="process"),
-    ]
-}
+        _m("crisp", "crisp", "class priors estimated after every epoch + unbiased risk with those priors",
+           "Liu, Xu, Wang, Geng (CRISP)", labeling="class_prior"),
+        _m("smile", "smile", "label enhancement: soft targets from a GCN's Beta label distributions on a k-NN graph",
+           "Xu et al., NeurIPS 2022"),
+    ]:
+    register(_recipe)
+
+
+def _method_of_loss(name: str, entry: Any, origin: str) -> None:
+    """A loss registered without ``method=False`` is also a method of its name: the loss on the
+    observed labels, nothing around it. A recipe of that name that trains this loss (spmlkit's
+    ``an`` for the loss ``an``) already is that method; a method of that name that trains
+    another loss makes the loss's name a mistake, said when the loss is registered."""
+    if not entry.method:
+        return
+    if name in METHODS:
+        if METHODS[name].loss == name:
+            return
+        held = METHODS.origin(name)
+        who = "spmlkit's method" if held == BUILTIN else f"the method of {held}"
+        raise NameTaken(f"loss {name!r} would also be the method {name!r}, but {who} of that name trains the loss "
+                        f"{METHODS[name].loss!r}; give the loss another name, or register it with method=False")
+    paper = "" if origin == BUILTIN else f"plug-in {origin}"
+    METHODS.register(name, Method(name, name, entry.description, paper), origin=origin)
+    _DERIVED.add(name)
+
+
+REGISTRY.loss.subscribe(_method_of_loss)
 
 #: method-level knobs that are not loss or label-algorithm hyperparameters
 _METHOD_KNOBS = {"penalty": "weight of the L1/L2 parameter penalty (l1r, l2r)",
@@ -104,9 +176,8 @@ _METHOD_KNOBS = {"penalty": "weight of the L1/L2 parameter penalty (l1r, l2r)",
 
 
 def get_method(name: str) -> Method:
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; valid methods are: {', '.join(METHODS)}")
-    return METHODS[name]
+    """The recipe ``name``; an unknown name is one line with the closest name and every valid one."""
+    return METHODS.get(name)
 
 
 def labeling_hyperparameters(name: str | None) -> dict[str, Any]:

@@ -104,7 +104,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "tests/test_cuda.py::test_bf16_autocast_is_close_to_fp32"]),
     _m("mulan-cache-unread",
        "the parsed MULAN arrays are kept but never read: every load parses the ARFF files again",
-       [Edit("src/spmlkit/data/mulan.py", "_read_parsed(folder / _PARSED, digests) or ", "")],
+       [Edit("src/spmlkit/data/mulan.py", "    arrays = None if changed else _read_parsed(spec, folder / _PARSED)\n",
+             "    arrays = None\n")],
        ["tests/test_mulan.py::test_parsed_arrays_are_kept_and_follow_the_files"],
        because="parsed the ARFF files again"),
     _m("peak-kib",
@@ -185,16 +186,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     _m("group-steps-one-by-one",
        "a group's runs take their steps one after another inside the group's loop",
        [Edit("src/spmlkit/training/loop.py",
-             "    batched = None if len(runs) == 1 else BatchedSteps([run.step for run in runs])\n"
-             "    # the runs' label states, and a group's weights, stacked for the epoch\n"
-             "    with RunLabels([run.state for run in runs]) as labels, batched or contextlib.nullcontext():\n"
-             "        total, steps, seen = _train_steps(group, runs, labels, batched, epoch, on_step)\n"
-             "    losses = (total / max(steps, 1)).tolist()",
-             "    losses = []\n    steps = seen = 0\n"
-             "    for run in runs:\n"
-             "        with RunLabels([run.state]) as labels:\n"
-             "            total, n, m = _train_steps(group, [run], labels, None, epoch, on_step)\n"
-             "        losses.append(float(total[0] / max(n, 1)))\n        steps, seen = steps + n, seen + m")],
+             "    batched = None if len(runs) == 1 else BatchedSteps([run.step for run in runs])\n",
+             "    if len(runs) > 1:  # each run's epoch of steps alone, one run after the other\n"
+             "        parts = [train_epoch(group, [run], epoch, on_step) for run in runs]\n"
+             "        return {**parts[0], 'losses': [part['losses'][0] for part in parts]}\n"
+             "    batched = None\n")],
        ["tests/test_batched.py::test_batched_runs_equal_their_solo_runs[an-hparams0]",
         "tests/test_batched.py::test_batched_runs_equal_their_solo_runs_for_other_settings[values0]"],
        because="did not train as one group"),

@@ -14,6 +14,7 @@ import sys
 from typing import Sequence
 
 from . import catalogue, data, experiments, export, train
+from ._common import add_plugin_option, load_command_plugins
 
 __all__ = ["main", "build_parser"]
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         # keeps an absent one from resetting what was given before the sub-command
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show full tracebacks on errors (also accepted before the sub-command)")
+        add_plugin_option(command)
     return parser
 
 
@@ -51,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     keep_freed_memory()  # a command's steps reuse memory instead of page-faulting it in again
     try:
+        load_command_plugins(args)
         return int(args.func(args) or 0)
     except InputError as exc:
         if args.debug:

@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["csv_list", "hparam", "console", "positive_int", "print_whole_words"]
+__all__ = ["add_plugin_option", "csv_list", "hparam", "console", "load_command_plugins", "plugin_refs", "positive_int",
+           "print_whole_words"]
 
 
 def csv_list(kind: type) -> Any:
@@ -63,3 +64,27 @@ def print_whole_words(screen: Any, text: str, indent: str = "", **options: Any) 
     lines = textwrap.wrap(text, width=screen.width, break_long_words=False, break_on_hyphens=False,
                           subsequent_indent=indent) or [""]
     screen.print("\n".join(lines), soft_wrap=True, **options)
+
+
+def add_plugin_option(p: argparse.ArgumentParser) -> None:
+    """``--plugin``, which every command takes: a user's losses, methods, label algorithms and
+    datasets, from a file or a module (docs/plugins.md)."""
+    p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="FILE.py|MODULE",
+                   help="load your own losses, methods, label algorithms or datasets from a Python file or an "
+                        "importable module first; repeatable (default: none, besides $SPMLKIT_PLUGINS and installed "
+                        "packages' spmlkit.plugins entry points; docs/plugins.md)")
+
+
+def plugin_refs(args: argparse.Namespace) -> list[str]:
+    """The plug-ins this command was given (``--plugin``, then ``$SPMLKIT_PLUGINS``), as typed:
+    what a run's settings keep so that a resumed run or a worker loads them again."""
+    from ..plugins import env_plugins
+
+    return list(dict.fromkeys([*getattr(args, "plugins", []), *env_plugins()]))
+
+
+def load_command_plugins(args: argparse.Namespace) -> None:
+    """Load the command's plug-ins before it runs (nothing is imported when there are none)."""
+    from ..plugins import load_plugins
+
+    load_plugins(getattr(args, "plugins", []))

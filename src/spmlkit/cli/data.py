@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.registry import PREPARABLE
-from ._common import console
+from ._common import console, csv_list, print_whole_words
 
 __all__ = ["add_parsers"]
 
@@ -20,16 +20,20 @@ def add_parsers(sub: Any) -> None:
         "prepare", help="read a benchmark from its official layout, or your own images, into spmlkit's prepared form",
         description="Benchmarks: spmlkit prepare voc2012 --root DIR. Your own images: spmlkit prepare folder --root "
                     "DIR (DIR/<label>/<image>) or spmlkit prepare csv --labels FILE --images DIR (columns image,"
-                    "positives[,negatives], label names separated by ';').")
-    p.add_argument("dataset", choices=(*_BENCHMARKS, *_USER_FORMS),
-                   help="a benchmark, or your own images: folder (a folder per label) or csv (a labels file)")
+                    "positives[,negatives], label names separated by ';'). Your own table of features: spmlkit "
+                    "prepare table --table FILE (.csv/.tsv: feature columns and label columns or a positives "
+                    "column; .npz: arrays X and Y), written as a feature folder.")
+    p.add_argument("dataset", choices=(*_BENCHMARKS, *_USER_FORMS, _TABLE),
+                   help="a benchmark, your own images: folder (a folder per label) or csv (a labels file), or your "
+                        "own features: table")
     p.add_argument("--root", help="benchmarks: folder where the dataset was downloaded and unpacked; folder: the "
                                   "folder holding one folder per label, DIR/<label>/<image>")
     p.add_argument("--out", help="output folder (default: <root>/spmlkit-prepared/<dataset>[-<variant>]; csv: "
-                                 "<images>/spmlkit-prepared/csv)")
+                                 "<images>/spmlkit-prepared/csv; table: <table's folder>/spmlkit-prepared/<table's "
+                                 "name>)")
     p.add_argument("--check", action="store_true",
-                   help="benchmarks: open every image and report unreadable ones; folder/csv: check everything and "
-                        "list every problem, writing nothing (exit status 1 when there is one)")
+                   help="benchmarks: open every image and report unreadable ones; folder/csv/table: check everything "
+                        "and list every problem, writing nothing (exit status 1 when there is one)")
     p.add_argument("--variant", help="coco2014: spml (default) or pu_mlc (all images, JSON order)")
     p.add_argument("--mode", help="nuswide: formatted (EM authors' lists) or raw (official distribution)")
     p.add_argument("--no-expect-counts", action="store_true", help="nuswide: do not insist on the published counts")
@@ -41,17 +45,42 @@ def add_parsers(sub: Any) -> None:
     own = p.add_argument_group("your own images (folder, csv)")
     own.add_argument("--labels", help="csv: the labels file (.csv or .tsv), header image,positives[,negatives]")
     own.add_argument("--images", help="csv: the folder the image paths of --labels are relative to")
-    own.add_argument("--classes", help="csv: a file of class names, one per line (default: every name of the "
-                                       "positives column, sorted)")
+    own.add_argument("--classes", help="csv, table: a file of class names, one per line (default: every name of "
+                                       "the positives column, sorted)")
     own.add_argument("--test-root", help="a fully labelled test set as folders, DIR2/<label>/<image> (an image's "
                                          "labels: every folder it appears in)")
     own.add_argument("--test-labels", help="a fully labelled test set as a labels file (its positives column lists "
                                            "every label of an image)")
     own.add_argument("--test-images", help="the folder the paths of --test-labels are relative to (default: --root "
                                            "or --images)")
+    table = p.add_argument_group("your own table of features (table)")
+    table.add_argument("--table", metavar="FILE",
+                       help="table: the training table, .csv/.tsv (a header row; every column a feature except the "
+                            "labels and --ignore-columns) or .npz (arrays X [rows, features] and Y [rows, classes] of "
+                            "1 observed positive, -1 observed negative, 0 unknown; optional class_names, "
+                            "feature_names, and a test list X_test, Y_test)")
+    table.add_argument("--test-table", metavar="FILE",
+                       help="table: a fully labelled test table, .csv/.tsv or .npz (X, Y of 0/1), with the training "
+                            "table's features (default: none, or X_test/Y_test of the .npz)")
+    table.add_argument("--label-columns", type=csv_list(str), metavar="A,B,...",
+                       help="table: the label columns of a CSV table, cells 1 (observed positive), -1 (observed "
+                            "negative), 0 or empty (unknown); 0/1 in a test table (default: a positives column)")
+    table.add_argument("--positives", metavar="COLUMN",
+                       help="table: the CSV column of each row's observed positives, label names separated by ';' "
+                            "(default: the column named positives); a test table's lists every label of a row")
+    table.add_argument("--negatives", metavar="COLUMN",
+                       help="table: the CSV column of each row's observed negatives (default: the column named "
+                            "negatives, if any)")
+    table.add_argument("--ignore-columns", type=csv_list(str), metavar="A,B,...",
+                       help="table: CSV columns that are not features, e.g. an id (default: none)")
     p.set_defaults(func=run_prepare)
 
-    p = sub.add_parser("extract", help="extract backbone features once (memory-mapped) for feature runs")
+    p = sub.add_parser("extract", help="extract backbone features once (memory-mapped) for feature runs",
+                       description="Features of an image data set's train and test lists, written as a feature "
+                                   "folder that `spmlkit train --features` and `spmlkit benchmark --dataset` take: a "
+                                   "benchmark's with its full labels, or your own prepared folder's (--prepared "
+                                   "FOLDER) with its observed train labels and the full labels of its test set, if "
+                                   "it has one.")
     add_run_options(p, extract=True)
     p.add_argument("--features-out", required=True, metavar="DIR", help="output folder for the features")
     p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
@@ -74,13 +103,16 @@ def add_parsers(sub: Any) -> None:
 
 _BENCHMARKS = PREPARABLE  # the dataset registry's (data/registry.py), not a list of our own
 _USER_FORMS = ("folder", "csv")
+_TABLE = "table"
 #: options of each kind of `prepare`: one given to the wrong kind is refused rather than ignored
 _ONLY_FOR = {
     "variant": _BENCHMARKS, "mode": _BENCHMARKS, "no_expect_counts": _BENCHMARKS,
-    "labels": ("csv",), "images": ("csv",), "classes": ("csv",), "root": (*_BENCHMARKS, "folder"),
+    "labels": ("csv",), "images": ("csv",), "classes": ("csv", _TABLE), "root": (*_BENCHMARKS, "folder"),
     "test_root": _USER_FORMS, "test_labels": _USER_FORMS, "test_images": _USER_FORMS,
+    "table": (_TABLE,), "test_table": (_TABLE,), "label_columns": (_TABLE,), "positives": (_TABLE,),
+    "negatives": (_TABLE,), "ignore_columns": (_TABLE,), "cache_size": (*_BENCHMARKS, *_USER_FORMS),
 }
-_REQUIRED = {"folder": ("root",), "csv": ("labels", "images")}
+_REQUIRED = {"folder": ("root",), "csv": ("labels", "images"), _TABLE: ("table",)}
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -91,6 +123,8 @@ def run_prepare(args: argparse.Namespace) -> int:
 
     with user_input():
         _check_prepare_options(args)
+    if args.dataset == _TABLE:
+        return _prepare_table(args)
     if args.dataset in _USER_FORMS:
         return _prepare_own(args)
     out = Path(args.out) if args.out else default_prepared_dir(args.dataset, args.root, args.variant)
@@ -126,7 +160,7 @@ def _check_prepare_options(args: argparse.Namespace) -> None:
                          f"{args.dataset}`; {_usage(args.dataset)}")
     missing = [name for name in _REQUIRED.get(args.dataset, ("root",)) if getattr(args, name) is None]
     if missing:
-        flags = " and ".join("--" + name for name in missing)
+        flags = " and ".join("--" + name.replace("_", "-") for name in missing)
         raise ValueError(f"`spmlkit prepare {args.dataset}` needs {flags}; {_usage(args.dataset)}")
     if args.cache_size is not None and args.cache_size < 1:
         raise ValueError(f"--cache-size must be a positive number of pixels (e.g. 448, the image size of the "
@@ -159,12 +193,14 @@ def _usage(dataset: str) -> str:
     if dataset == "csv":
         return ("use: spmlkit prepare csv --labels FILE --images DIR [--classes FILE] [--out OUT] [--test-labels "
                 "FILE [--test-images DIR2] | --test-root DIR2] [--check]")
+    if dataset == _TABLE:
+        return ("use: spmlkit prepare table --table FILE [--label-columns A,B,... | --positives COLUMN [--negatives "
+                "COLUMN]] [--ignore-columns A,...] [--classes FILE] [--test-table FILE] [--out OUT] [--check]")
     return f"use: spmlkit prepare {dataset} --root DIR [--out OUT] [--check]"
 
 
 def _prepare_own(args: argparse.Namespace) -> int:
     """`spmlkit prepare folder|csv`: read the user's images; with --check list every problem and write nothing."""
-    from rich.markup import escape
     from rich.progress import Progress
 
     from ..data.formats import read_csv_labels, read_folder
@@ -186,16 +222,7 @@ def _prepare_own(args: argparse.Namespace) -> int:
             out = Path(args.out) if args.out else default_user_out(Path(args.images).expanduser().resolve(), "csv")
             data = read_csv_labels(args.labels, args.images, classes=args.classes, out=out, progress=step, **tests)
     if args.check:
-        _report(screen, data)
-        if data.problems:
-            screen.print(f"[red]{len(data.problems)} problem{'s' if len(data.problems) > 1 else ''}[/red] "
-                         "(nothing written):", highlight=False)
-            for problem in data.problems:
-                screen.print(f"  {escape(problem)}", highlight=False)
-            return 1
-        screen.print(f"no problem found: {data.summary()}. Nothing written; run again without --check to write "
-                     f"{out}", markup=False, highlight=False)
-        return 0
+        return _check_verdict(screen, data, out)
     with user_input():  # any problem: the first one as the error line, nothing written
         result = write_user_data(data, out)
     _report(screen, data)
@@ -204,6 +231,46 @@ def _prepare_own(args: argparse.Namespace) -> int:
         _write_cache(screen, out, args.cache_size)
     screen.print(f"train with: spmlkit train --prepared {shlex.quote(str(out))} --method em_apl", markup=False,
                  highlight=False)
+    return 0
+
+
+def _prepare_table(args: argparse.Namespace) -> int:
+    """`spmlkit prepare table`: a table of features and observed labels into a feature folder; with
+    --check list every problem and write nothing."""
+    from ..data.table import default_table_out, read_table, write_table
+    from ..errors import user_input
+
+    screen = console()
+    out = Path(args.out) if args.out else default_table_out(args.table)
+    with user_input():
+        data = read_table(args.table, test_table=args.test_table, label_columns=args.label_columns or (),
+                          positives=args.positives, negatives=args.negatives, classes=args.classes,
+                          ignore_columns=args.ignore_columns or ())
+    if args.check:
+        return _check_verdict(screen, data, out)
+    with user_input():  # any problem: the first one as the error line, nothing written
+        write_table(data, out)
+    _report(screen, data)
+    where = shlex.quote(str(out))
+    screen.print(f"prepared table: {data.summary()} -> {out}", markup=False, highlight=False)
+    print_whole_words(screen, f"compare every method on it with: spmlkit benchmark --dataset {where}  (one method: "
+                              f"spmlkit train --features {where} --method em_apl)", markup=False, highlight=False)
+    return 0
+
+
+def _check_verdict(screen: Any, data: Any, out: Path) -> int:
+    """``prepare ... --check``: what was read, then every problem (exit 1) or none (exit 0); nothing written."""
+    from rich.markup import escape
+
+    _report(screen, data)
+    if data.problems:
+        screen.print(f"[red]{len(data.problems)} problem{'s' if len(data.problems) > 1 else ''}[/red] "
+                     "(nothing written):", highlight=False)
+        for problem in data.problems:
+            screen.print(f"  {escape(problem)}", highlight=False)
+        return 1
+    screen.print(f"no problem found: {data.summary()}. Nothing written; run again without --check to write "
+                 f"{out}", markup=False, highlight=False)
     return 0
 
 
@@ -231,7 +298,10 @@ def run_extract(args: argparse.Namespace) -> int:
         task = progress.add_task(f"extracting {config.model.backbone} features", total=None)
         out = extract_features(config, args.features_out, dtype=args.dtype,
                                on_batch=lambda n: progress.advance(task, n))
-    screen.print(f"wrote features to {out}; train on them with `spmlkit train --features {out} --method ...`")
+    where = shlex.quote(str(out))
+    print_whole_words(screen, f"wrote features to {out}; compare every method on them with `spmlkit benchmark --dataset "
+                              f"{where}`, or train one with `spmlkit train --features {where} --method ...`",
+                      markup=False, highlight=False)
     return 0
 
 

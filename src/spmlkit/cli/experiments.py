@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._common import console, csv_list, positive_int, print_whole_words
+from ._common import console, csv_list, plugin_refs, positive_int, print_whole_words
 
 if TYPE_CHECKING:
     from ..experiments.sweep.ray_backend import RayOptions
@@ -20,35 +20,67 @@ _FORMATS = ("md", "tex", "csv")
 
 
 def add_parsers(sub: Any) -> None:
-    from ..experiments.benchmark import DEFAULT_LRS, DEFAULT_SEEDS
+    from ..experiments.benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS
     from ..experiments.suites import SUITES
 
-    p = sub.add_parser("benchmark", help="compare every method on a feature dataset (paper-style table), or on "
-                                         "several with a leaderboard across them")
+    p = sub.add_parser("benchmark", help="compare every method on a data set (paper-style table), or on several "
+                                         "with a leaderboard across them",
+                       description="Every method x lr x seed on one data set, or several: a named feature set, a "
+                                   "feature folder (spmlkit extract, spmlkit prepare table), or images (a benchmark, "
+                                   "a folder written by spmlkit prepare). A user's own data trains on its own labels "
+                                   "(observation given) and selects on its observed labels, as spmlkit train does.")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--dataset", action="append", dest="datasets", metavar="DATASET",
-                       help="feature dataset (default: yeast, shipped with the river package); repeat it for a "
-                            "table per data set and a leaderboard across them")
+                       help="a named data set (`spmlkit datasets`), a feature folder, or a folder written by `spmlkit "
+                            "prepare` (default: yeast, shipped with the river package); repeat it for a table per "
+                            "data set and a leaderboard across them")
     which.add_argument("--suite", choices=tuple(SUITES), help="every data set of a suite (mulan: the 12 MULAN sets)")
-    p.add_argument("--methods", type=csv_list(str), help="comma-separated methods (default: all; see `spmlkit methods`)")
+    p.add_argument("--methods", type=csv_list(str),
+                   help="comma-separated methods (default: all; on data with observed labels only, all but the "
+                        "references bce and iun, which train on full labels; see `spmlkit methods`)")
     p.add_argument("--seeds", type=csv_list(int), default=DEFAULT_SEEDS, help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--lrs", type=csv_list(float), default=DEFAULT_LRS,
                    help="lr grid, selected on val (default 1e-3,3e-3,1e-2)")
-    p.add_argument("--observation", default="single_positive",
-                   help="single_positive | pos=K,neg=M | ratio=R | full (default single_positive)")
-    p.add_argument("--epochs", type=int, default=20, help="epochs of every run (default 20)")
-    p.add_argument("--batch-size", type=int, default=64, help="training examples per step (default 64)")
-    p.add_argument("--head", choices=("linear", "mlp"), default="linear",
-                   help="the network on the features (default linear)")
+    p.add_argument("--observation",
+                   help="which training labels are seen: single_positive | pos=K,neg=M | ratio=R | full | given (the "
+                        "data's own labels) (default: the data set's own: given for your own data, single_positive "
+                        "for a benchmark)")
+    p.add_argument("--epochs", type=int, help="epochs of every run (default 20)")
+    p.add_argument("--batch-size", type=int, metavar="N",
+                   help="training examples per step (default: the data set's, as `spmlkit train` uses: 64 on feature "
+                        "sets, 16 on your own images)")
+    p.add_argument("--head", choices=("linear", "mlp"), help="feature sets: the network on the features (default "
+                                                             "linear)")
     p.add_argument("--val", choices=("clean", "observed"), default=None,
                    help="validation labels for model selection (default: clean where the data set has full "
-                        "labels, observed for your own prepared data)")
+                        "labels, observed for your own data)")
     p.add_argument("--subset", type=int, help="use only the first N training rows, for a quick check (default: all)")
+    p.add_argument("--hparams-from", metavar="SOURCE",
+                   help="where every method's hyperparameters come from, the same on every data set: defaults (each "
+                        "method's recipe defaults) or a data set whose presets to use everywhere, e.g. yeast "
+                        "(`spmlkit presets --dataset yeast`; methods without one keep their defaults). Default: the "
+                        "data set's own presets with one --dataset, defaults with several")
+    p.add_argument("--rank-references", action="store_true",
+                   help="rank bce (full labels) and iun (one positive and all negatives) with the other methods "
+                        "(default: shown beside the ranks, not ranked, since they see more labels)")
+    images = p.add_argument_group("network (image data sets)")
+    images.add_argument("--backbone", help="torchvision:<name> | timm:<name> | small:cnn (default: the data set's; "
+                                           "torchvision:resnet50 for your own images)")
+    images.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=None,
+                        help="start from ImageNet weights, or (--no-pretrained) from random ones, downloading nothing "
+                             "(default: the data set's; pretrained for your own images)")
+    images.add_argument("--image-size", type=int, metavar="PIXELS",
+                        help="images are resized to PIXELS x PIXELS (default: the data set's; 448 for your own images)")
+    p.add_argument("--config", metavar="FILE",
+                   help="YAML/TOML/JSON file of run settings for every run, as `spmlkit train --config` reads (the "
+                        "options given here win; the grid's data sets, methods, seeds and lrs are set by the options "
+                        "only; default: none)")
     p.add_argument("--jobs", type=positive_int,
-                   help="parallel worker processes (default: one per CPU this process may use)")
+                   help="parallel worker processes (default: one per CPU this process may use; 1 with an image "
+                        "data set)")
     p.add_argument("--out", default="spmlkit-results/benchmark",
                    help="output folder: results.db (finished runs are reused) and the tables (with several data "
-                        "sets: one folder per data set and the leaderboard)")
+                        "sets: one folder per data set and the leaderboard) (default spmlkit-results/benchmark)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_benchmark)
 
@@ -128,35 +160,113 @@ class _SweepProgress:
         self.progress.update(self.task, advance=1)
 
     def print_failures(self) -> None:
+        """One line per error: runs that failed with the same first line (a setting that fails a whole
+        method, weights that cannot be had) are one line naming them all, not one line each."""
+        from rich.markup import escape
+
+        by_error: dict[str, list[dict[str, Any]]] = {}
         for rec in self.failures:
-            self.screen.print(f"[red]failed[/red] {rec['run_id']} {rec['method']} lr={rec['lr']:g} "
-                              f"seed={rec['seed']}: {rec['error'].splitlines()[0]}")
+            by_error.setdefault(rec["error"].splitlines()[0], []).append(rec)
+        for error, recs in by_error.items():
+            if len(recs) == 1:
+                rec = recs[0]
+                what = f"{rec['run_id']} {rec['method']} lr={rec['lr']:g} seed={rec['seed']}"
+            else:
+                def values(key: str, form: str = "{}") -> str:  # sorted: workers finish in any order
+                    return ",".join(form.format(v) for v in sorted({rec[key] for rec in recs}))
+
+                what = (f"{len(recs)} runs ({values('method')}; lr={values('lr', '{:g}')}; "
+                        f"seed={values('seed')})")
+            self.screen.print(f"[red]failed[/red] {escape(what)}: {escape(error)}")
+
+
+#: settings a benchmark's --config file may not hold: the grid sets them, each from its own option
+_GRID_OPTIONS = {"dataset": "--dataset", "prepared": "--dataset", "method": "--methods", "hparams": "--methods",
+                 "seed": "--seeds", "lr": "--lrs", "out": "--out"}
+#: the benchmark's own options that a --config file may set instead: option attribute -> setting, default
+_FILE_OR_OPTION = {"observation": ("observation", None), "val": ("val_variant", None),
+                   "batch_size": ("batch_size", None), "epochs": ("epochs", 20), "head": ("head", "linear"),
+                   "subset": ("subset", None)}
+
+
+def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
+    """The benchmark's specs, one per data set, and the notes to print once before it starts: what
+    was left out for the data (the references on data without full labels, image settings on a
+    feature set). Settings resolve as `train`'s do: the option, else the --config file, else the
+    data set's own."""
+    from ..data.registry import labels_held
+    from ..experiments import benchmark as bm
+    from ..experiments.suites import suite_datasets
+    from ..methods import METHODS, get_method
+    from ..plugins import load_plugins
+    from ..training.config import DataConfig, merged_plugins  # train's default dataset is the benchmark's
+    from ..training.run_dir import RunDirectory
+
+    datasets = suite_datasets(args.suite) if args.suite else tuple(args.datasets or (DataConfig.dataset,))
+    settings = RunDirectory.config_file_settings(args.config) if args.config else {}
+    grid = sorted(k for k in settings if k in _GRID_OPTIONS)
+    if grid:
+        raise ValueError(f"config file {args.config} sets {', '.join(grid)}, which the benchmark's grid sets per run; "
+                         f"give {', '.join(sorted({_GRID_OPTIONS[k] for k in grid}))} on the command line instead")
+    chosen = {}
+    for option, (setting, default) in _FILE_OR_OPTION.items():
+        typed = getattr(args, option)
+        chosen[option] = typed if typed is not None else settings.pop(setting, default)
+    settings.update({k: getattr(args, k) for k in ("backbone", "pretrained", "image_size") if getattr(args, k) is not None})
+    plugins = tuple(merged_plugins(plugin_refs(args), settings.pop("plugins", None), where=f"config file {args.config}"))
+    load_plugins(plugins)  # a --config file's too, before its methods are looked up
+    notes = []
+    methods = tuple(args.methods) if args.methods else tuple(METHODS)
+    own = [d for d in datasets if labels_held(d).labels == "observed"]
+    if own and not args.methods:  # nothing to compare the references with: they need the truth
+        references = [m for m in methods if get_method(m).labels != "observed"]
+        methods = tuple(m for m in methods if m not in references)
+        notes.append(f"left out {', '.join(references)}: references that train on full labels, which "
+                     f"{', '.join(own)} {'does' if len(own) == 1 else 'do'} not have (--methods names them)")
+    specs = bm.one_source([bm.BenchmarkSpec(
+        dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs), observation=chosen["observation"],
+        epochs=chosen["epochs"], batch_size=chosen["batch_size"], head=chosen["head"], val_variant=chosen["val"],
+        subset=chosen["subset"], settings=settings, plugins=plugins, hparams_from=args.hparams_from)
+        for d in datasets])
+    return specs, notes + _other_kind_notes(specs[0].sweep("results.db"))
+
+
+def _other_kind_notes(spec: Any) -> list[str]:
+    """One line per setting that some data sets of a sweep do not use (their runs train without it)."""
+    from ..experiments.sweep.execute import settings_for_other_kinds
+
+    from ..training.config import applies_to
+
+    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for setting, datasets in settings_for_other_kinds(spec).items():
+        grouped.setdefault((applies_to(setting), tuple(datasets)), []).append(setting)
+    return [f"{', '.join(names)} appl{'ies' if len(names) == 1 else 'y'} to {kind[:-1]} data sets only; the runs of "
+            f"{', '.join(datasets)} train without {'it' if len(names) == 1 else 'them'}"
+            for (kind, datasets), names in grouped.items()]
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
     from ..errors import InputError, user_input
     from ..experiments import benchmark as bm
-    from ..experiments.suites import suite_datasets
     from ..experiments.sweep.cores import default_jobs
-    from ..methods import METHODS
-    from ..training.config import DataConfig  # train's default dataset is the benchmark's
 
-    methods = tuple(args.methods) if args.methods else tuple(METHODS)
     with user_input():
-        datasets = suite_datasets(args.suite) if args.suite else tuple(args.datasets or (DataConfig.dataset,))
-        specs = [bm.BenchmarkSpec(dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
-                                  observation=args.observation, epochs=args.epochs, batch_size=args.batch_size,
-                                  head=args.head, val_variant=args.val, subset=args.subset) for d in datasets]
+        specs, notes = _benchmark_specs(args)
+        datasets = [spec.dataset for spec in specs]
+        if len(specs) > 1:  # a refusal here leaves no output folder behind
+            bm.dataset_folders(datasets, args.out)
+        if args.rank_references and len(specs) == 1:
+            raise ValueError("--rank-references ranks methods across data sets; give several --dataset or a --suite")
         out = _output_folder(args.out)
-        if len(specs) > 1:
-            bm.dataset_folders(datasets, out)
     screen = console()
+    for line in notes:
+        print_whole_words(screen, f"note: {line}", markup=False)
     t0 = time.perf_counter()
     jobs = args.jobs if args.jobs is not None else default_jobs(datasets)  # a typed --jobs is used as given
     if len(specs) > 1:
         return _run_suite(args, specs, out, jobs, screen, t0)
     spec = specs[0]
-    tracker = _SweepProgress(screen, f"benchmark {spec.dataset} ({spec.observation})", args.quiet,
+    tracker = _SweepProgress(screen, f"benchmark {spec.dataset} ({spec.observation_used})", args.quiet,
                              str(out / bm.STORE_NAME), jobs)
     with tracker.progress:
         result = bm.run_benchmark(spec, out, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start)
@@ -165,30 +275,55 @@ def run_benchmark(args: argparse.Namespace) -> int:
     if runs.empty or not (runs["status"] == "ok").any():
         raise InputError(f"every run of the benchmark failed ({len(runs)} runs); the first error is above. "
                          f"Earlier tables in {out} are left as they were")
-    rows, agg = bm.summarize(runs, methods)
+    rows, agg = bm.summarize(runs, spec.methods)
     paths = bm.write_outputs(out, spec, runs, rows, agg)
     _print_benchmark_table(screen, spec, rows)
+    print_whole_words(screen, bm.hyperparameter_source(spec), markup=False)
     print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                               f"{result.skipped} finished runs reused from {result.store})")
+    _print_next(screen, result.store, out)
     return 1 if tracker.failures else 0
+
+
+def _print_next(screen: Any, store: Path, out: Path) -> None:
+    """What to do with a benchmark's store next: the report's figures of every run."""
+    print_whole_words(screen, f"Next: `spmlkit report --store {store} --out {out / 'report'}` draws the analysis "
+                              "figures of these runs (densities, pseudo-labels, training curves, AP gains)",
+                      markup=False)
 
 
 def _print_benchmark_table(screen: Any, spec: Any, rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{spec.dataset}: test mAP (%) of the lr selected on {spec.val_variant} val, "
-                  f"mean ± std over {len(spec.seeds)} seeds")
-    for col, justify in (("method", "left"), ("test mAP", "right"), ("gap closed", "right"), ("lr", "right"),
-                         ("val mAP", "right"), ("description", "left")):
+    from ..experiments.benchmark import gap_note, labels_measured, table_title
+    from ..experiments.report import format_gap
+
+    labels = labels_measured(spec)
+    tested = labels["test_map_labels"] is not None
+    with_gap = tested and any(not math.isnan(r["gap_closed"]) for r in rows)
+    table = Table(title=table_title(spec))
+    columns = [("method", "left")]
+    if tested:
+        columns += [("test mAP (full labels)", "right")] + ([("gap closed", "right")] if with_gap else [])
+    columns += [("lr", "right"), (f"val mAP ({labels['val_map_labels']} labels)", "right"), ("description", "left")]
+    for col, justify in columns:
         table.add_column(col, justify=justify)
     for r in rows:
         label = {"bce": "full labels (BCE)", "iun": "1P + all N"}.get(r["method"], r["method"])
-        gap = "" if math.isnan(r["gap_closed"]) else f"{100 * r['gap_closed']:+.0f}%"
+        gap = ["" if math.isnan(r["gap_closed"]) else format_gap(r["gap_closed"])] if with_gap else []
+        score = f"{r['test_map']:.2f}" + (f" ± {r['test_map_std']:.2f}" if r["seeds"] > 1 else "")
         style = "bold" if r["method"] in ("bce", "an") else None
-        table.add_row(label, f"{r['test_map']:.2f} ± {r['test_map_std']:.2f}", gap, f"{r['lr']:g}",
-                      f"{r['val_map']:.2f}", r["description"], style=style)
+        test = [score, *gap] if tested else []
+        table.add_row(label, *test, f"{r['lr']:g}", f"{r['val_map']:.2f}", r["description"], style=style)
     screen.print(table)
-    screen.print("gap closed = (method - AN) / (full BCE - AN)")
+    note = gap_note(rows) if tested else None
+    if note:
+        print_whole_words(screen, note, markup=False)
+    if labels["val_map_labels"] == "observed":
+        print_whole_words(screen, "val mAP on observed labels counts every unobserved positive of a validation row as "
+                                  "a negative: it compares methods and lrs on the same rows, it is not the mAP on "
+                                  "full labels" + ("" if tested else "; add a fully labelled test set for that "
+                                                   "(docs/protocol.md, \"Your own data\")"), markup=False)
 
 
 def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int, screen: Any, t0: float) -> int:
@@ -201,15 +336,17 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
     from ..experiments.published import display_name
 
     names = args.suite or f"{len(specs)} data sets"
-    tracker = _SweepProgress(screen, f"benchmark {names} ({specs[0].observation})", args.quiet,
+    tracker = _SweepProgress(screen, f"benchmark {names} ({specs[0].observation_used})", args.quiet,
                              str(out / bm.STORE_NAME), jobs)
+    hyperparameters = bm.hyperparameter_source(specs[0], [s.dataset for s in specs])
     with tracker.progress:
         result = bm.run_benchmarks(specs, out, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start)
     tracker.print_failures()
-    title = (f"Leaderboard over {', '.join(s.dataset for s in specs)} ({specs[0].observation}): test mAP (%), lr "
-             f"selected on {specs[0].val_variant} val, mean over {len(specs[0].seeds)} seeds")
+    title = (f"Leaderboard over {', '.join(s.dataset for s in specs)} ({specs[0].observation_used}): test mAP (%), "
+             f"lr selected on validation, mean over {len(specs[0].seeds)} seeds")
     try:
-        tables, board, paths = bm.write_suite_outputs(out, specs, result.store, title=title)
+        tables, board, paths = bm.write_suite_outputs(out, specs, result.store, title=title,
+                                                      rank_references=args.rank_references)
     except ValueError as exc:
         raise InputError(f"{exc}. Earlier tables in {out} are left as they were") from None
     for spec in specs:
@@ -221,12 +358,16 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
     ranked.add_column("avg rank", justify="right")
     for place, (method, rank) in enumerate(board.average_rank.items(), start=1):
         ranked.add_row(str(place), display_name(str(method)), f"{rank:.2f}")
+    for method in board.references:
+        ranked.add_row("–", f"{display_name(str(method))} (reference, not ranked)", "–", style="dim")
     screen.print(ranked)
+    print_whole_words(screen, hyperparameters, markup=False)
     for line in summary_lines(board):
-        screen.print(line)
+        print_whole_words(screen, line, markup=False)
     print_whole_words(screen, f"wrote the tables of {len(tables)} data sets to {out}/<data set>/ and "
                               f"{', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                               f"{result.skipped} finished runs reused from {result.store})")
+    _print_next(screen, result.store, out)
     return 1 if tracker.failures else 0
 
 
@@ -241,9 +382,12 @@ def run_sweep(args: argparse.Namespace) -> int:
     from ..experiments.sweep.cores import default_jobs
 
     with user_input():
-        spec = load_sweep(args.config)
+        spec = load_sweep(args.config, plugins=plugin_refs(args))
         ray_options = _ray_options(args)
+        notes = _other_kind_notes(spec)  # a setting no data set uses: refused here
     screen = console()
+    for line in notes:
+        print_whole_words(screen, f"note: {line}", markup=False)
     if args.dry_run:
         with user_input():
             return _print_grid(screen, spec, args.store or spec.store)
@@ -287,15 +431,21 @@ def _print_grid(screen: Any, spec: Any, store: str) -> int:
 
     runs = expand(spec)
     for run in runs:
-        run_config(run)  # a bad setting fails here, as it would before the first run
+        run_config(run)  # a bad setting, or labels the data cannot give, fail here, as before the first run
     hp = {m: len({json.dumps(r["hparams"], sort_keys=True) for r in runs if r["method"] == m}) for m in spec.methods}
-    factors = [f"{len(spec.datasets)} dataset(s)", f"{len(spec.observations)} observation(s)",
+    factors = [f"{len(spec.datasets)} dataset(s)", f"{len(spec.observations or [None])} observation(s)",
                f"{sum(hp.values())} method/hyperparameter point(s)", f"{len(spec.lrs)} lr(s)",
-               f"{len(spec.batch_sizes)} batch size(s)", f"{len(spec.seeds)} seed(s)"]
+               f"{len(spec.batch_sizes or [None])} batch size(s)", f"{len(spec.seeds)} seed(s)"]
     print_whole_words(screen, f"sweep {spec.name}: {len(runs)} runs = {' x '.join(factors)}; store {store}")
+    own = [axis for axis, given in (("observation", spec.observations), ("batch size", spec.batch_sizes)) if not given]
+    if own:  # what the table's columns below show for them
+        print_whole_words(screen, f"{' and '.join(own)}: each data set's own, as `spmlkit train` resolves it "
+                                  "(docs/sweep-files.md)")
     if spec.settings:
         print_whole_words(screen, "settings of every run: " + ", ".join(f"{k}={v}" for k, v in spec.settings.items()),
                           markup=False)
+    if spec.plugins:
+        print_whole_words(screen, "plug-ins every run loads: " + ", ".join(spec.plugins), markup=False)
     table = Table(title=f"the first {min(len(runs), _GRID_ROWS)} of {len(runs)} runs")
     for col in ("run_id", "dataset", "observation", "method", "hparams", "lr", "batch", "seed"):
         table.add_column(col)
@@ -340,6 +490,8 @@ def run_report(args: argparse.Namespace) -> int:
         folder = open_report_folder(args.out, overwrite=args.overwrite)
         out = folder.path
     screen = console()
+    for line in plugin_version_notes(ok):
+        screen.print(f"note: {line}", markup=False, soft_wrap=True)
     written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
     for title, markdown in tables:
         screen.print(f"[bold]{title}[/bold]")
@@ -353,6 +505,21 @@ def run_report(args: argparse.Namespace) -> int:
     gone = f"; removed {len(removed)} file(s) of the previous report that this one does not write" if removed else ""
     screen.print(f"wrote {len(written)} files to {out}{gone}")
     return 0
+
+
+def plugin_version_notes(runs: Any) -> list[str]:
+    """One line per method whose runs in the store come from more than one version of its plug-in's
+    code: the table picks one of them, as it picks a learning rate, and the reader should know."""
+    if "plugin_code" not in runs.columns:
+        return []
+    notes = []
+    for method, codes in runs.groupby("method", sort=False)["plugin_code"]:
+        versions = {json.dumps(code) for code in codes if isinstance(code, list)}
+        if len(versions) > 1:
+            notes.append(f"the store holds runs of {len(versions)} versions of the code of method {method} (its "
+                         "plug-in changed between them); each is a configuration of its own, and the table shows the "
+                         'one selected on validation (docs/plugins.md, "What a record says")')
+    return notes
 
 
 def _finished_runs(store_path: Path):
@@ -385,14 +552,23 @@ def _output_folder(path: str) -> Path:
 def run_presets(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from ..experiments.presets import list_presets
+    from ..experiments.presets import list_presets, preset_sources
 
+    shown = [p for p in list_presets() if not args.dataset or p.dataset == args.dataset]
+    if not shown:  # a table with no rows says nothing; say what such a data set trains with instead
+        import difflib
+
+        close = difflib.get_close_matches(args.dataset, preset_sources(), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        print_whole_words(console(), f"no preset is tuned on {args.dataset}{hint}: its runs use the data set's defaults "
+                                     "and each method's recipe defaults (`spmlkit methods`; `spmlkit train --dataset "
+                                     f"{args.dataset} --dry-run` shows a run's settings). Presets exist for: "
+                                     f"{', '.join(preset_sources())}", markup=False)
+        return 0
     table = Table(title="spmlkit presets  (spmlkit train --preset NAME [--root DIR])")
     for col in ("preset", "target (published)", "source", "batch", "lr", "epochs", "hyperparameters", "notes"):
         table.add_column(col)
-    for p in list_presets():
-        if args.dataset and p.dataset != args.dataset:
-            continue
+    for p in shown:
         t = p.target
         target = "" if t is None else f"{t.mean:.2f}" + ("" if t.std is None else f" ± {t.std:.2f}")
         hp = ", ".join(f"{k}={v}" for k, v in p.config.get("hparams", {}).items())

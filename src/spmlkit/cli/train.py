@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._common import console, hparam, print_whole_words
+from ._common import console, hparam, plugin_refs, print_whole_words
 
 __all__ = ["add_run_options", "add_parser", "resolve_from_args", "run"]
 
@@ -27,9 +27,9 @@ _OPTIONS = {
 
 def _default(setting: str) -> str:
     """A setting's default as help text shows it: ``RunConfig``'s field default."""
-    from ..training.config import RunConfig
+    from ..training.config import default_setting
 
-    value = RunConfig().flat()[setting]
+    value = default_setting(setting)
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -56,11 +56,13 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
     data.add_argument("--config", metavar="FILE",
                       help="YAML/TOML/JSON file of settings, flat or in sections (overridden by options given here; "
                            "default: none)")
-    data.add_argument("--dataset", help="yeast | digits-mosaic | voc2012 | voc2007 | coco2014 | nuswide | cub, or a "
-                                        f"folder written by `spmlkit extract` (default: {_default('dataset')})")
+    data.add_argument("--dataset", help="yeast | digits-mosaic | voc2012 | voc2007 | coco2014 | nuswide | cub, a MULAN "
+                                        "set (`spmlkit datasets`), or a feature folder written by `spmlkit extract` "
+                                        f"or `spmlkit prepare table` (default: {_default('dataset')})")
     if not extract:
         data.add_argument("--features", metavar="DIR",
-                          help="a feature folder written by `spmlkit extract` (the same as --dataset DIR; default: none)")
+                          help="a feature folder written by `spmlkit extract` or `spmlkit prepare table` (the same as "
+                               "--dataset DIR; default: none)")
     data.add_argument("--root", metavar="DIR", help="image datasets: the dataset's folder as downloaded and unpacked "
                                                    "(default: none)")
     data.add_argument("--prepared", metavar="DIR",
@@ -98,10 +100,11 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                         help="a method hyperparameter, repeatable, e.g. --hparam alpha=0.2 (default: the method's, or "
                              "the preset's; `spmlkit methods` lists them)")
     method.add_argument("--observation", help="which training labels are seen: single_positive | pos=K,neg=M | ratio=R "
-                                              f"| full | given (default: {_default('observation')})")
+                                              "| full | given (the data's own labels) (default: the data set's own: "
+                                              f"given for your own data, else {_default('observation')})")
     method.add_argument("--val", choices=("clean", "observed"),
                         help=f"labels the epoch is selected on: the validation rows' clean or observed labels "
-                             f"(default: {_default('val_variant')})")
+                             f"(default: {_default('val_variant')}; observed for your own data)")
     method.add_argument("--val-frac", type=float, metavar="FRACTION",
                         help=f"share of the train list held out for validation, 0 for none (default: "
                              f"{_default('val_frac')})")
@@ -175,6 +178,8 @@ def resolve_from_args(args: argparse.Namespace):
     from ..training.run_paths import typed_paths
 
     values = {field: getattr(args, opt) for opt, field in _OPTIONS.items() if getattr(args, opt, None) is not None}
+    if plugin_refs(args):  # kept in the run's settings, so that --resume loads them again
+        values["plugins"] = plugin_refs(args)
     values = typed_paths(values)  # ./data/x/ -> data/x: as a resumed run's paths read back
     if getattr(args, "hparam", None):
         values["hparams"] = dict(args.hparam)
@@ -351,13 +356,15 @@ def run(args: argparse.Namespace) -> int:
         last = res.history[-1]["epoch"] if res.history else 0
         print_whole_words(out, f"stopped after epoch {last} as asked; continue with: {resume_command(res.out)}")
         return 0
+    # a mAP on observed labels says so (docs/protocol.md, "Your own data"): it is not one on full labels
+    val = f"val mAP {100 * res.val_map:.2f}%" + (" (observed labels)" if config.data.val_variant == "observed" else "")
     if res.test_map == res.test_map:  # a labelled test set: mAP and F1, each F1 named by its threshold
         from ..methods import get_method
 
         test = f"test mAP {100 * res.test_map:.2f}%" + f1_summary(res.test_metrics,
                                                                   get_method(config.method.name).threshold)
-        print_whole_words(out, f"{resumed}best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%, {test}  "
-                               f"({_cost(res)}); outputs in {res.out}")
+        print_whole_words(out, f"{resumed}best epoch {res.best_epoch}: {val}, {test}  ({_cost(res)}); outputs in "
+                               f"{res.out}")
         return 0
     # users' data without a labelled test set: say plainly what the numbers above are, and are not
     if config.data.val_frac == 0:
@@ -366,7 +373,6 @@ def run(args: argparse.Namespace) -> int:
         selected = "model selected on the observed labels of the validation split"
     else:
         selected = "model selected on the clean labels of the validation split"
-    print_whole_words(out, f"{resumed}best epoch {res.best_epoch}: val mAP {100 * res.val_map:.2f}%  ({_cost(res)}); "
-                           f"outputs in {res.out}")
+    print_whole_words(out, f"{resumed}best epoch {res.best_epoch}: {val}  ({_cost(res)}); outputs in {res.out}")
     out.print(f"no labelled test set: no clean metric exists; {selected}")
     return 0

@@ -31,8 +31,10 @@ def __getattr__(name: str) -> Any:
 def load_dataset(name_or_path: str) -> TabularDataset | PreparedDataset:
     """A dataset by name or folder, with its official train and test lists in their official order.
 
-    A feature dataset (Yeast, a MULAN set, an ``extract`` folder) comes as a
-    :class:`TabularDataset`: ``ds.X_train, ds.Y_train, ds.X_test, ds.Y_test, ds.class_names``. A
+    A feature dataset (Yeast, a MULAN set, a feature folder) comes as a
+    :class:`TabularDataset`: ``ds.X_train, ds.Y_train, ds.X_test, ds.Y_test, ds.class_names`` (a
+    user's own feature folder holds ``ds.observed`` in place of ``ds.Y_train``, and may have no
+    test list: docs/protocol.md, "Your own data"). A
     folder written by ``spmlkit prepare`` comes as its :class:`~spmlkit.data.formats.PreparedDataset`
     (image paths and labels). The rows are the official lists as published: the reference protocol
     (``spmlkit.protocol``) splits the train list into train/val and observes its labels, and a

@@ -4,8 +4,10 @@ MULAN (the multi-label library of Tsoumakas et al.) distributes each set as a tr
 ARFF and an XML file naming the label attributes. spmlkit reads them from the data folder
 (:mod:`spmlkit.data.download`: ``$SPMLKIT_DATA/mulan/<set>/`` under MULAN's own file names) and,
 where a set is not there yet, fetches it once from MULAN's repository at a pinned commit, checked
-against the SHA-256 sums below (docs/protocol.md, "MULAN data sets"). A parsed set is kept as an
-``.npz`` beside its ARFF files, so a set is parsed once per data folder, not once per process.
+against the SHA-256 sums and sizes below (docs/protocol.md, "MULAN data sets"). A set parsed
+from MULAN's own files is kept as an ``.npz`` beside them, so it is parsed once per data folder,
+not once per process; that cache is used only when its arrays hash to the digest pinned here
+(:data:`MULAN_PARSED_SHA256`, :mod:`spmlkit.data.parsed_cache`), whoever wrote it.
 
 ``yeast`` is also in MULAN; the bare name stays the copy that ships with ``river`` (no download,
 :mod:`spmlkit.data.yeast`), and ``mulan/yeast`` is MULAN's own files through this module (the same
@@ -26,8 +28,8 @@ if TYPE_CHECKING:  # read when a set is loaded: the table alone (spmlkit dataset
 
     from .tabular import TabularDataset
 
-__all__ = ["MULAN_COMMIT", "MULAN_SETS", "MULAN_SHA256", "MulanSet", "is_cached", "load_mulan", "mulan_dir",
-           "mulan_url"]
+__all__ = ["MULAN_COMMIT", "MULAN_PARSED_SHA256", "MULAN_SETS", "MULAN_SHA256", "MULAN_SIZES", "MulanSet", "is_cached",
+           "load_mulan", "mulan_dir", "mulan_url"]
 
 log = logging.getLogger(__name__)
 
@@ -53,31 +55,32 @@ class MulanSet:
     labels: int
     domain: str
     drop: tuple[str, ...] = ()  # identifier attributes, not features
+    features: int = 0  # feature columns of the parsed arrays (one-hot nominal attributes counted per value)
 
     @property
     def files(self) -> tuple[str, str, str]:
         return (self.train, self.test, self.xml)
 
 
-def _set(name, train_rows, test_rows, labels, domain, *, stem=None, suffix="", drop=()):
+def _set(name, train_rows, test_rows, labels, domain, *, features, stem=None, suffix="", drop=()):
     stem = stem or name
     return MulanSet(name, f"{stem}-train{suffix}.arff", f"{stem}-test{suffix}.arff", f"{stem}.xml",
-                    train_rows, test_rows, labels, domain, drop)
+                    train_rows, test_rows, labels, domain, drop, features)
 
 
 MULAN_SETS: dict[str, MulanSet] = {s.name: s for s in (
-    _set("bibtex", 4880, 2515, 159, "text"),
-    _set("birds", 322, 323, 19, "audio"),
-    _set("corel5k", 4500, 500, 374, "image", stem="Corel5k", suffix="-sparse"),
-    _set("delicious", 12920, 3185, 983, "text"),
-    _set("emotions", 391, 202, 6, "music"),
-    _set("enron", 1123, 579, 53, "text"),
-    _set("flags", 129, 65, 7, "image"),
-    _set("genbase", 463, 199, 27, "biology", drop=("protein",)),
-    _set("medical", 333, 645, 45, "text"),
-    _set("scene", 1211, 1196, 6, "image"),
-    _set("tmc2007", 21519, 7077, 22, "text", stem="tmc2007-500"),
-    _set("yeast", 1500, 917, 14, "biology"),
+    _set("bibtex", 4880, 2515, 159, "text", features=1836),
+    _set("birds", 322, 323, 19, "audio", features=271),
+    _set("corel5k", 4500, 500, 374, "image", stem="Corel5k", suffix="-sparse", features=499),
+    _set("delicious", 12920, 3185, 983, "text", features=500),
+    _set("emotions", 391, 202, 6, "music", features=72),
+    _set("enron", 1123, 579, 53, "text", features=1001),
+    _set("flags", 129, 65, 7, "image", features=43),
+    _set("genbase", 463, 199, 27, "biology", drop=("protein",), features=1185),
+    _set("medical", 333, 645, 45, "text", features=1449),
+    _set("scene", 1211, 1196, 6, "image", features=294),
+    _set("tmc2007", 21519, 7077, 22, "text", stem="tmc2007-500", features=500),
+    _set("yeast", 1500, 917, 14, "biology", features=103),
 )}
 """Rows and labels as read from the files (docs/protocol.md, "MULAN data sets")."""
 
@@ -121,7 +124,69 @@ MULAN_SHA256: dict[str, str] = {
 }
 """SHA-256 of every file at :data:`MULAN_COMMIT`, keyed ``<set>/<file>``."""
 
+MULAN_SIZES: dict[str, int] = {
+    "bibtex/bibtex-test.arff": 1215637,
+    "bibtex/bibtex-train.arff": 2292961,
+    "birds/birds-test.arff": 540883,
+    "birds/birds-train.arff": 539367,
+    "corel5k/Corel5k-test-sparse.arff": 60876,
+    "corel5k/Corel5k-train-sparse.arff": 339535,
+    "delicious/delicious-test.arff": 757565,
+    "delicious/delicious-train.arff": 3056590,
+    "emotions/emotions-test.arff": 132007,
+    "emotions/emotions-train.arff": 252080,
+    "enron/enron-test.arff": 324140,
+    "enron/enron-train.arff": 607799,
+    "flags/flags-test.arff": 4218,
+    "flags/flags-train.arff": 7707,
+    "genbase/genbase-test.arff": 758739,
+    "genbase/genbase-train.arff": 1714007,
+    "medical/medical-test.arff": 99124,
+    "medical/medical-train.arff": 69680,
+    "scene/scene-test.arff": 3090742,
+    "scene/scene-train.arff": 3127968,
+    "tmc2007/tmc2007-500-test.arff": 1054414,
+    "tmc2007/tmc2007-500-train.arff": 3152791,
+    "yeast/yeast-test.arff": 918515,
+    "yeast/yeast-train.arff": 1501117,
+    "bibtex/bibtex.xml": 5880,
+    "birds/birds.xml": 889,
+    "corel5k/Corel5k.xml": 11222,
+    "delicious/delicious.xml": 34303,
+    "emotions/emotions.xml": 323,
+    "enron/enron.xml": 1604,
+    "flags/flags.xml": 304,
+    "genbase/genbase.xml": 992,
+    "medical/medical.xml": 1818,
+    "scene/scene.xml": 285,
+    "tmc2007/tmc2007-500.xml": 783,
+    "yeast/yeast.xml": 526,
+}
+"""The size in bytes of every file at :data:`MULAN_COMMIT`: a download stops there (a file of
+that checksum has that size, whatever the server says)."""
+
+MULAN_PARSED_SHA256: dict[str, str] = {
+    "bibtex": "2d160b07c5061847d77cb986ed835c02f9a51c785b9380b83727f44a9bcf398c",
+    "birds": "9b4fd4997a898113892034d9b1295f7739fce6d249309b86b6f08c05d5501df8",
+    "corel5k": "cb42daac2f94bdfc4693ff37e565678184623d52afbafe1bcaacfcac6bafd432",
+    "delicious": "1f42f87a2a80ca54de00f65d9981358edf9021d992fb7500808163d6d38b8406",
+    "emotions": "aa9cb8baf51d477d4abf53268a38f9802ccfc77357034195e2649ab7f70c24be",
+    "enron": "4bea8c5148031616e971ce7fd04b8c8dd77fab50f68b73759e52900e1cba5681",
+    "flags": "822f0d4625588abfae3f8243eb72d4ae1b07b13a7d62e7617487fc401b809851",
+    "genbase": "348d15c629795d23412007511e8c445035235172cf05070ac9c1d2a85ab58e37",
+    "medical": "27713a9b7019fa14d201f47de512a4e7e80736d1296c090693c568a73baba32c",
+    "scene": "9ad90e7f15f3cf5f7c9097712b69d95dfcb84f07b433987ef4ac7463bcd61b3b",
+    "tmc2007": "bcd5f007b3a19a3bf9ec3f3fe68bb12e4ae90300fc0d2aee2b607148da45ba6a",
+    "yeast": "5eadd795c368d81016f8eb2bdfbb862086cd748dbba186ad8063e929dfa9a998",
+}
+"""What spmlkit's reader makes of each set's pinned files:
+:func:`~spmlkit.data.parsed_cache.arrays_digest` of its arrays. The parsed-array cache in the
+data folder is used only when its arrays hash to this (the file's own claims prove nothing in a
+shared folder); ``tests/test_mulan.py`` parses every set and compares."""
+
 _PARSED = "spmlkit-parsed-v1.npz"
+_ARRAYS = ("X_train", "Y_train", "X_test", "Y_test", "class_names", "feature_names")
+_MAX_NAME = 1024  # characters of a label or feature name in the cache (MULAN's longest: 76)
 
 
 def mulan_url(name: str, file: str) -> str:
@@ -156,7 +221,8 @@ def mulan_dir(name: str) -> Path:
         target = folder / file
         if not target.is_file():
             log.warning("fetching MULAN's %s/%s into %s", name, file, folder)
-            fetch_file(mulan_url(name, file), target, MULAN_SHA256[f"{name}/{file}"],
+            key = f"{name}/{file}"
+            fetch_file(mulan_url(name, file), target, MULAN_SHA256[key], size=MULAN_SIZES[key],
                        manual=f"download {', '.join(spec.files)} from {mulan_url(name, '')} into {folder}")
     return folder
 
@@ -165,18 +231,24 @@ def load_mulan(name: str) -> TabularDataset:
     """Set ``name`` with its official train and test lists, rows in their ARFF files' order.
 
     Rows without any positive label are kept here (they are the official lists); the training
-    side drops them from the train list (docs/protocol.md, "MULAN data sets").
+    side drops them from the train list (docs/protocol.md, "MULAN data sets"). MULAN's own files
+    are parsed once per data folder (:mod:`~spmlkit.data.parsed_cache`); a copy of one's own,
+    whose checksum differs, is parsed every time it is loaded.
     """
     from .tabular import TabularDataset
 
     spec = _get(name)
     folder = mulan_dir(name)
     digests = {f: _sha256(folder / f) for f in spec.files}
-    for file, digest in digests.items():
-        if digest != MULAN_SHA256[f"{name}/{file}"]:
-            log.warning("%s differs from MULAN's file at commit %s (SHA-256 %s...); using it as it is",
-                        folder / file, MULAN_COMMIT[:7], digest[:12])
-    arrays = _read_parsed(folder / _PARSED, digests) or _parse(spec, folder, digests)
+    changed = [f for f, digest in digests.items() if digest != MULAN_SHA256[f"{name}/{f}"]]
+    for file in changed:
+        log.warning("%s differs from MULAN's file at commit %s (SHA-256 %s...); using it as it is",
+                    folder / file, MULAN_COMMIT[:7], digests[file][:12])
+    arrays = None if changed else _read_parsed(spec, folder / _PARSED)
+    if arrays is None:
+        arrays = _parse(spec, folder, changed)
+        if not changed:
+            _keep_parsed(spec, folder / _PARSED, arrays)
     return TabularDataset(
         name=name if name != "yeast" else "mulan/yeast",
         X_train=arrays["X_train"], Y_train=arrays["Y_train"], X_test=arrays["X_test"], Y_test=arrays["Y_test"],
@@ -187,63 +259,67 @@ def load_mulan(name: str) -> TabularDataset:
     )
 
 
-def _parse(spec: MulanSet, folder: Path, digests: dict[str, str]) -> dict[str, np.ndarray]:
+def _parse(spec: MulanSet, folder: Path, changed: list[str]) -> dict[str, np.ndarray]:
+    """The arrays of the set's files; a refusal names the file and, for a file that is not
+    MULAN's, the way back to MULAN's own."""
     import numpy as np
 
     from .arff_reader import read_label_names, read_multilabel_arff
 
-    names = read_label_names(folder / spec.xml)
-    train = read_multilabel_arff(folder / spec.train, names, drop=spec.drop)
-    test = read_multilabel_arff(folder / spec.test, names, drop=spec.drop)
+    def way_out(file: str) -> str:
+        if file in changed:
+            return (f"; {file} is not MULAN's file (its SHA-256 differs): correct it, or delete it and spmlkit fetches "
+                    "MULAN's own on the next run")
+        return f"; delete {folder / file} and spmlkit fetches it again on the next run"
+
+    try:
+        current = spec.xml
+        names = read_label_names(folder / spec.xml)
+        current = spec.train
+        train = read_multilabel_arff(folder / spec.train, names, drop=spec.drop)
+        current = spec.test
+        test = read_multilabel_arff(folder / spec.test, names, drop=spec.drop)
+    except ValueError as exc:
+        raise ValueError(f"{exc}{way_out(current)}") from None
     if (train.label_names, train.feature_names) != (test.label_names, test.feature_names):
-        raise ValueError(f"{folder}: {spec.train} and {spec.test} declare different attributes; download both again")
-    arrays = {"X_train": train.X, "Y_train": train.Y, "X_test": test.X, "Y_test": test.Y,
-              "class_names": np.asarray(train.label_names), "feature_names": np.asarray(train.feature_names),
-              "sources": np.asarray([f"{f}:{d}" for f, d in sorted(digests.items())])}
-    _write_parsed(folder / _PARSED, arrays)
-    return arrays
+        raise ValueError(f"{folder}: {spec.train} and {spec.test} declare different attributes; they are not one "
+                         f"set's train and test files{way_out((changed or [spec.test])[0])}")
+    if not len(test.Y):
+        raise ValueError(f"{folder / spec.test}: holds no rows, so there is nothing to test on{way_out(spec.test)}")
+    if not train.Y.any():
+        raise ValueError(f"{folder / spec.train}: none of its {len(train.Y):,} rows has a positive label, so there is "
+                         f"nothing to train on (rows without one are left out of training){way_out(spec.train)}")
+    return {"X_train": train.X, "Y_train": train.Y, "X_test": test.X, "Y_test": test.Y,
+            "class_names": np.asarray(train.label_names), "feature_names": np.asarray(train.feature_names)}
 
 
-def _read_parsed(path: Path, digests: dict[str, str]) -> dict[str, np.ndarray] | None:
-    """The arrays parsed earlier from exactly these files (their digests recorded), else None."""
-    import numpy as np
+def _expected(spec: MulanSet) -> dict:
+    """Names, dtypes and shapes of a set's parsed arrays, as the cache must hold them."""
+    from .parsed_cache import ArraySpec
 
-    if not path.is_file():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, KeyError):
-        return None  # damaged: parsed again and rewritten
-    if sorted(arrays.get("sources", np.asarray([])).tolist()) != sorted(f"{f}:{d}" for f, d in digests.items()):
-        return None
-    return arrays
+    n, m, c, d = spec.train_rows, spec.test_rows, spec.labels, spec.features
+    return {"X_train": ArraySpec((n, d), "f", 4), "Y_train": ArraySpec((n, c), "u", 1),
+            "X_test": ArraySpec((m, d), "f", 4), "Y_test": ArraySpec((m, c), "u", 1),
+            "class_names": ArraySpec((c,), "U", 4 * _MAX_NAME), "feature_names": ArraySpec((d,), "U", 4 * _MAX_NAME)}
 
 
-def _write_parsed(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Kept when the folder is writable; a read-only data folder only costs a parse per process.
+def _read_parsed(spec: MulanSet, path: Path) -> dict[str, np.ndarray] | None:
+    """The cached arrays of MULAN's files, when they are exactly what spmlkit's reader makes of them."""
+    from .parsed_cache import read_cache
 
-    A folder marked read-only (no owner write bit) is left alone even where the process could
-    write it anyway (as root): a shared copy of the sets is not ours to add files to."""
-    import os
-    import stat
+    return read_cache(path, _expected(spec), MULAN_PARSED_SHA256[spec.name])
 
-    import numpy as np
 
-    from ..io import atomic_write_bytes
+def _keep_parsed(spec: MulanSet, path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Cache what was parsed from MULAN's files, unless it is not what the pinned digest says (a
+    reader that changed without its digests: kept out of the cache, and said)."""
+    from .parsed_cache import arrays_digest, write_cache
 
-    folder = path.parent
-    if not (folder.stat().st_mode & stat.S_IWUSR) or not os.access(folder, os.W_OK):
-        log.info("not keeping the parsed arrays in %s (read-only)", folder)
+    if arrays_digest(arrays, _ARRAYS) != MULAN_PARSED_SHA256[spec.name]:
+        log.warning("%s: spmlkit's reader does not give MULAN_PARSED_SHA256's arrays for MULAN's files (a change "
+                    "of the reader or of liac-arff); the arrays are used but not cached", path.parent)
         return
-    import io
-
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    try:
-        atomic_write_bytes(path, buffer.getvalue())
-    except OSError as exc:
-        log.info("not keeping the parsed arrays at %s (%s)", path, exc)
+    write_cache(path, {k: arrays[k] for k in _ARRAYS})
 
 
 def _sha256(path: Path) -> str:

@@ -2,7 +2,13 @@
 
 A :class:`TabularDataset` is the feature-side counterpart of a prepared image dataset: the
 official train list (which the reference protocol later divides into train/val) and the
-official test list, each a feature matrix with its full 0/1 label matrix.
+official test list, each a feature matrix with its label matrix.
+
+A benchmark brings full 0/1 labels of both lists, from which the protocol simulates what a
+learner observes. A user's own table brings what was observed instead (``observed``, {-1, 0,
+1}, the observation "given"; ``Y_train`` is None) and may have no test list at all
+(``X_test`` and ``Y_test`` None), the same two differences as a user's prepared image folder
+(docs/protocol.md, "Your own data").
 """
 
 from __future__ import annotations
@@ -16,20 +22,32 @@ __all__ = ["TabularDataset"]
 
 @dataclass(frozen=True)
 class TabularDataset:
-    """Features and full labels of an official train and test list."""
+    """Features and labels of an official train list and, when there is one, a test list."""
 
     name: str
     X_train: np.ndarray  # float32 [N_train, D]
-    Y_train: np.ndarray  # uint8 [N_train, C], full labels
-    X_test: np.ndarray
-    Y_test: np.ndarray
+    Y_train: np.ndarray | None  # uint8 [N_train, C], full labels; None for a user's observed labels
+    X_test: np.ndarray | None
+    Y_test: np.ndarray | None  # full 0/1 labels of the test list; None: no labelled test list
     class_names: tuple[str, ...]
     feature_names: tuple[str, ...] = ()
     source: str = ""
     notes: dict = field(default_factory=dict)
+    #: a user's own {-1, 0, 1} labels of the train list (observation "given"), in place of ``Y_train``
+    observed: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        for split, X, Y in (("train", self.X_train, self.Y_train), ("test", self.X_test, self.Y_test)):
+        if (self.Y_train is None) == (self.observed is None):
+            raise ValueError(f"{self.name}: give either full train labels or observed ones (a user's own), not "
+                             f"{'both' if self.observed is not None else 'neither'}")
+        if (self.X_test is None) != (self.Y_test is None):
+            raise ValueError(f"{self.name}: test features and test labels come together (or neither, for data "
+                             "without a labelled test list)")
+        train = self.Y_train if self.Y_train is not None else self.observed
+        splits = [("train", self.X_train, train, (0, 1) if self.Y_train is not None else (-1, 0, 1))]
+        if self.X_test is not None:
+            splits.append(("test", self.X_test, self.Y_test, (0, 1)))
+        for split, X, Y, values in splits:
             if X.ndim != 2 or Y.ndim != 2:
                 raise ValueError(f"{self.name}: {split} features and labels must be 2-D")
             if X.shape[0] != Y.shape[0]:
@@ -41,12 +59,16 @@ class TabularDataset:
                     f"{self.name}: {split} labels have {Y.shape[1]} columns but there are "
                     f"{len(self.class_names)} class names"
                 )
-            if not np.isin(Y, (0, 1)).all():
-                raise ValueError(f"{self.name}: {split} labels must be 0/1")
+            if not np.isin(Y, values).all():
+                raise ValueError(f"{self.name}: {split} labels must be {'/'.join(map(str, values))}")
             if not np.isfinite(X).all():
                 raise ValueError(f"{self.name}: {split} features contain NaN or infinite values")
-        if self.X_train.shape[1] != self.X_test.shape[1]:
+        if self.X_test is not None and self.X_train.shape[1] != self.X_test.shape[1]:
             raise ValueError(
                 f"{self.name}: train has {self.X_train.shape[1]} features, test {self.X_test.shape[1]}"
             )
 
+    @property
+    def labels(self) -> str:
+        """Which labels the train list holds: ``"full"`` (a benchmark's) or ``"observed"`` (a user's own)."""
+        return "full" if self.Y_train is not None else "observed"

@@ -1,12 +1,14 @@
 """Compare every method on a feature dataset: a preset over a sweep, a results store and a report.
 
 ``spmlkit benchmark --dataset yeast`` is a sweep of every method x lr x seed under the shared
-protocol (the dataset's presets give each method its hyperparameters), written into a results
+protocol (the dataset's presets give each method its hyperparameters, or the one source that
+``hparams_from`` names), written into a results
 store inside the output folder, then reported with the same selection rule and table code as
 ``spmlkit report`` (docs/protocol.md, "Model selection"): per method, the lr with the best mean
 validation mAP over seeds; the table shows that configuration's test mAP, mean ± std over
 seeds, the references "full labels (BCE)" and "AN", and the share of the gap between them
-that a method closes:
+that a method closes, where that gap is larger than noise (:func:`spmlkit.experiments.report.
+gap_denominator`):
 
     gap closed = (method - AN) / (full BCE - AN)
 
@@ -16,7 +18,10 @@ benchmark's grid, even when the store holds others.
 
 Several data sets (``--dataset A --dataset B``, ``--suite mulan``) are one sweep into one
 store: each data set's table is written as above into its own folder ``<out>/<name>/``, and
-the leaderboard across them (:mod:`spmlkit.experiments.leaderboard`) into ``<out>/``.
+the leaderboard across them (:mod:`spmlkit.experiments.leaderboard`) into ``<out>/``. There,
+every method's hyperparameters come from one source on every data set (the recipes' defaults
+unless ``hparams_from`` names a data set's presets), and the references that see more labels
+than the methods compared are shown beside the ranks, not ranked (docs/leaderboard.md).
 """
 
 from __future__ import annotations
@@ -31,56 +36,123 @@ import pandas as pd
 
 from ..io import atomic_write_json, atomic_write_text
 from ..methods import METHODS, get_method
+from ..output_dir import MARKER
 from ..protocol import Observation
 from . import report
-from .leaderboard import Leaderboard, build_leaderboard, scores_from_tables, write_leaderboard
+from .benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS
+from .leaderboard import Leaderboard, build_leaderboard, scores_from_tables, spread_from_tables, write_leaderboard
+from .presets import PRESETS, RECIPE_DEFAULTS, check_hparams_from
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
 
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
-           "dataset_folders", "DEFAULT_LRS", "DEFAULT_SEEDS"]
+           "dataset_folders", "labels_measured", "measured_on", "one_source", "hyperparameter_source",
+           "reference_methods", "gap_note", "table_title", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 
-DEFAULT_SEEDS = (0, 1, 2)
-DEFAULT_LRS = (1e-3, 3e-3, 1e-2)
 STORE_NAME = "results.db"
+#: what a benchmark of several data sets keeps in ``<out>`` itself beside the data sets' folders
+OWN_FILES = (STORE_NAME, f"{STORE_NAME}-wal", f"{STORE_NAME}-shm", f"{STORE_NAME}-journal", "leaderboard.md",
+             "leaderboard.csv", "leaderboard.json", "leaderboard.png", "leaderboard_nemenyi.csv", MARKER)
 
 
 @dataclass
 class BenchmarkSpec:
+    """One data set's benchmark: every method x lr x seed under the shared protocol
+    (docs/leaderboard.md, "From Python").
+
+    ``observation``, ``batch_size`` and ``val_variant`` left at None take each data set's own, as
+    ``spmlkit train`` does: a benchmark simulates single positives from full labels, a user's data
+    (a prepared image folder, a feature folder or table of their own) trains on its own labels
+    (``given``) and selects on the observed positives of its validation rows (docs/protocol.md,
+    "Your own data"); the batch is 64 on feature sets, the data set's (or preset's) on images.
+    ``settings`` are further run settings for every run (image settings such as ``backbone``, a
+    ``--config`` file's), under the grid's own axes.
+    """
+
     dataset: str = "yeast"
     methods: tuple[str, ...] = tuple(METHODS)
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     lrs: tuple[float, ...] = DEFAULT_LRS
-    observation: str = "single_positive"
+    observation: str | None = None  # None: the data set's own (presets.default_observation)
     epochs: int = 20
-    batch_size: int = 64
+    batch_size: int | None = None  # None: the data set's own, as `spmlkit train` uses it
     head: str = "linear"
-    val_variant: str | None = None  # None: the dataset's own (presets.default_val_variant)
+    val_variant: str | None = None  # None: the data set's own (presets.default_val_variant)
     subset: int | None = None  # first N official-train rows: for quick checks
     #: per-method hyperparameters on top of the dataset's presets (key by key), e.g. a
     #: candidate being tuned; lists are swept as in a sweep file
     hparams: dict[str, dict[str, Any]] | None = None
+    #: where every method's hyperparameters come from: None, the data set's own presets where it
+    #: has them (what ``train`` uses; a benchmark of several data sets turns None into
+    #: "defaults", :func:`one_source`); "defaults", each method's recipe defaults; a data set's
+    #: name (e.g. "yeast"), the hyperparameters of that data set's presets, whatever data set runs
+    hparams_from: str | None = None
+    settings: dict[str, Any] | None = None
+    #: plug-ins (.py files relative to the working folder, module names) whose methods or datasets it
+    #: names (docs/plugins.md); loaded here and in every worker
+    plugins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from ..plugins import is_file_reference, load_plugins
+
         if not self.seeds or not self.lrs or not self.methods:
             raise ValueError("a benchmark needs at least one method, one seed and one lr")
+        # absolute, so that a worker started elsewhere (a Ray node) finds the same files
+        self.plugins = tuple(str(Path(ref).expanduser().absolute()) if is_file_reference(ref) else ref
+                             for ref in self.plugins)
+        load_plugins(self.plugins)
         for m in self.methods:
             get_method(m)
-        Observation.parse(self.observation)
-        if self.val_variant is None:
-            from .presets import default_val_variant
+        if self.observation is not None:
+            Observation.parse(self.observation)
+        check_hparams_from(self.hparams_from)
 
-            self.val_variant = default_val_variant(self.dataset)
+    @property
+    def observation_used(self) -> str:
+        """The observation the runs train under (the given one, or the data set's own)."""
+        from .presets import default_observation
+
+        return self.observation or default_observation(self.dataset)
+
+    @property
+    def val_used(self) -> str:
+        """The validation labels each run selects on (the given ones, or the data set's own)."""
+        from .presets import default_val_variant
+
+        return self.val_variant or default_val_variant(self.dataset)
 
     def sweep(self, store: str | Path) -> SweepSpec:
-        """The grid as a sweep: hyperparameters come from the dataset's presets, as in ``train``."""
-        settings: dict[str, Any] = {"epochs": self.epochs, "head": self.head}
+        """The grid as a sweep: hyperparameters come from the dataset's presets, as in ``train``,
+        or from the source ``hparams_from`` names."""
+        settings: dict[str, Any] = {"epochs": self.epochs, "head": self.head, **(self.settings or {})}
         if self.subset is not None:
             settings["subset"] = self.subset
         return SweepSpec(name=f"benchmark-{self.dataset}", datasets=[self.dataset], methods=list(self.methods),
-                         seeds=list(self.seeds), lrs=list(self.lrs), batch_sizes=[self.batch_size],
-                         observations=[self.observation], hparams=dict(self.hparams or {}),
-                         settings=settings, val_variant=self.val_variant, store=str(store))
+                         seeds=list(self.seeds), lrs=list(self.lrs),
+                         batch_sizes=None if self.batch_size is None else [self.batch_size],
+                         observations=None if self.observation is None else [self.observation],
+                         hparams=dict(self.hparams or {}), settings=settings, val_variant=self.val_variant,
+                         store=str(store), plugins=list(self.plugins), hparams_from=self.hparams_from)
+
+
+def labels_measured(spec: BenchmarkSpec) -> dict[str, str | None]:
+    """Which labels the table's numbers are measured on (as each run's record says,
+    :meth:`~spmlkit.training.RunResult.labels_measured`): validation on ``"full"`` or ``"observed"``
+    labels, test on ``"full"`` ones, or None where the data set has no labelled test list."""
+    from ..data.registry import resolve_dataset
+
+    return {"val_map_labels": "full" if spec.val_used == "clean" else "observed",
+            "test_map_labels": "full" if resolve_dataset(spec.dataset).test else None}
+
+
+def measured_on(spec: BenchmarkSpec) -> str:
+    """The words a table's title uses for :func:`labels_measured`."""
+    labels = labels_measured(spec)
+    test = ("test mAP (%) on the test list's full labels" if labels["test_map_labels"]
+            else "no labelled test list, so no test mAP")
+    val = ("the validation rows' full labels" if labels["val_map_labels"] == "full"
+           else "the observed positives of the validation rows")
+    return f"{test}; lr selected on {val}"
 
 
 def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1,
@@ -102,7 +174,8 @@ def summarize(runs: pd.DataFrame, methods: tuple[str, ...] | None = None) -> tup
     """Select each method's configuration on mean val mAP (:func:`report.select_and_aggregate`).
 
     Returns the table rows (one per method, in ``methods`` order, mAP in percent, with
-    ``gap_closed`` when both references bce and an are present) and the selection frame.
+    ``gap_closed`` where both references bce and an are present and BCE − AN is larger than
+    noise, :func:`gap_note` says why not otherwise) and the selection frame.
     """
     ok = runs[runs["status"] == "ok"] if not runs.empty else runs
     if ok.empty:
@@ -119,28 +192,82 @@ def summarize(runs: pd.DataFrame, methods: tuple[str, ...] | None = None) -> tup
             "seeds": int(r["n_seeds"]), "val_map": float(r["select_mean"]), "test_map": float(r["mean"]),
             "test_map_std": float(r["std"]), "best_epoch": float(np.mean([epochs[i] for i in r["run_ids"]])),
         })
-    ref = {r["method"]: r["test_map"] for r in rows}
+    denominator = _gap_denominator(rows)[0]
+    an = next((r["test_map"] for r in rows if r["method"] == "an"), math.nan)
     for r in rows:
-        both = "bce" in ref and "an" in ref and not math.isclose(ref["bce"], ref["an"])
-        r["gap_closed"] = (r["test_map"] - ref["an"]) / (ref["bce"] - ref["an"]) if both else float("nan")
+        r["gap_closed"] = (r["test_map"] - an) / denominator if denominator is not None else float("nan")
     return rows, agg
 
 
+def _gap_denominator(rows: Sequence[dict[str, Any]]) -> tuple[float | None, str]:
+    """BCE − AN of a table's rows where a share of it means something (:func:`report.gap_denominator`);
+    (None, "") without both references."""
+    ref = {r["method"]: (r["test_map"], r["test_map_std"], r["seeds"]) for r in rows if r["method"] in ("bce", "an")}
+    if len(ref) < 2:
+        return None, ""
+    return report.gap_denominator(ref["bce"], ref["an"])
+
+
+def gap_note(rows: Sequence[dict[str, Any]]) -> str | None:
+    """The line under a table about its "gap closed" column: the formula where the column has
+    numbers, why it has none where both references ran but BCE − AN is within noise, and
+    None where there are no references (no column, nothing to explain)."""
+    denominator, why = _gap_denominator(rows)
+    if denominator is not None:
+        return report.GAP_FORMULA
+    return f"no gap closed: {why}" if why else None
+
+
+def hyperparameter_source(spec: BenchmarkSpec, datasets: Sequence[str] | None = None) -> str:
+    """One sentence naming where every method's hyperparameters came from, on ``datasets``
+    (default: the spec's own), for every table and leaderboard to print."""
+    datasets = list(datasets or [spec.dataset])
+    source = spec.hparams_from
+    if source == RECIPE_DEFAULTS:
+        where = "every data set" if len(datasets) > 1 else spec.dataset
+        return f"Hyperparameters: each method's recipe defaults on {where} (`spmlkit methods`); no preset is used."
+    owner = source or spec.dataset
+    tuned = [m for m in spec.methods if f"{m}/{owner}" in PRESETS]
+    if not tuned:
+        return (f"Hyperparameters: each method's recipe defaults (`spmlkit methods`); no preset of {owner} applies to "
+                "these methods.")
+    names = ", ".join(f"{m}/{owner}" for m in tuned)
+    sources = "; ".join(dict.fromkeys(PRESETS[f"{m}/{owner}"].source for m in tuned))
+    where = f"on every data set ({', '.join(datasets)})" if len(datasets) > 1 or source not in (None, spec.dataset) \
+        else f"on {spec.dataset}"
+    others = "; recipe defaults for the other methods" if len(tuned) < len(spec.methods) else ""
+    return (f"Hyperparameters: those of the presets {names} (tuned on {owner}: {sources}; `spmlkit presets --dataset "
+            f"{owner}`) {where}{others}.")
+
+
 def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, rows: list[dict[str, Any]],
-                  agg: pd.DataFrame) -> dict[str, Path]:
-    """Write runs.csv, table.csv, table.md and results.json, each atomically."""
+                  agg: pd.DataFrame, *, datasets: Sequence[str] | None = None) -> dict[str, Path]:
+    """Write runs.csv, table.csv, table.md and results.json, each atomically; ``datasets``: every
+    data set of the benchmark this table is part of, for the line on hyperparameters."""
     out = Path(out_dir)
     paths = {"runs": out / "runs.csv", "table": out / "table.csv", "markdown": out / "table.md",
              "json": out / "results.json"}
+    rows = [{**r, **labels_measured(spec)} for r in rows]  # every row says which labels its numbers are on
     flat = runs.drop(columns=[c for c in ("history", "test_ap", "analysis", "config", "class_names", "error")
                               if c in runs.columns])
     atomic_write_text(paths["runs"], flat.to_csv(index=False))
     atomic_write_text(paths["table"], pd.DataFrame(rows).to_csv(index=False))
-    title = f"{spec.dataset}, {spec.observation}: test mAP (%), lr selected on {spec.val_variant} val, " \
-            f"mean ± std over {len(spec.seeds)} seeds"
-    atomic_write_text(paths["markdown"], f"**{title}**\n\n" + report.to_markdown(report.paper_table(agg)))
-    atomic_write_json(paths["json"], {"spec": asdict(spec), "table": rows})
+    table = report.paper_table(agg)
+    hyper = hyperparameter_source(spec, datasets)
+    notes = [hyper, *table.attrs["notes"]]
+    atomic_write_text(paths["markdown"], f"**{table_title(spec)}**\n\n" + report.to_markdown(table)
+                      + "".join(f"\n{note}\n" for note in notes))
+    atomic_write_json(paths["json"], {"spec": {**asdict(spec), "observation": spec.observation_used,
+                                               "val_variant": spec.val_used},
+                                      "hyperparameters": hyper, "notes": table.attrs["notes"], "table": rows})
     return paths
+
+
+def table_title(spec: BenchmarkSpec) -> str:
+    """A data set's table title: what the numbers are, on which labels, and over how many seeds."""
+    n = len(spec.seeds)
+    spread = f"mean ± std over {n} seeds" if n > 1 else "one seed (no standard deviation)"
+    return f"{spec.dataset} ({spec.observation_used}): {measured_on(spec)}, {spread}"
 
 
 # --------------------------------------------------------------------------- several data sets
@@ -149,14 +276,24 @@ def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, 
 def dataset_folders(datasets: Sequence[str], out_dir: str | Path) -> dict[str, Path]:
     """Each data set's output folder: ``<out>/<name>`` (a feature folder's last path part).
 
-    A data set named twice, or two folders with the same last part, would write one table over
-    the other: that is the user's to fix (ValueError).
+    A data set named twice (under one name or two: ``emotions`` and ``mulan/emotions``), two
+    folders with the same last part, or a folder named as a file the benchmark keeps in
+    ``<out>`` (its ``results.db``, the leaderboard) would write one output over another, or fail
+    after every run trained: each is the user's to fix, and refused before any run (ValueError).
     """
+    from ..data.registry import same_data
+
     folders: dict[str, Path] = {}
     for ds in datasets:
         if ds in folders:
             raise ValueError(f"--dataset {ds} is given twice; name each data set once")
+        same = next(((other, why) for other in folders if (why := same_data(other, ds))), None)
+        if same is not None:
+            raise ValueError(f"--dataset {same[0]} and --dataset {ds} are the same data set ({same[1]}); name it once")
         folder = Path(out_dir) / Path(ds).name
+        if folder.name in OWN_FILES:
+            raise ValueError(f"the tables of data set {ds} would go to {folder}, which is the benchmark's own "
+                             f"{folder.name}; give the feature folder another name (or a link to it)")
         clash = next((other for other, f in folders.items() if f == folder), None)
         if clash is not None:
             raise ValueError(f"data sets {clash} and {ds} would both write their tables to {folder}; give the "
@@ -165,11 +302,32 @@ def dataset_folders(datasets: Sequence[str], out_dir: str | Path) -> dict[str, P
     return folders
 
 
+def one_source(specs: Sequence[BenchmarkSpec]) -> list[BenchmarkSpec]:
+    """``specs`` with every method's hyperparameters from one source across the data sets: a
+    benchmark of several data sets that names none uses each method's recipe defaults on all of
+    them, not the presets some data sets happen to have (docs/leaderboard.md, "One source of
+    hyperparameters"). One data set keeps its own presets, as ``train`` does."""
+    if len(specs) < 2:
+        return list(specs)
+    return [s if s.hparams_from is not None else replace(s, hparams_from=RECIPE_DEFAULTS) for s in specs]
+
+
+def reference_methods(spec: BenchmarkSpec) -> tuple[str, ...]:
+    """The methods of ``spec`` that train on more labels than the observation gives the others:
+    ``bce`` (every label) and ``iun`` (one positive and every negative). They bound what missing
+    labels cost; ranked among the methods they would win by seeing more, not by a better method.
+    Under ``observation="full"`` every method sees every label, and nothing is a reference."""
+    if spec.observation_used == "full":
+        return ()
+    return tuple(m for m in spec.methods if m in METHODS and METHODS[m].sees_more_labels)
+
+
 def suite_sweep(specs: Sequence[BenchmarkSpec], store: str | Path) -> SweepSpec:
     """One sweep over the data sets of ``specs``, which must differ in nothing but the data set.
 
     Run ids leave the sweep's name out, so a data set's runs here are the runs of its own
-    one-data-set benchmark: either finds the other's finished runs in a shared store.
+    one-data-set benchmark with the same ``hparams_from``: either finds the other's finished runs
+    in a shared store.
     """
     first = specs[0]
     for s in specs[1:]:
@@ -182,20 +340,26 @@ def run_benchmarks(specs: Sequence[BenchmarkSpec], out_dir: str | Path, *, jobs:
                    on_result: Callable[[dict[str, Any]], None] | None = None,
                    on_start: Callable[[int, int], None] | None = None) -> SweepResult:
     """Run every unfinished (data set, method, lr, seed) of ``specs`` into ``<out_dir>/results.db``,
-    as one sweep: workers move on to the next data set's runs without waiting for a table."""
+    as one sweep: workers move on to the next data set's runs without waiting for a table.
+    Hyperparameters come from one source across the data sets (:func:`one_source`)."""
+    specs = one_source(specs)
     dataset_folders([s.dataset for s in specs], out_dir)  # a clash is refused before any run
     store = Path(out_dir) / STORE_NAME
     return run_sweep(suite_sweep(specs, store), jobs=jobs, on_result=on_result, on_start=on_start)
 
 
 def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], store: str | Path, *,
-                        title: str | None = None
+                        title: str | None = None, rank_references: bool = False
                         ) -> tuple[dict[str, list[dict[str, Any]]], Leaderboard, dict[str, Path]]:
     """Each data set's table into its folder (:func:`write_outputs`) and the leaderboard into
     ``out_dir``. A data set none of whose runs finished has no table and is named in the
-    leaderboard as left out. Returns the tables, the leaderboard and the leaderboard's files.
+    leaderboard as left out. The references (:func:`reference_methods`) are shown beside the
+    ranks but not ranked, unless ``rank_references``. Returns the tables, the leaderboard and
+    the leaderboard's files.
     """
-    folders = dataset_folders([s.dataset for s in specs], out_dir)
+    specs = one_source(specs)
+    datasets = [s.dataset for s in specs]
+    folders = dataset_folders(datasets, out_dir)
     tables: dict[str, list[dict[str, Any]]] = {}
     failed: dict[str, str] = {}
     for spec in specs:
@@ -205,10 +369,15 @@ def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], sto
             continue
         rows, agg = summarize(runs, spec.methods)
         folders[spec.dataset].mkdir(parents=True, exist_ok=True)
-        write_outputs(folders[spec.dataset], spec, runs, rows, agg)
+        write_outputs(folders[spec.dataset], spec, runs, rows, agg, datasets=datasets)
         tables[spec.dataset] = rows
-    if not tables:
-        raise ValueError("no run of any data set finished; nothing to rank (see the failures above)")
-    board = build_leaderboard(scores_from_tables(tables))
+        if labels_measured(spec)["test_map_labels"] is None:  # its table stands; it has no test mAP to rank
+            failed[spec.dataset] = "data set without a labelled test list (no test mAP to rank)"
+    ranked = {dataset: rows for dataset, rows in tables.items() if dataset not in failed}
+    if not ranked:
+        raise ValueError("no data set has finished runs with a test mAP; nothing to rank (see the failures above)")
+    references = () if rank_references else reference_methods(specs[0])
+    board = build_leaderboard(scores_from_tables(ranked), references=references, spread=spread_from_tables(ranked))
     board.left_out.update(failed)
+    board.setup.append(hyperparameter_source(specs[0], datasets))
     return tables, board, write_leaderboard(out_dir, board, title=title)

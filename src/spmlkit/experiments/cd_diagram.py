@@ -3,7 +3,9 @@
 The rank axis runs from 1 (best) to k; every method hangs from its average rank, its name
 and rank written on the side its rank is nearer to; a thick bar joins methods that the Nemenyi
 test cannot tell apart at the leaderboard's alpha, and the critical difference is drawn to
-scale above the axis. The drawing is ``scikit_posthocs.critical_difference_diagram``'s; this
+scale above the axis. Methods with the same average rank would hang from one dot, the last
+one drawn hiding the others: their dot is split into one slice per method, in each one's
+colour, and each label says "tied". The drawing is ``scikit_posthocs.critical_difference_diagram``'s; this
 module sizes the figure from the number of methods (so 2 and 30 methods both read at the
 same type size) and places the axes so that no label leaves the figure. It knows nothing of
 leaderboards: :func:`spmlkit.experiments.leaderboard.diagram` hands it the numbers and the title.
@@ -20,11 +22,12 @@ from typing import Any
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.path import Path as MarkerPath
 
 from ..io import atomic_write_bytes
 from .published import display_name
 
-__all__ = ["critical_difference_figure", "save_png", "DPI", "WIDTH_INCHES"]
+__all__ = ["critical_difference_figure", "save_png", "tie_groups", "DPI", "WIDTH_INCHES"]
 
 DPI = 150
 WIDTH_INCHES = 8.0
@@ -56,6 +59,7 @@ def critical_difference_figure(average_rank: pd.Series, p_values: pd.DataFrame, 
         label_fmt_left="{label} ({rank:.2f})", label_fmt_right="({rank:.2f}) {label}",
         label_props={"fontsize": _FONT_SIZE}, elbow_props={"linewidth": 1},
         crossbar_props={"linewidth": 3, "alpha": 0.7}, text_h_margin=0.02 * max(k - 1, 1))
+    _split_tied_dots(ax, ranks, drawn)
     # scikit-posthocs stacks crossbars one unit apart below the axis, then one label per unit below
     # them; the figure gets a fixed height per unit, so 2 and 30 methods read at the same type size
     bottom = min(text.get_position()[1] for text in drawn["labels"]) - 0.8
@@ -78,6 +82,45 @@ def critical_difference_figure(average_rank: pd.Series, p_values: pd.DataFrame, 
     ax.set_title(title, fontsize=_FONT_SIZE + 1)
     _fit(fig, ax)
     return fig
+
+
+#: average ranks closer than this are one rank (means of half-integers over a few data sets are
+#: exact in floating point, but a mean over many data sets may differ in its last bit)
+_TIE_TOLERANCE = 1e-9
+
+
+def tie_groups(ranks: pd.Series) -> list[list[str]]:
+    """The methods (index of ``ranks``) that share an average rank, in groups of two or more,
+    each group in the order of ``ranks``."""
+    groups: dict[float, list[str]] = {}
+    for name, rank in ranks.items():
+        key = next((r for r in groups if abs(r - float(rank)) <= _TIE_TOLERANCE), float(rank))
+        groups.setdefault(key, []).append(str(name))
+    return [members for members in groups.values() if len(members) > 1]
+
+
+def _split_tied_dots(ax: Any, ranks: pd.Series, drawn: dict[str, list]) -> None:
+    """Where methods tie, replace their overlapping dots by one dot cut into equal slices, one
+    per method in its colour, and add "tied" to each of their labels."""
+    tied = {name: group for group in tie_groups(ranks) for name in group}
+    if not tied:
+        return
+    # scikit-posthocs appends a marker and its label together, so the i-th marker is the i-th label's
+    by_method = {}
+    for marker, label in zip(drawn["markers"], drawn["labels"]):
+        name = next(n for n in ranks.index if label.get_text() in (f"{n} ({ranks[n]:.2f})", f"({ranks[n]:.2f}) {n}"))
+        by_method[name] = (marker, label)
+    for group in {tuple(g) for g in tied.values()}:
+        size = by_method[group[0]][0].get_sizes()[0]
+        for i, name in enumerate(group):
+            marker, label = by_method[name]
+            colour = marker.get_facecolor()[0]
+            marker.remove()
+            start = 90 + 360 * i / len(group)
+            ax.scatter(ranks[name], 0, marker=MarkerPath.wedge(start, start + 360 / len(group)), s=size * 3.0,
+                       color=colour, edgecolors="white", linewidths=0.6, zorder=3)
+            rank = f"{ranks[name]:.2f}"
+            label.set_text(label.get_text().replace(f"({rank})", f"({rank}, tied)"))
 
 
 def _fit(fig: Figure, ax: Any, pad_inches: float = 0.08) -> None:

@@ -13,6 +13,11 @@ benchmark.summarize`). Out comes what a reader comparing methods over many data 
   critical difference at ``alpha`` that the diagram of :mod:`spmlkit.experiments.cd_diagram`
   draws.
 
+References (methods that see more labels than the methods compared: full labels, one positive
+and all negatives) are shown beside the ranks with their scores but not ranked: ranked, they
+take the first places by seeing more, and one such method alone can make the Friedman test
+significant (docs/leaderboard.md, "References beside the ranks").
+
 Mean mAP over data sets is deliberately not the score: data sets differ in how hard they
 are by tens of points, so a mean is ruled by the hardest sets; a rank counts every set alike.
 """
@@ -34,8 +39,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["FriedmanResult", "Leaderboard", "build_leaderboard", "critical_difference", "diagram",
-           "rank_within_datasets", "scores_from_tables", "summary_lines", "leaderboard_table", "to_csv",
-           "to_markdown", "write_leaderboard", "MIN_FOR_FRIEDMAN", "ALPHA"]
+           "rank_within_datasets", "scores_from_tables", "spread_from_tables", "summary_lines", "leaderboard_table",
+           "to_csv", "to_markdown", "write_leaderboard", "MIN_FOR_FRIEDMAN", "ALPHA", "RANK_DECIMALS"]
 
 #: significance level of the Nemenyi critical difference and of the Friedman verdict
 ALPHA = 0.05
@@ -43,6 +48,10 @@ ALPHA = 0.05
 #: refuses fewer than 3 methods, and with 2 data sets its chi-square approximation is far from the
 #: exact distribution (3 methods ranked alike on 2 sets: chi2 = 4, approximate p 0.135, exact 1/6)
 MIN_FOR_FRIEDMAN = 3
+#: scores are ranked as the tables print them, to 0.01 mAP points: two methods whose numbers read
+#: the same tie, rather than being ordered by a difference far below any noise (docs/leaderboard.md,
+#: "How the leaderboard ranks")
+RANK_DECIMALS = 2
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,13 @@ class Leaderboard:
     #: why a test or the diagram is absent, in words for the reader
     notes: list[str] = field(default_factory=list)
     alpha: float = ALPHA
+    #: methods shown with their scores but not ranked (they see more labels than the others)
+    references: list[str] = field(default_factory=list)
+    #: data sets x methods: the standard deviation over seeds of each score; NaN where one seed
+    #: gave it (no spread) or unknown
+    spread: pd.DataFrame | None = None
+    #: how the numbers were made, one sentence each (where the hyperparameters came from)
+    setup: list[str] = field(default_factory=list)
 
     @property
     def ranked_datasets(self) -> list[str]:
@@ -100,11 +116,20 @@ def scores_from_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> pd.
     return pd.DataFrame.from_dict(data, orient="index", columns=methods).astype(float)
 
 
-def rank_within_datasets(scores: pd.DataFrame) -> pd.DataFrame:
+def spread_from_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> pd.DataFrame:
+    """``{dataset: benchmark table rows}`` -> data sets x methods of ``test_map_std``, in the order
+    of :func:`scores_from_tables`; NaN where a score comes from one seed (no spread)."""
+    scores = scores_from_tables(tables)
+    data = {ds: {r["method"]: float(r["test_map_std"]) if int(r.get("seeds", 2)) > 1 else math.nan for r in rows}
+            for ds, rows in tables.items()}
+    return pd.DataFrame.from_dict(data, orient="index", columns=list(scores.columns)).astype(float)
+
+
+def rank_within_datasets(scores: pd.DataFrame, decimals: int | None = None) -> pd.DataFrame:
     """Rank the methods (columns) within each data set (row): the highest score is rank 1, and
     methods with equal scores share the mean of the ranks they occupy (scores 80, 70, 70, 60 ->
-    ranks 1, 2.5, 2.5, 4). Scores are compared exactly as stored."""
-    return scores.rank(axis=1, ascending=False, method="average")
+    ranks 1, 2.5, 2.5, 4). Scores are compared rounded to ``decimals`` (None: exactly as stored)."""
+    return (scores if decimals is None else scores.round(decimals)).rank(axis=1, ascending=False, method="average")
 
 
 def critical_difference(n_methods: int, n_datasets: int, alpha: float = ALPHA) -> float:
@@ -130,17 +155,29 @@ def _complete_block(scores: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]
     return kept.loc[kept.notna().all(axis=1)], left_out
 
 
-def build_leaderboard(scores: pd.DataFrame, *, alpha: float = ALPHA) -> Leaderboard:
+def build_leaderboard(scores: pd.DataFrame, *, alpha: float = ALPHA, references: Sequence[str] = (),
+                      spread: pd.DataFrame | None = None, decimals: int | None = RANK_DECIMALS) -> Leaderboard:
     """Ranks, average ranks, the Friedman test and Nemenyi's critical difference of ``scores``
     (data sets x methods, larger is better). Too few methods or data sets for a test is not an
-    error: the test is left out and :attr:`Leaderboard.notes` says why."""
+    error: the test is left out and :attr:`Leaderboard.notes` says why. The columns named in
+    ``references`` keep their scores but take no rank and no part in the tests; ``spread``
+    (the same shape, standard deviations over seeds) is shown beside the scores. Scores are
+    ranked and tested as the table prints them, rounded to ``decimals`` (None: as stored), so
+    two methods that read the same tie."""
     if scores.shape[1] == 0 or scores.shape[0] == 0:
         raise ValueError("a leaderboard needs at least one data set and one method")
-    block, left_out = _complete_block(scores)
+    refs = [m for m in scores.columns if m in set(references)]
+    block, left_out = _complete_block(scores.drop(columns=refs))
+    if decimals is not None:
+        block = block.round(decimals)
     ranks = rank_within_datasets(block)
     average = ranks.mean(axis=0).sort_values(kind="stable") if len(ranks) else pd.Series(dtype=float)
-    board = Leaderboard(scores=scores, ranks=ranks, average_rank=average, left_out=left_out, alpha=alpha)
+    board = Leaderboard(scores=scores, ranks=ranks, average_rank=average, left_out=left_out, alpha=alpha,
+                        references=refs, spread=spread)
     n, k = block.shape
+    if k == 0:
+        board.notes.append("every method here is a reference, so nothing is ranked (rank_references ranks them)")
+        return board
     if n == 0:
         board.notes.append("no data set has a result for every method, so nothing is ranked")
         return board
@@ -188,17 +225,28 @@ def summary_lines(board: Leaderboard) -> list[str]:
                      "CD differ significantly (read this only where Friedman finds a difference).")
     lines += [note[0].upper() + note[1:] + "." for note in board.notes]
     lines += [f"Left out of the ranks: {name} ({why})." for name, why in board.left_out.items()]
+    if board.references:
+        names = " and ".join(display_name(m) for m in board.references)
+        lines.append(f"Not ranked: {names}, references that see more labels than the methods ranked (every label, or "
+                     "one positive and every negative); they bound what the missing labels cost and would take the "
+                     "first places by seeing more, not by a better method. Their scores are shown for scale "
+                     "(`spmlkit benchmark --rank-references` ranks them).")
     return lines
 
 
 def leaderboard_table(board: Leaderboard) -> pd.DataFrame:
-    """One row per method, best average rank first (unranked methods last): average rank, then
-    for every data set its test mAP and rank (NaN where absent)."""
-    methods = list(board.average_rank.index) + [m for m in board.scores.columns if m not in board.average_rank]
+    """One row per method, best average rank first, then the methods left out of the ranks, then
+    the references: whether it is a reference, its average rank, then for every data set its test
+    mAP, the standard deviation over seeds and its rank (NaN where absent)."""
+    unranked = [m for m in board.scores.columns if m not in board.average_rank and m not in board.references]
+    methods = list(board.average_rank.index) + unranked + list(board.references)
     out = pd.DataFrame(index=pd.Index(methods, name="method"))
+    out["reference"] = [m in board.references for m in methods]
     out["average_rank"] = board.average_rank.reindex(methods)
     for ds in board.scores.index:
         out[f"{ds} test_map"] = board.scores.loc[ds].reindex(methods)
+        out[f"{ds} test_map_std"] = (board.spread.loc[ds].reindex(methods) if board.spread is not None
+                                     and ds in board.spread.index else pd.Series(np.nan, index=methods))
         out[f"{ds} rank"] = (board.ranks.loc[ds].reindex(methods) if ds in board.ranks.index
                              else pd.Series(np.nan, index=methods))
     return out
@@ -213,29 +261,36 @@ def _esc(text: Any) -> str:
 
 
 def to_markdown(board: Leaderboard, *, figure: str | None = None, title: str | None = None) -> str:
-    """The leaderboard as Markdown: the table (cells "mAP (rank)"), the verdicts, the figure."""
+    """The leaderboard as Markdown: how it was made, the table (cells "mAP ± std (rank)"), the
+    verdicts, the figure, and where to read what it may and may not be taken to show."""
     t = leaderboard_table(board)
     datasets = list(board.scores.index)
     head = ["#", "method", "avg rank", *datasets]
-    lines = [f"**{_esc(title)}**\n" if title else "",
+    lines = [f"**{_esc(title)}**\n" if title else "", *(f"{_esc(line)}\n" for line in board.setup),
              "| " + " | ".join(map(_esc, head)) + " |", "|" + "---|" * len(head)]
-    for place, (method, row) in enumerate(t.iterrows(), start=1):
+    place = 0
+    for method, row in t.iterrows():
         avg = row["average_rank"]
-        cells = [str(place) if math.isfinite(avg) else "–", display_name(str(method)),
-                 f"{avg:.2f}" if math.isfinite(avg) else "–"]
+        place += math.isfinite(avg)
+        name = display_name(str(method)) + (" (reference, not ranked)" if row["reference"] else "")
+        cells = [str(place) if math.isfinite(avg) else "–", name, f"{avg:.2f}" if math.isfinite(avg) else "–"]
         for ds in datasets:
-            score, rank = row[f"{ds} test_map"], row[f"{ds} rank"]
+            score, std, rank = row[f"{ds} test_map"], row[f"{ds} test_map_std"], row[f"{ds} rank"]
             cell = "–" if not math.isfinite(score) else f"{score:.2f}"
+            if math.isfinite(score) and math.isfinite(std):
+                cell += f" ± {std:.2f}"
             if math.isfinite(rank):
                 cell += f" ({rank:g})"
             cells.append(cell)
         lines.append("| " + " | ".join(map(_esc, cells)) + " |")
     text = "\n".join(line for line in lines if line) + "\n"
-    text += "\nCells: test mAP (%) of the lr selected on validation, mean over seeds; in parentheses the rank on " \
-            "that data set (1 = best; ties share their mean rank).\n"
+    spread = " ± std" if board.spread is not None and board.spread.notna().any().any() else ""
+    text += f"\nCells: test mAP (%) of the lr selected on validation, mean{spread} over seeds; in parentheses the " \
+            "rank on that data set (1 = best; equal numbers tie and share their mean rank).\n"
     text += "".join(f"\n{line}\n" for line in summary_lines(board))
     if figure:
         text += f"\n![critical-difference diagram]({figure})\n"
+    text += "\nWhat these ranks do and do not show: docs/leaderboard.md, \"What a reader may conclude\".\n"
     return text
 
 
@@ -284,5 +339,5 @@ def write_leaderboard(out_dir: str | Path, board: Leaderboard, *, title: str | N
         "friedman": None if f is None else {"statistic": f.statistic, "pvalue": f.pvalue, "df": f.df,
                                             "n_datasets": f.n_datasets, "n_methods": f.n_methods},
         "critical_difference": board.critical_difference, "alpha": board.alpha,
-        "notes": board.notes, "left_out": board.left_out})
+        "notes": board.notes, "left_out": board.left_out, "references": board.references, "setup": board.setup})
     return paths

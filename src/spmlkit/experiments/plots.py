@@ -93,6 +93,8 @@ METHOD_COLORS: dict[str, str] = {
     "opml_sp": "#54278f",
     "gr": "#d62728",  # GR: red
     "pu_mlc": "#e377c2",
+    "crisp": "#7b4173",  # CRISP: plum
+    "smile": "#637939",  # SMILE: olive
 }
 
 _POS_STYLE = {"alpha": 0.45}
@@ -104,9 +106,15 @@ _SHARED_AXES_MAX = 4
 _MAX_CLASS_TICKS = 60
 
 
+#: why a run has no analysis of its unobserved training labels: it is measured against their truth
+_NEEDS_TRUTH = ("the analysis of unobserved training labels needs the training rows' full labels, which every named "
+                "data set and extracted feature folder has, and data of your own (observed labels only) does not")
+
+
 class NothingToPlot(ValueError):
     """The records hold nothing this figure shows: no method with a label state for the
-    pseudo-label curves, no AN runs for a comparison with AN, no analysis pass, no swept
+    pseudo-label curves, no AN runs for a comparison with AN, no analysis (runs without the
+    training rows' full labels), no swept
     hyperparameter. :func:`make_all_figures` skips the figure with a one-line note; a direct
     call gets the error, whose message says what the figure needs."""
 
@@ -380,7 +388,7 @@ def plot_unobserved_densities(
     (mean over seeds) when stored. One legend above the grid explains the two marks.
     """
     recs = [r for r in records if r.get("analysis") and r["analysis"].get("hist_pos") is not None]
-    _require(recs, "analysis histograms", "train with the analysis pass enabled")
+    _require(recs, "analysis histograms", _NEEDS_TRUTH)
     groups = _by_method(recs)
     _require(list(groups), "a finished run with analysis histograms", "pass finished records")
     context = _context(recs)
@@ -425,7 +433,7 @@ def plot_wasserstein_vs_an(records_method: Sequence[Record], records_an: Sequenc
     key = "wasserstein_per_class"
     recs, an, context = _method_and_an_runs(
         records_method, records_an, lambda r: r.get("analysis") and r["analysis"].get(key) is not None,
-        f"analysis.{key}", "pass records trained with the analysis pass",
+        f"analysis.{key}", _NEEDS_TRUTH,
     )
     w_an = _mean_vector(an, lambda r: r["analysis"][key])
     series = []
@@ -507,33 +515,83 @@ def plot_classwise_ap_gain(records_method: Sequence[Record], records_an: Sequenc
     return fig
 
 
+#: the share of the compared methods' |gains| inside the heat map's colour range; the rest (a
+#: method's few outlying classes) saturate at its ends, which the colour bar's arrows mark
+_HEATMAP_QUANTILE = 0.9
+
+
+def _is_reference(method: str) -> bool:
+    """A method that trains on more labels than the others (full labels, 1P + all N)."""
+    from ..methods import METHODS
+
+    return method in METHODS and METHODS[method].sees_more_labels
+
+
 def _ap_gain_heatmap(gains: dict[str, np.ndarray], names: Sequence[str], with_names: bool) -> Figure:
     """The AP gains of many methods as a heat map: methods down, classes across (see
     :func:`plot_classwise_ap_gain`); a diverging colour scale centred on 0, so a gain is
-    blue and a loss red whatever their sizes, and missing APs are left blank."""
-    matrix = np.vstack(list(gains.values()))
-    finite = np.isfinite(matrix)
+    blue and a loss red whatever their sizes, and missing APs are left blank.
+
+    The colour range is set by the methods compared, not by the references (``bce``, ``iun``):
+    they see more labels and gain several times more, and a range wide enough for them left
+    every single-positive row a pale wash. The range holds :data:`_HEATMAP_QUANTILE` of the
+    compared methods' |gains|; larger gains (a reference's, a method's outlying class) saturate
+    at the ends, marked by the colour bar's arrows. The references are drawn last, below a line,
+    and the classes are sorted by the compared methods' mean gain."""
+    from matplotlib.colors import Normalize
+
+    order_rows = [m for m in gains if not _is_reference(m)] + [m for m in gains if _is_reference(m)]
+    compared = [m for m in order_rows if not _is_reference(m)] or order_rows
+    matrix = np.vstack([gains[m] for m in order_rows])
+    basis = np.vstack([gains[m] for m in compared])
+    finite = np.isfinite(basis)
     counts = finite.sum(axis=0)
-    sums = np.where(finite, matrix, 0.0).sum(axis=0)
-    col_mean = np.full(matrix.shape[1], np.nan)  # a class without any finite gain stays NaN, sorted last
+    sums = np.where(finite, basis, 0.0).sum(axis=0)
+    col_mean = np.full(basis.shape[1], np.nan)  # a class without any finite gain stays NaN, sorted last
     np.divide(sums, counts, out=col_mean, where=counts > 0)
     order = np.argsort(-np.nan_to_num(col_mean, nan=-np.inf), kind="stable")
-    span = float(np.nanmax(np.abs(matrix))) if np.isfinite(matrix).any() else 1.0
+    span = float(np.quantile(np.abs(basis[finite]), _HEATMAP_QUANTILE)) if finite.any() else 1.0
+    span = span if span > 0 else 1.0
+    beyond = np.isfinite(matrix) & (np.abs(matrix) > span)
+    extend = {(False, False): "neither", (True, False): "min", (False, True): "max", (True, True): "both"}[
+        (bool((beyond & (matrix < 0)).any()), bool((beyond & (matrix > 0)).any()))]
     n_cls = matrix.shape[1]
-    fig = new_figure(width=min(3.4 + 0.24 * n_cls, 24.0), height=0.28 * len(gains) + (2.4 if with_names else 1.6))
+    # at least the width the title and the method labels need, however few the classes
+    fig = new_figure(width=min(max(3.4 + 0.24 * n_cls, 7.6), 24.0),
+                     height=0.28 * len(gains) + (2.4 if with_names else 1.6))
     ax = fig.subplots()
-    image = ax.imshow(matrix[:, order], aspect="auto", cmap="RdBu", vmin=-span, vmax=span, interpolation="nearest")
-    ax.set_yticks(np.arange(len(gains)))
-    ax.set_yticklabels([f"{display_name(m)} ({_finite_mean(g):+.2f})" for m, g in gains.items()], fontsize=7)
+    image = ax.imshow(matrix[:, order], aspect="auto", cmap="RdBu", norm=Normalize(-span, span),
+                      interpolation="nearest")
+    ax.set_yticks(np.arange(len(order_rows)))
+    ax.set_yticklabels([f"{display_name(m)}{' (reference)' if _is_reference(m) else ''} ({_finite_mean(gains[m]):+.2f})"
+                        for m in order_rows], fontsize=7)
+    if len(compared) < len(order_rows):
+        ax.axhline(len(compared) - 0.5, color="black", linewidth=1.2)
     if with_names:
         ax.set_xticks(np.arange(n_cls))
         ax.set_xticklabels([names[i] for i in order], rotation=90, fontsize=6 if n_cls > 30 else 8)
     else:
         ax.set_xticks([])
-    ax.set_xlabel(f"class ({n_cls}, sorted by mean gain over the methods)")
+    ax.set_xlabel(f"class ({n_cls}, sorted by the compared methods' mean gain)")
     ax.set_ylabel("method (mean gain)")
-    fig.colorbar(image, ax=ax, label="AP gain over AN (AP points)", shrink=0.9)
+    # the arrows of ``extend`` mark the colours that also hold every larger gain
+    fig.colorbar(image, ax=ax, label="AP gain over AN (AP points)", shrink=0.9, extend=extend)
     return fig
+
+
+def _keeps_label_state(method: str) -> bool:
+    """Whether a method makes pseudo-labels: a label-state algorithm that writes the label state
+    (APL's pseudo-negatives, OPML's corrections; CRISP's class-prior estimate leaves it as it is)
+    or a loss that corrects labels (LL-Cp)."""
+    from ..labeling import ALGORITHMS
+    from ..losses import loss_class
+    from ..methods import METHODS
+
+    if method not in METHODS:  # a method this installation does not know (another version's, a plug-in not loaded)
+        return False
+    recipe = METHODS[method]
+    writes_state = recipe.labeling is not None and not ALGORITHMS.get(recipe.labeling).provides_class_prior
+    return writes_state or bool(loss_class(recipe.loss).corrects_labels)
 
 
 def plot_pseudo_labels(records: Sequence[Record]) -> Figure:
@@ -552,10 +610,17 @@ def plot_pseudo_labels(records: Sequence[Record]) -> Figure:
     count = count[count["method"].isin(makers)]
     acc = acc[acc["method"].isin(makers)]
     if acc.empty and count.empty:
-        raise NothingToPlot(
-            "no method here keeps a label state (no pseudo-label accuracy, no pseudo-negative or correction "
-            "counts); em_apl, ll_cp and opml_sp do"
-        )
+        keepers = _ordered_methods({r["method"] for r in ok if _keeps_label_state(r["method"])})
+        if keepers:  # runs of an spmlkit that counted pseudo-labels only where the training rows' truth was known
+            one = len(keepers) == 1
+            raise NothingToPlot(
+                f"{', '.join(keepers)} {'keeps' if one else 'keep'} a label state, but {'its' if one else 'their'} "
+                "runs recorded no pseudo-label counts (spmlkit once counted them only on data with full training "
+                "labels); train them again to plot their pseudo-labels")
+        every = [m for m in METHOD_LABELS if _keeps_label_state(m)]
+        every = ", ".join(every[:-1]) + f" and {every[-1]}" if len(every) > 1 else "".join(every)
+        raise NothingToPlot(f"no method here keeps a label state (no pseudo-label accuracy, no pseudo-negative or "
+                            f"correction counts); {every} do")
     context = _context(ok)
     methods = _ordered_methods(set(acc["method"]) | set(count["method"]))
     panels = [
@@ -741,7 +806,7 @@ def make_all_figures(
     sensitivity figure for every hyperparameter that takes several values within a
     (dataset, observation, method), one per dataset and observation when the store holds
     several. A figure the runs cannot feed (:class:`NothingToPlot`: no method with a label
-    state, no AN run, no analysis pass, ...) is skipped and ``on_skip`` gets one line saying
+    state, no AN run, no analysis of unobserved labels, ...) is skipped and ``on_skip`` gets one line saying
     which and why; any other error is a bug and propagates.
     """
     df = _as_frame(df_or_store)

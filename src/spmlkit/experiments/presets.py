@@ -16,11 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig, config_from_dict, flat_settings,
-                               saved_settings)
+                               merged_plugins, saved_settings)
 from ..training.defaults import FEATURE_DEFAULTS
 
-__all__ = ["Preset", "DATASET_DEFAULTS", "PRESETS", "get_preset", "list_presets", "dataset_defaults",
-           "resolve_config"]
+__all__ = ["Preset", "DATASET_DEFAULTS", "OWN_LABELS", "PRESETS", "RECIPE_DEFAULTS", "get_preset", "list_presets",
+           "dataset_defaults", "default_observation", "default_val_variant", "resolve_config", "hparams_preset",
+           "preset_sources", "check_hparams_from"]
+
+#: what a user's own data defaults to, whatever its kind (docs/protocol.md, "Your own data"): its own
+#: labels ("given"), and selection on the observed positives of the held-out rows, the only labels it has
+OWN_LABELS: dict[str, Any] = {"observation": "given", "val_variant": "observed"}
+
 
 #: base protocol per dataset (docs/protocol.md, "Training protocols"; EM's chosen batch size and lr per dataset)
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -49,10 +55,9 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     # set (a small set gives few steps per epoch, so each must move further). Batch 16 as COCO and NUS-WIDE
     # (--batch-size 8, VOC's and CUB's, halves the memory on a smaller GPU).
     "folder": {"backbone": "torchvision:resnet50", "pretrained": True, "image_size": 448, "batch_size": 16,
-               "lr": 1e-4, "epochs": 10, "observation": "given", "val_variant": "observed"},
-    "csv": {"backbone": "torchvision:resnet50", "pretrained": True, "image_size": 448, "batch_size": 16,
-            "lr": 1e-4, "epochs": 10, "observation": "given", "val_variant": "observed"},
+               "lr": 1e-4, "epochs": 10, **OWN_LABELS},
 }
+DATASET_DEFAULTS["csv"] = dict(DATASET_DEFAULTS["folder"])  # the same images, labelled in a file
 
 #: notes of the dataset-defaults presets (``get_preset("voc2007")``)
 _DATASET_NOTES = {
@@ -81,6 +86,25 @@ _EM_PROTOCOL = {"patience": 0}
 #: LL and GR train the head at 10x lr and stop when val mAP drops below best - 3 / - 2 points
 _LL_PROTOCOL = {"head_lr_mult": 10.0, "lr": 1e-5, "batch_size": 16, "epochs": 10, "stop_drop": 0.03}
 _GR_PROTOCOL = {"head_lr_mult": 10.0, "stop_drop": 0.02}
+
+#: SMILE's published hyperparameters per feature dataset: the official code's README commands (--bias, --p,
+#: --mu, --rate; lr 1e-3, batch 16 and 10 epochs of an MLP with hidden width = number of labels are the code's
+#: defaults, which these presets leave to spmlkit's feature protocol). SMILE's own copies of the sets differ from
+#: MULAN's where noted (docs/methods.md, "smile")
+SMILE_TABULAR_HPARAMS: dict[str, dict[str, Any]] = {
+    "yeast": {"bias": False, "p": 0.05, "mu": 0.5, "rate": 0.1},
+    "scene": {"bias": False, "p": 0.075, "mu": 0.3, "rate": 0.5},
+    "corel5k": {"bias": False, "p": 0.025, "mu": 0.1, "rate": 0.1},
+    "delicious": {"bias": True, "p": 0.01, "mu": 0.01},
+    "tmc2007": {"bias": False, "p": 0.025, "mu": 0.1, "rate": 0.3},
+}
+_SMILE_TABULAR_NOTES = ("the official README's command for {dataset} (bias, p, mu, rate) on spmlkit's feature protocol "
+                        "(linear head, lr 3e-3, batch 64, 20 epochs; the code's own: an MLP with hidden width = labels, "
+                        "lr 1e-3, batch 16, 10 epochs){extra}")
+_SMILE_TABULAR_EXTRA = {"tmc2007": "; SMILE's tmc2007 has 981 features, MULAN's tmc2007-500 keeps 500"}
+_SMILE_IMAGE_NOTES = ("SMILE's image hyperparameters are unpublished: the official code's defaults (mu 0.5, p 0.5, "
+                      "unobserved entries weighted 1/(C-1)); the k-NN graph is built from the initial backbone's "
+                      "pooled features of the training images (docs/methods.md, \"smile\")")
 
 #: (method, {dataset: config overrides incl. hparams}, protocol overrides, source, notes)
 _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = [
@@ -117,8 +141,14 @@ _TABLE: list[tuple[str, dict[str, dict[str, Any]], dict[str, Any], str, str]] = 
     ("opml", {d: {} for d in _D4}, {"optimizer": "sgd"}, "OPML Table II", "a, b and lr/batch/epochs are lost"),
     ("opml_sp", {d: {} for d in _D4}, {"optimizer": "sgd"}, "OPML Table II",
      "a, b, r, rho and epochs are lost: spmlkit defaults"),
+    # CRISP: 10 epochs, batch from {8, 16}, lr and weight decay from {1e-2, 1e-3, 1e-4, 1e-5} chosen on
+    # validation, δ = τ = 0.01 (its Appendix A.6); which grid values won is unpublished
+    ("crisp", {d: {"delta": 0.01, "tau": 0.01} for d in _D4}, {"epochs": 10}, "CRISP Table 1",
+     "delta = tau = 0.01 as published; the lr, weight decay and batch it chose per dataset on validation are "
+     "unpublished: the base protocol's lr and batch (both inside its grid) and weight decay 0 (its grid has none)"),
     # PU-MLC's COCO list is every train2014 image in JSON order (docs/protocol.md, "MS-COCO 2014"), and it
     # trains on the whole official train list (no validation split; docs/protocol.md, "Known-label ratio")
+    ("smile", {d: {} for d in _D4}, {}, "GR Table 2", _SMILE_IMAGE_NOTES),
     ("pu_mlc", {"voc2007": {"gamma": 0.85, "alpha": 2.0},
                 "coco2014": {"gamma": 0.55, "alpha": 1.0, "backbone": "torchvision:resnet101", "batch_size": 35,
                              "lr": 1e-4, "epochs": 41, "observation": "ratio=0.1", "dataset_variant": "pu_mlc"}},
@@ -205,6 +235,10 @@ def _build() -> dict[str, Preset]:
         cfg = {**DATASET_DEFAULTS["yeast"], "dataset": "yeast", "method": method, "hparams": dict(hparams)}
         presets[f"{method}/yeast"] = Preset(f"{method}/yeast", method, "yeast", cfg, "spmlkit (chosen on validation)",
                                             "tuned by benchmarks/tune_yeast.py on validation mAP")
+    for dataset, hparams in SMILE_TABULAR_HPARAMS.items():
+        cfg = {**FEATURE_DEFAULTS, "dataset": dataset, "method": "smile", "hparams": dict(hparams)}
+        notes = _SMILE_TABULAR_NOTES.format(dataset=dataset, extra=_SMILE_TABULAR_EXTRA.get(dataset, ""))
+        presets[f"smile/{dataset}"] = Preset(f"smile/{dataset}", "smile", dataset, cfg, "SMILE code README", notes)
     # PU-MLC as its official code trains it; pu_mlc/<dataset> stays spmlkit's simpler recipe (everything trains,
     # BatchNorm in training mode, constant lr, no EMA, resize without crops)
     for dataset, values in _PU_MLC_OFFICIAL.items():
@@ -253,20 +287,64 @@ def get_preset(name: str) -> Preset:
 
 def dataset_defaults(dataset: str) -> dict[str, Any]:
     """The defaults of a dataset: its table entry, the feature defaults for any other feature
-    dataset (an ``extract`` folder), nothing for an unknown name (the run will say what is wrong)."""
+    dataset (a feature folder; one of a user's own observed labels also defaults to them,
+    :data:`OWN_LABELS`), nothing for an unknown name (the run will say what is wrong)."""
     if dataset in DATASET_DEFAULTS:
         return dict(DATASET_DEFAULTS[dataset])
     from ..data import registry
 
-    return dict(FEATURE_DEFAULTS) if registry.is_feature_dataset(dataset) else {}
+    if not registry.is_feature_dataset(dataset):
+        return {}
+    own = registry.resolve_dataset(dataset).labels == "observed"
+    return {**FEATURE_DEFAULTS, **(OWN_LABELS if own else {})}
+
+
+def _defaults_of(dataset: str) -> dict[str, Any]:
+    """:func:`dataset_defaults` of a dataset argument, a folder written by ``spmlkit prepare`` included."""
+    name = prepared_identity(dataset)[0] if _is_prepared_folder(dataset) else dataset
+    return dataset_defaults(name)
 
 
 def default_val_variant(dataset: str) -> str:
     """The validation labels a dataset selects on when nobody says: ``clean`` where full labels
-    exist, ``observed`` for users' own data (a name ``folder``/``csv`` or a folder they prepared),
-    which brings only the labels it has (docs/protocol.md, "Your own data")."""
-    name = prepared_identity(dataset)[0] if _is_prepared_folder(dataset) else dataset
-    return dataset_defaults(name).get("val_variant", "clean")
+    exist, ``observed`` for users' own data (a name ``folder``/``csv``, a folder they prepared or
+    a feature folder of their own labels), which brings only the labels it has (docs/protocol.md,
+    "Your own data")."""
+    return _defaults_of(dataset).get("val_variant", "clean")
+
+
+def default_observation(dataset: str) -> str:
+    """The observation a dataset trains under when nobody says: ``given`` (its own labels) for a
+    user's data, else the dataset's own default (``single_positive``, PU-MLC's ``ratio=0.1`` for
+    VOC 2007), as ``spmlkit train`` resolves it."""
+    return _defaults_of(dataset).get("observation", DataConfig.observation)
+
+
+#: ``hparams_from`` meaning: each method's recipe defaults, no preset's hyperparameters
+RECIPE_DEFAULTS = "defaults"
+
+
+def preset_sources() -> tuple[str, ...]:
+    """The data sets some preset was tuned on, in ``spmlkit presets`` order: the values
+    ``hparams_from`` takes besides :data:`RECIPE_DEFAULTS`."""
+    return tuple(dict.fromkeys(p.dataset for p in list_presets() if p.name == f"{p.method}/{p.dataset}"))
+
+
+def check_hparams_from(source: str | None) -> None:
+    """Refuse an ``hparams_from`` that names neither the recipe defaults nor a data set with presets."""
+    if source is not None and source != RECIPE_DEFAULTS and source not in preset_sources():
+        raise ValueError(f"--hparams-from {source!r}: no preset was tuned on {source!r}; give {RECIPE_DEFAULTS} "
+                         f"(each method's recipe defaults) or one of {', '.join(preset_sources())}")
+
+
+def hparams_preset(method: str, dataset: str, hparams_from: str | None) -> Preset | None:
+    """The preset whose hyperparameters a run of ``method`` on ``dataset`` takes: with
+    ``hparams_from`` None the (method, dataset) preset when one exists (what ``train`` does);
+    :data:`RECIPE_DEFAULTS` none; a data set's name that data set's preset of the method, on
+    whatever data set the run trains (docs/leaderboard.md, "One source of hyperparameters")."""
+    if hparams_from == RECIPE_DEFAULTS:
+        return None
+    return PRESETS.get(f"{method}/{dataset if hparams_from is None else hparams_from}")
 
 
 def resolve_config(
@@ -276,6 +354,7 @@ def resolve_config(
     file_values: dict[str, Any] | None = None,
     file_name: str = "config file",
     resume_values: dict[str, Any] | None = None,
+    hparams_from: str | None = None,
 ) -> RunConfig:
     """The one way every entry point builds a run's configuration. Later layers win:
 
@@ -283,7 +362,10 @@ def resolve_config(
     2. the dataset's defaults (:func:`dataset_defaults`);
     3. the preset: the one named, or else the (method, dataset) preset when one exists, so
        ``--dataset yeast --method em_apl`` trains with the same hyperparameters as the
-       benchmark's row;
+       benchmark's row. ``hparams_from`` changes the second case (a benchmark across data
+       sets, where every method's hyperparameters come from one source): ``"defaults"``
+       applies no preset, a data set's name applies only the *hyperparameters* of the
+       method's preset on that data set (:func:`hparams_preset`);
     4. a config file (or a sweep's ``settings``);
     5. ``values``: options given explicitly (the command line, a sweep's grid point);
     6. ``resume_values``: the saved configuration of the run being resumed (``--resume``), for
@@ -291,11 +373,19 @@ def resolve_config(
        option. A typed option that disagrees with it is refused by the run folder, never dropped.
 
     Every layer may name its settings flat or in sections (:mod:`~spmlkit.training.config`);
-    ``hparams`` merge key by key across layers.
+    ``hparams`` merge key by key across layers, and so do ``plugins``, which are loaded before
+    anything is looked up (a plug-in's dataset has feature defaults, its method may have a preset;
+    docs/plugins.md), whichever process builds the configuration.
     """
+    from ..plugins import load_plugins
+
     values = flat_settings(dict(values or {}), where="options")
     file_values = flat_settings(dict(file_values or {}), where=file_name)
     resume_values = saved_settings(dict(resume_values or {}))
+    plugins: list[str] = []
+    for where, layer in (("options", values), (file_name, file_values), ("the run being resumed", resume_values)):
+        plugins = merged_plugins(plugins, layer.get("plugins"), where=where)
+    load_plugins(plugins)
     named = get_preset(preset) if preset else None
     dataset = values.get("dataset") or file_values.get("dataset") or (named.dataset if named else None)
     prepared = values.get("prepared") or file_values.get("prepared")
@@ -309,11 +399,17 @@ def resolve_config(
     dataset = dataset or resume_values.get("dataset") or DataConfig.dataset
     method = values.get("method") or file_values.get("method") or (named.method if named and named.method else None) \
         or resume_values.get("method") or MethodConfig.name
-    if named is None and f"{method}/{dataset}" in PRESETS:
-        named = PRESETS[f"{method}/{dataset}"]
+    check_hparams_from(hparams_from)
+    source = None
+    if named is None and hparams_from is None:
+        named = PRESETS.get(f"{method}/{dataset}")
+    elif named is None:
+        source = hparams_preset(method, dataset, hparams_from)
     layers = [("dataset defaults", dataset_defaults(dataset))]
     if named is not None:
         layers.append((f"preset {named.name}", named.config))
+    if source is not None:
+        layers.append((f"the hyperparameters of preset {source.name}", {"hparams": source.config["hparams"]}))
     if file_values:
         layers.append((file_name, file_values))
     layers.append(("options", {**values, "dataset": dataset, "method": method}))
@@ -321,6 +417,8 @@ def resolve_config(
         # the run being resumed decides what it computes; where it is written and how it is fed stay
         # the user's. What the user chose explicitly must agree with it: used or refused, never dropped
         kept = {k: v for k, v in resume_values.items() if k in RunConfig().flat() and k not in RESUME_FREE}
+        if resume_values.get("plugins"):  # its plug-ins load again (the user's are added to them)
+            kept["plugins"] = resume_values["plugins"]
         chosen = {**(named.config if preset else {}), **file_values, **values}
         _check_agrees_with_resumed(chosen, kept)
         layers.append(("the run being resumed", kept))
@@ -334,7 +432,7 @@ def _check_agrees_with_resumed(chosen: dict[str, Any], saved: dict[str, Any]) ->
     """Refuse explicitly chosen settings that differ from the run being resumed, naming each."""
     differ = []
     for key, value in chosen.items():
-        if key not in saved:
+        if key not in saved or key == "plugins":  # plug-ins add up (resolve_config)
             continue
         if key == "hparams":
             differ += [f"hparam {k}={v!r} (the run has {saved['hparams'].get(k)!r})" for k, v in (value or {}).items()

@@ -29,7 +29,8 @@ import pandas as pd
 
 from .published import DATASET_LABELS, METHOD_LABELS, display_name, published_rows
 
-__all__ = ["paper_table", "select_and_aggregate", "to_csv", "to_latex", "to_markdown"]
+__all__ = ["paper_table", "select_and_aggregate", "to_csv", "to_latex", "to_markdown", "gap_denominator",
+           "format_gap", "GAP_FORMULA", "GAP_NOISE_SE"]
 
 _MISSING = "–"  # en dash for cells without a number, as in the papers
 
@@ -50,6 +51,12 @@ def _canon(value: Any) -> Any:
     return value
 
 
+def _number(value: Any) -> float:
+    """A metric of a record as a float: a number that does not exist (a run without a labelled test
+    list; the store keeps NaN as null) is NaN, shown as a missing cell."""
+    return math.nan if value is None else float(value)
+
+
 def _order_key(column: str, value: Any) -> tuple:
     """Canonical sort key: datasets and methods in the papers' order, others alphabetical."""
     table = {"dataset": DATASET_LABELS, "method": METHOD_LABELS}.get(column)
@@ -68,7 +75,7 @@ def select_and_aggregate(
     df: pd.DataFrame,
     *,
     by: Sequence[str] = ("dataset", "observation", "method"),
-    config_keys: Sequence[str] = ("lr", "batch_size", "hparams"),
+    config_keys: Sequence[str] = ("lr", "batch_size", "hparams", "hparams_from", "plugin_code"),
     metric: str = "test_map",
     select_on: str = "val_map",
     scale: float = 100.0,
@@ -94,7 +101,11 @@ def select_and_aggregate(
     Args:
         df: one row per run (``ResultsStore.to_dataframe()``).
         by: grouping columns; one output row per group.
-        config_keys: columns that define a configuration (absent ones are ignored).
+        config_keys: columns that define a configuration (absent ones are ignored). ``hparams_from``
+            tells a run that took its data set's preset from one of equal ``hparams`` that did not
+            (docs/leaderboard.md, "One source of hyperparameters"); ``plugin_code`` (a plug-in
+            method's code, docs/plugins.md) keeps runs of two versions of a user's file apart: they
+            are two configurations, never averaged together.
         metric: reported column (``test_map`` or e.g. ``test.CF1@0.5``), a fraction.
         select_on: selection column, a fraction; larger is better.
         scale: factor applied to ``metric`` and ``select_on`` (100: percent).
@@ -122,13 +133,13 @@ def select_and_aggregate(
 
         def score(item: tuple[str, list[dict[str, Any]]]) -> tuple:
             ckey, runs = item
-            vals = np.array([float(r[select_on]) for r in runs])
+            vals = np.array([_number(r[select_on]) for r in runs])
             mean = -math.inf if np.isnan(vals).any() else float(vals.mean())
             return (-mean, -len(runs), ckey)
 
         ckey, runs = min(configs.items(), key=score)
-        x = np.array([float(r[metric]) for r in runs]) * scale
-        v = np.array([float(r[select_on]) for r in runs]) * scale
+        x = np.array([_number(r[metric]) for r in runs]) * scale
+        v = np.array([_number(r[select_on]) for r in runs]) * scale
         row: dict[str, Any] = dict(zip(by, gkey))
         for k in keys:
             row[k] = runs[0][k]
@@ -152,6 +163,40 @@ def select_and_aggregate(
 
 
 # --------------------------------------------------------------------------- table
+
+
+#: the gap-closed formula, as tables print it under themselves
+GAP_FORMULA = "gap closed = (method − AN) / (full BCE − AN), in percent"
+#: BCE − AN must exceed this many standard errors of the difference before a share of it is printed
+GAP_NOISE_SE = 2.0
+
+
+def gap_denominator(bce: tuple[float, float, int], an: tuple[float, float, int]) -> tuple[float | None, str]:
+    """BCE − AN in points when a share of it means something, else None, and the sentence that says why not.
+
+    ``bce`` and ``an`` are (mean, population std, seeds) of the two references' test mAP in
+    points. "Gap closed" divides by BCE − AN; where that difference is no larger than the noise
+    of the two means, the quotient is noise: on scene the two differ by 0.74 points with a
+    standard error of 0.55, and a method 10 points below AN read −1440 %. So the share is given
+    only where BCE − AN exceeds :data:`GAP_NOISE_SE` standard errors of the difference,
+    ``sqrt(s_bce² / n_bce + s_an² / n_an)`` with ``s`` the sample standard deviation over seeds
+    (docs/leaderboard.md, "Gap closed").
+    """
+    (b, b_std, b_n), (a, a_std, a_n) = bce, an
+    diff = b - a
+    if not (math.isfinite(b) and math.isfinite(a)):
+        return None, "BCE or AN has no test mAP"
+    if min(b_n, a_n) < 2:
+        return None, (f"BCE − AN = {diff:+.2f} points from a single seed, with no spread over seeds to tell it from "
+                      "noise (the default seeds 0,1,2 give one)")
+    sample = [std * math.sqrt(n / (n - 1)) for std, n in ((b_std, b_n), (a_std, a_n))]
+    noise = GAP_NOISE_SE * math.sqrt(sample[0] ** 2 / b_n + sample[1] ** 2 / a_n)
+    if diff < -noise:
+        return None, f"BCE − AN = {diff:+.2f} points: full labels score below AN here, so there is no gap to close"
+    if diff <= noise:
+        return None, (f"BCE − AN = {diff:+.2f} points is within noise ({GAP_NOISE_SE:g} standard errors of the "
+                      f"difference over the seeds: {noise:.2f} points), so a share of it would be noise")
+    return diff, ""
 
 
 def _fmt(mean: float, std: float | None, decimals: int) -> str:
@@ -193,13 +238,16 @@ def paper_table(
         gap_closed: when rows are methods, add after every column that has both a ``bce``
             (full labels) and an ``an`` cell the column ``"<col> gap closed"`` =
             (method − AN) / (BCE − AN) in percent: the share of the accuracy lost to missing
-            labels that a method recovers.
+            labels that a method recovers; not where BCE − AN is within noise
+            (:func:`gap_denominator`), which ``attrs["notes"]`` then says.
         exclude_from_best: row keys that are never marked best.
         pretty: show the papers' labels (``EM+APL``, ``VOC``) instead of spmlkit names.
 
     Returns:
         a DataFrame of strings; ``attrs["bold"]`` lists the best cells, ``attrs["means"]``
-        maps (row, column) labels to the unrounded means.
+        maps (row, column) labels to the unrounded means, ``attrs["notes"]`` holds the
+        sentences a reader needs under the table (the gap formula, a gap left out and why,
+        cells from one seed).
     """
     _check_table_input(agg, rows, cols, decimals)
     row_keys = _ordered_keys(agg, rows)
@@ -211,6 +259,8 @@ def paper_table(
     data: dict[str, list[str]] = {}
     bold: list[tuple[str, str]] = []
     means: dict[tuple[str, str], float] = {}
+    notes: list[str] = []
+    gap_shown = False
     for ck in col_keys:
         cl = _col_label(cols, ck, pretty)
         present = {rk: cell[(rk, ck)] for rk in row_keys if (rk, ck) in cell}
@@ -220,11 +270,26 @@ def paper_table(
         if reference is not None:
             data[f"{cl} ({reference})"], data[f"{cl} Δ"] = _reference_columns(present, row_keys, reference, decimals)
         if with_gap and "bce" in present and "an" in present:
-            data[f"{cl} gap closed"] = [_gap(present, rk) for rk in row_keys]
+            denominator, why = gap_denominator(*(_summary(present[k]) for k in ("bce", "an")))
+            if denominator is None:
+                notes.append(f"{cl}: no gap-closed column: {why}.")
+            else:
+                data[f"{cl} gap closed"] = [_gap(present, rk, denominator) for rk in row_keys]
+                gap_shown = True
+    if gap_shown:
+        notes.insert(0, GAP_FORMULA + ".")
+    if any(int(r.get("n_seeds", 2)) < 2 for r in cell.values()):
+        notes.append("Cells without ± come from one seed, which gives no standard deviation.")
     table = pd.DataFrame(data, index=pd.Index([row_labels[rk] for rk in row_keys], name=rows))
     table.attrs["bold"] = bold
     table.attrs["means"] = means
+    table.attrs["notes"] = notes
     return table
+
+
+def _summary(row: dict[str, Any]) -> tuple[float, float, int]:
+    """(mean, population std, seeds) of an agg row, for :func:`gap_denominator`."""
+    return float(row["mean"]), float(row["std"]), int(row.get("n_seeds", 1))
 
 
 def _check_table_input(agg: pd.DataFrame, rows: str, cols: str, decimals: int) -> None:
@@ -260,8 +325,10 @@ def _col_label(cols: str, key: Any, pretty: bool) -> str:
 
 
 def _mean_std_column(present: dict[Any, dict[str, Any]], row_keys: Sequence[Any], decimals: int) -> list[str]:
-    """One table column: ``"mean ± std"`` for the rows present in it, ``–`` for the others."""
-    return [_fmt(present[rk]["mean"], present[rk]["std"], decimals) if rk in present else _MISSING
+    """One table column: ``"mean ± std"`` for the rows present in it, ``–`` for the others; the
+    mean alone where one seed gave it (a spread of one value is no standard deviation)."""
+    return [_fmt(present[rk]["mean"], present[rk]["std"] if int(present[rk].get("n_seeds", 2)) > 1 else None,
+                 decimals) if rk in present else _MISSING
             for rk in row_keys]
 
 
@@ -303,14 +370,20 @@ def _reference(row: dict[str, Any], reference: str) -> Any:
     return hits[0] if hits else None
 
 
-def _gap(present: dict[Any, dict[str, Any]], rk: Any) -> str:
-    """(method − AN) / (BCE − AN) in percent, formatted; empty when undefined."""
-    if rk not in present or "bce" not in present or "an" not in present:
+def _gap(present: dict[Any, dict[str, Any]], rk: Any, denominator: float) -> str:
+    """(method − AN) / (BCE − AN) in percent, formatted; ``–`` for a row without a number.
+    ``denominator`` is BCE − AN as :func:`gap_denominator` accepted it."""
+    if rk not in present:
         return _MISSING
-    bce, an, m = (float(present[k]["mean"]) for k in ("bce", "an", rk))
-    if math.isclose(bce, an) or not all(map(math.isfinite, (bce, an, m))):
+    m, an = float(present[rk]["mean"]), float(present["an"]["mean"])
+    if not math.isfinite(m):
         return _MISSING
-    return f"{100.0 * (m - an) / (bce - an):+.0f}%"
+    return format_gap((m - an) / denominator)
+
+
+def format_gap(fraction: float) -> str:
+    """A gap closed as a signed whole percentage; a share that rounds to zero reads +0%, never -0%."""
+    return f"{round(100.0 * fraction) + 0:+d}%"
 
 
 # --------------------------------------------------------------------------- writers

@@ -24,13 +24,16 @@ def write_tables(ok: pd.DataFrame, out: Path, *, metric: str = "test_map", refer
     for observation, part in agg.groupby("observation", sort=True):
         table = report.paper_table(part, reference=reference)
         stem = out / (f"table_{_slug(observation)}" if several else "table")
-        title = f"{metric} (%), mean ± std over seeds, configuration selected on validation mAP; {observation}"
-        writers = {"md": lambda t: f"**{title}**\n\n" + report.to_markdown(t),
+        runs = ok[ok["observation"] == observation]
+        title = (f"{metric} (%){_test_labels(runs, metric)}, mean ± std over seeds, configuration selected on "
+                 f"validation mAP ({_val_labels(runs)}); {observation}")
+        markdown = report.to_markdown(table) + "".join(f"\n{note}\n" for note in table.attrs["notes"])
+        writers = {"md": lambda t: f"**{title}**\n\n" + markdown,
                    "tex": lambda t: report.to_latex(t, caption=title),
                    "csv": report.to_csv}
         for fmt in formats:
             written.append(atomic_write_text(stem.with_suffix(f".{fmt}"), writers[fmt](table)))
-        shown.append((title, report.to_markdown(table)))
+        shown.append((title, markdown))
     selected = agg.drop(columns=["run_ids"], errors="ignore").to_csv(index=False)
     written.append(atomic_write_text(out / "selected_configs.csv", selected))
     thresholds = report.threshold_table(ok)
@@ -41,6 +44,24 @@ def write_tables(ok: pd.DataFrame, out: Path, *, metric: str = "test_map", refer
         written.append(atomic_write_text(
             out / "thresholds.md", "**F1 (%) at fixed thresholds and at thresholds selected on validation**\n\n" + md))
     return written, shown
+
+
+def _val_labels(runs: pd.DataFrame) -> str:
+    """Which labels the runs' validation mAP is on (their records say; older records, their config)."""
+    if "val_map_labels" in runs.columns and runs["val_map_labels"].notna().any():
+        held = set(runs["val_map_labels"].dropna())
+    else:
+        held = {"full" if (c or {}).get("val_variant", "clean") == "clean" else "observed" for c in runs["config"]}
+    return " and ".join(f"{labels} labels" for labels in sorted(held))
+
+
+def _test_labels(runs: pd.DataFrame, metric: str) -> str:
+    """Where the tabulated test numbers come from: the test lists' full labels, or none at all."""
+    if not metric.startswith("test"):
+        return ""
+    if not runs[metric].notna().any():
+        return " (no labelled test list: no number on full labels)"
+    return " on the test lists' full labels"
 
 
 def _slug(text: str) -> str:

@@ -1,23 +1,41 @@
-"""Between-epoch label-state algorithms (APL, LL-Cp, OPML correction, SPLC)."""
+"""Between-epoch label-state algorithms (APL, LL-Cp, OPML correction, SPLC) and CRISP's class-prior estimation."""
 
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Callable
 
-from ..names import Registry
+from ..names import REGISTRY, Registry, origin_of
 from ..signatures import init_defaults
 from .apl import APL
 from .base import LabelingAlgorithm
+from .class_prior import ClassPriorEstimation
 from .opml_correction import OPMLCorrection
 
-__all__ = ["ALGORITHMS", "APL", "LabelingAlgorithm", "OPMLCorrection", "create", "hyperparameters"]
+__all__ = ["ALGORITHMS", "APL", "ClassPriorEstimation", "LabelingAlgorithm", "OPMLCorrection", "create",
+           "hyperparameters", "register"]
 
-#: between-epoch algorithms by the name method recipes use (spmlkit.methods); the same kind of
-#: registry as the losses' and the datasets' (spmlkit.names)
-ALGORITHMS: Registry[type[LabelingAlgorithm]] = Registry("labeling algorithm")
-ALGORITHMS.register("apl", APL)
-ALGORITHMS.register("opml_correction", OPMLCorrection)
+#: between-epoch algorithms by the name method recipes use (spmlkit.methods); the labeling family
+#: of the one registry (spmlkit.names)
+ALGORITHMS: Registry[type[LabelingAlgorithm]] = REGISTRY.labeling
+
+
+def register(name: str) -> Callable[[type[LabelingAlgorithm]], type[LabelingAlgorithm]]:
+    """Class decorator adding a :class:`LabelingAlgorithm` under ``name``, for spmlkit's algorithms
+    and a user's alike (docs/plugins.md); a recipe names it as its ``labeling``."""
+
+    def decorate(cls: type[LabelingAlgorithm]) -> type[LabelingAlgorithm]:
+        if not (isinstance(cls, type) and issubclass(cls, LabelingAlgorithm)):
+            raise TypeError(f"labeling algorithm {name!r} must be a subclass of spmlkit.labeling.LabelingAlgorithm, "
+                            f"got {cls!r}")
+        return ALGORITHMS.register(name, cls, origin=origin_of(cls.__module__))
+
+    return decorate
+
+
+register("apl")(APL)
+register("opml_correction")(OPMLCorrection)
+register("class_prior")(ClassPriorEstimation)
 
 
 def hyperparameters(name: str) -> dict[str, Any]:

@@ -44,9 +44,17 @@ class LabelingAlgorithm(ABC):
     #: True if :meth:`step` wants the per-class AP of the training predictions against the
     #: observed positives (the trainer computes it once and shares it with the loss)
     needs_class_ap: ClassVar[bool] = False
+    #: True if the algorithm estimates each class's prior (:meth:`class_prior`), which the trainer
+    #: hands to a loss that ``needs_class_prior`` after every round (CRISP)
+    provides_class_prior: ClassVar[bool] = False
 
     def initialize(self, state: LabelState) -> None:
         """Read what the algorithm needs from the label state before training. No-op by default."""
+
+    def class_prior(self) -> torch.Tensor | None:
+        """The latest estimate of each class's prior ``[C]`` (``provides_class_prior`` only; None
+        before the first round and for every other algorithm)."""
+        return None
 
     @abstractmethod
     def is_active(self, epoch: int) -> bool:

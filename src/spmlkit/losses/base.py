@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ..labels import PseudoLabels
-from ..names import Registry
+from ..names import REGISTRY, Registry, origin_of
 from ..signatures import init_defaults
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "bc_mean",
     "check_number",
     "check_reduction",
+    "make_room",
 ]
 
 #: every value of ``reduction``, in PyTorch's spelling
@@ -107,6 +108,10 @@ class SPMLLoss(nn.Module):
     corrects_labels: ClassVar[bool] = False
     #: True for losses that need the per-class training AP once per epoch (soft OPML)
     needs_class_ap: ClassVar[bool] = False
+    #: True for losses that need each class's estimated prior once per epoch (CRISP): the method's
+    #: label algorithm estimates it (``provides_class_prior``) and the trainer passes it to
+    #: :meth:`set_class_prior`
+    needs_class_prior: ClassVar[bool] = False
     #: constructor arguments that describe the data rather than the method; the trainer fills
     #: them, and they are never listed as hyperparameters
     data_arguments: ClassVar[tuple[str, ...]] = ()
@@ -151,6 +156,9 @@ class SPMLLoss(nn.Module):
 
     def set_class_ap(self, ap: Tensor) -> None:
         """Receive the per-class training AP ``[C]`` (``needs_class_ap`` only). No-op by default."""
+
+    def set_class_prior(self, prior: Tensor) -> None:
+        """Receive each class's estimated prior ``[C]`` (``needs_class_prior`` only). No-op by default."""
 
     def extra_state(self) -> dict[str, Any]:
         """Non-parameter state that must survive a checkpoint (none by default).
@@ -212,6 +220,15 @@ class SPMLLoss(nn.Module):
     def extra_repr(self) -> str:
         params = hyperparameters(self.name) if self.name in _REGISTRY else {}
         return ", ".join(f"{k}={getattr(self, k, v)!r}" for k, v in params.items())
+
+
+def make_room(module: nn.Module, state_dict: dict[str, Any], prefix: str, name: str) -> None:
+    """Give buffer ``name``, registered as None until training sets it (soft OPML's class AP, CRISP's
+    priors), the shape a checkpoint holds for it, so that a fresh module's ``load_state_dict`` fills it
+    rather than refusing the key. Called first in such a loss's ``_load_from_state_dict``."""
+    key = prefix + name
+    if key in state_dict and getattr(module, name) is None:
+        setattr(module, name, torch.empty_like(state_dict[key]))
 
 
 def check_reduction(where: str, reduction: Any, allowed: tuple[str, ...] = REDUCTIONS) -> str:
@@ -304,13 +321,21 @@ def bc_mean(elementwise: torch.Tensor) -> torch.Tensor:
 class _Entry:
     cls: type
     description: str
+    #: whether the loss is also a method of its name (:mod:`spmlkit.methods` makes the recipe)
+    method: bool = True
 
 
-_REGISTRY: Registry[_Entry] = Registry("loss")
+_REGISTRY: Registry[_Entry] = REGISTRY.loss
 
 
-def register(name: str, description: str) -> Callable[[type], type]:
-    """Class decorator adding a loss to the registry under ``name``."""
+def register(name: str, description: str, *, method: bool = True) -> Callable[[type], type]:
+    """Class decorator adding a loss to the registry under ``name``.
+
+    The same decorator registers spmlkit's losses and a user's (docs/plugins.md). A loss is
+    also a method of the same name, trained on the observed labels with nothing around it,
+    unless ``method=False``: a loss that is only a part of other recipes (the high-rank
+    regulariser), or one whose recipe its author registers with :func:`spmlkit.methods.register`.
+    """
 
     def decorate(cls: type) -> type:
         # a data argument the constructor does not take could never be filled: fail at import
@@ -318,7 +343,8 @@ def register(name: str, description: str) -> Callable[[type], type]:
         if missing:
             raise RuntimeError(f"loss {name!r} declares data arguments {missing} that __init__ does not take")
         cls.name = name
-        _REGISTRY.register(name, _Entry(cls, description))  # a name registered twice fails here, at import
+        # a name registered twice fails here, at import
+        _REGISTRY.register(name, _Entry(cls, description, method), origin=origin_of(cls.__module__))
         return cls
 
     return decorate

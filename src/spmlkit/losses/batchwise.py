@@ -164,7 +164,8 @@ def high_rank_regularizer(
     return (-scale * logdet).to(logits.dtype)
 
 
-@register("highrank", "high-rank regulariser -(λ/C)·logdet(PᵀP/B + δI); add it to another loss")
+@register("highrank", "high-rank regulariser -(λ/C)·logdet(PᵀP/B + δI); add it to another loss",
+          method=False)  # a part of opml_sp, never trained on its own
 class HighRankRegularizer(SPMLLoss):
     """The high-rank regulariser of OPML-SP as a registered term (docs/methods.md, "highrank").
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .base import LossContext, LossOptions, SPMLLoss, check_number, register
+from .base import LossContext, LossOptions, SPMLLoss, check_number, make_room, register
 
 __all__ = ["opml_loss", "soft_opml_loss", "ZLPRLoss", "OPMLLoss", "SoftOPMLLoss"]
 
@@ -207,7 +207,8 @@ class OPMLLoss(SPMLLoss):
         return self._reduce_rows(opml_loss(logits, labels, a=self.a, b=self.b))
 
 
-@register("opml_soft", "soft OPML: unobserved labels smoothed towards positive by AP_c^r * sg(p)")
+@register("opml_soft", "soft OPML: unobserved labels smoothed towards positive by AP_c^r * sg(p)",
+          method=False)  # trained by the opml_sp recipe, with its correction
 class SoftOPMLLoss(OPMLLoss):
     """Soft OPML with AP-adaptive label smoothing (docs/methods.md, "opml_soft": our definition).
 
@@ -296,10 +297,6 @@ class SoftOPMLLoss(OPMLLoss):
         return self._reduce_rows(soft_opml_loss(logits, labels, eps, a=self.a, b=self.b))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[no-untyped-def]
-        # a checkpoint taken after set_class_ap holds the buffer; make room for it so a
-        # fresh module resumes with the same smoothing
-        key = prefix + "class_ap"
-        if key in state_dict and self.class_ap is None:
-            self.class_ap = torch.empty_like(state_dict[key])
+        make_room(self, state_dict, prefix, "class_ap")  # a checkpoint taken after set_class_ap: same smoothing
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self._set_trust()

@@ -95,6 +95,10 @@ class MethodComponents:
         label estimator, soft OPML's class AP) are what R runs stack for a batched step."""
         return nn.ModuleList([self.loss, *self.regularizers])
 
+    def class_prior(self) -> torch.Tensor | None:
+        """The label algorithm's latest estimate of each class's prior (CRISP), None for the others."""
+        return None if self.algorithm is None else self.algorithm.class_prior()
+
     def param_groups(self, lr: float) -> list[dict[str, Any]]:
         """Extra optimiser groups owned by the method (ROLE's label estimator)."""
         groups = list(self.loss.param_groups(lr))
@@ -163,7 +167,8 @@ class MethodComponents:
         return lam * norm
 
     def after_epoch(self, probs: torch.Tensor, state: LabelState, epoch: int) -> dict[str, float]:
-        """Run the label-state algorithm on the whole-training-set predictions."""
+        """Run the label-state algorithm on the whole-training-set predictions; a loss that
+        ``needs_class_prior`` then gets the algorithm's new estimate."""
         record: dict[str, float] = {}
         class_ap = None
         if self.needs_class_ap:
@@ -175,6 +180,9 @@ class MethodComponents:
         if self.algorithm is not None:
             stats = self.algorithm.step(probs, state, epoch, class_ap=class_ap) or {}
             record.update({f"labeling_{k}": float(v) for k, v in stats.items() if np.isscalar(v)})
+            prior = self.algorithm.class_prior()
+            if self.loss.needs_class_prior and prior is not None:
+                self.loss.set_class_prior(prior)
         return record
 
     # ---------------------------------------------------------------- checkpoints
@@ -200,6 +208,7 @@ def build_components(
     expected_num_pos: float,
     epochs: int,
     seed: int,
+    features: Callable[[], torch.Tensor] | None = None,
 ) -> MethodComponents:
     """Instantiate the loss, regularisers and label algorithm of a resolved method.
 
@@ -207,26 +216,39 @@ def build_components(
     from the run; hyperparameters come from the recipe and the user; run arguments of the
     label algorithm (APL's total epochs) come from the run. Nothing else is filled in.
     Input checks run once, on the label matrix, so the losses skip their per-step checks.
+    ``features`` gives the training rows' features in index order (SMILE's graph): called only
+    when a loss asks for them, since for an image run it is a pass over the training images.
     """
     m = resolved.method
+
+    def training_features() -> torch.Tensor:
+        if features is None:
+            raise ValueError(f"method {m.name!r} needs the training rows' features, and this run gives none")
+        return features()
+
     context = {"num_train": num_train, "num_classes": num_classes, "observed": observed,
-               "expected_num_pos": expected_num_pos, "seed": seed}
+               "expected_num_pos": expected_num_pos, "seed": seed, "features": training_features}
     loss_kwargs = dict(resolved.loss_kwargs)
     for key in (*losses.data_arguments(m.loss), *m.data_defaults):
-        loss_kwargs.setdefault(key, context[key])
+        if key not in loss_kwargs:
+            loss_kwargs[key] = context[key]() if key == "features" else context[key]
     loss = losses.create(m.loss, **loss_kwargs, validate_args=False)
     regs = []
     for name, kwargs in m.regularizers:
         kw = dict(kwargs)
         if name == "highrank" and "highrank_lam" in resolved.knobs:
             kw["lam"] = resolved.knobs["highrank_lam"]
-        kw.update({k: context[k] for k in losses.data_arguments(name) if k not in kw})
+        kw.update({k: context[k]() if k == "features" else context[k] for k in losses.data_arguments(name)
+                   if k not in kw})
         regs.append(losses.create(name, **kw, validate_args=False))
     algorithm = None
     if m.labeling is not None:
         run_args = {"num_epochs": epochs}
         kw = {k: run_args[k] for k in labeling.ALGORITHMS[m.labeling].run_arguments}
         algorithm = labeling.create(m.labeling, **resolved.labeling_kwargs, **kw)
+    if loss.needs_class_prior and (algorithm is None or not algorithm.provides_class_prior):
+        raise ValueError(f"method {m.name!r}: loss {m.loss!r} needs class priors, but its label algorithm "
+                         f"{m.labeling!r} does not estimate them; name one that does (e.g. 'class_prior')")
     penalty = None
     if m.weight_penalty is not None:
         kind, lam = m.weight_penalty

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["RunConfig", "DataConfig", "ModelConfig", "MethodConfig", "OptimisationConfig", "ScheduleConfig",
-           "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "config_from_dict",
-           "flat_settings", "load_config_file", "saved_settings", "save_config"]
+           "RecipeConfig", "MachineConfig", "OutputConfig", "RESUME_FREE", "SECTIONS", "applies_to", "config_from_dict",
+           "default_setting", "flat_settings", "load_config_file", "merged_plugins", "saved_settings", "save_config"]
 
 
 def _images(default: Any = None, *, factory: Any = None) -> Any:
@@ -107,10 +107,16 @@ class MethodConfig:
     #: process), "process" (each process's own slice, as PU-MLC's code) or None (the method's
     #: default); docs/architecture.md, "Distributed training"
     batch_statistics: str | None = None
+    #: the plug-ins (a .py file or a module name, docs/plugins.md) whose methods, losses or datasets the
+    #: run may name; loaded by whoever builds the configuration (experiments.presets.resolve_config), so a
+    #: resumed run, a sweep's worker and a Ray task load them again from here
+    plugins: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from ..methods import get_method
 
+        if not (isinstance(self.plugins, list) and all(isinstance(p, str) and p for p in self.plugins)):
+            raise ValueError(f"plugins must be a list of .py files or module names, got {self.plugins!r}")
         get_method(self.name)
         if not isinstance(self.hparams, dict):
             raise ValueError(f"hparams must be a mapping of NAME: VALUE, got {self.hparams!r}")
@@ -225,6 +231,7 @@ class RecipeConfig:
             raise ValueError(f"warmup_frac must be in (0, 1), got {self.warmup_frac!r}")
         for name in ("div_factor", "final_div_factor", "step_gamma"):
             _positive_number(name, getattr(self, name))
+        _schedule_stays_at_or_below_lr(self)
         _non_negative("min_lr", self.min_lr)
         for name in ("cycle_momentum", "freeze_bn", "drop_last", "lgconv_bias"):
             if not isinstance(getattr(self, name), bool):
@@ -388,6 +395,22 @@ class RunConfig:
             )
 
 
+def _schedule_stays_at_or_below_lr(recipe: RecipeConfig) -> None:
+    """The lr a run sets is the highest its schedule reaches (docs/protocol.md, "Runs that
+    diverge"): factors that would take it above (``div_factor: 1e-300`` starts a one-cycle at
+    lr x 1e300) cannot train and are refused before the run, not found after it diverged."""
+    if recipe.div_factor < 1:
+        raise ValueError(f"div_factor must be at least 1, got {recipe.div_factor!r}: the one-cycle schedule starts at "
+                         "lr / div_factor and rises to lr, the highest lr it reaches")
+    if recipe.div_factor * recipe.final_div_factor < 1:
+        raise ValueError(f"final_div_factor {recipe.final_div_factor!r} with div_factor {recipe.div_factor!r} would end "
+                         "the one-cycle schedule at lr / div_factor / final_div_factor, above lr, the highest lr it "
+                         "reaches; make their product at least 1")
+    if recipe.step_gamma > 1:
+        raise ValueError(f"step_gamma must be at most 1, got {recipe.step_gamma!r}: the step schedule multiplies the lr "
+                         "by it every step_epochs epochs, and lr is the highest lr it reaches")
+
+
 def _check_recipe(config: RunConfig) -> None:
     """The recipe's checks that involve other sections (docs/protocol.md, "Recipes")."""
     recipe = config.recipe
@@ -407,6 +430,14 @@ def _other_kind(kind: str) -> str:
 
 def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def default_setting(name: str) -> Any:
+    """A setting's default, by its flat name, read from its field: the value ``RunConfig().flat()[name]``
+    has, without building (and checking) a whole configuration, which imports the methods and so
+    torch. The command line's help prints these (docs/architecture.md, "Start-up time")."""
+    section, field_name = _FIELD_OF[name]
+    return _default(next(f for f in dataclasses.fields(SECTIONS[section]) if f.name == field_name))
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -431,8 +462,9 @@ def _non_negative(name: str, value: Any) -> None:
 
 #: settings that change no number: a resumed run may change them (where it is written, how it is
 #: logged, how the machine feeds it; workers draw no randomness, the order and flips come from the
-#: run's own generator)
-RESUME_FREE = ("out", "loggers", "num_workers", "eval_batch_size", "num_threads")
+#: run's own generator; where its plug-ins are loaded from: a resumed run loads its own and any the
+#: user adds, experiments.presets.resolve_config)
+RESUME_FREE = ("out", "loggers", "num_workers", "eval_batch_size", "num_threads", "plugins")
 
 
 def saved_settings(values: dict[str, Any]) -> dict[str, Any]:
@@ -475,6 +507,13 @@ def flat_settings(values: dict[str, Any], *, where: str = "config") -> dict[str,
     return flat
 
 
+def applies_to(setting: str) -> str | None:
+    """The one kind of run a flat setting applies to, ``"images"`` (``backbone``, ``image_size``, ...)
+    or ``"features"`` (``head``, ``standardize``, ...); None for a setting of every run."""
+    section, name = _FIELD_OF[setting]
+    return next(f.metadata.get("applies") for f in dataclasses.fields(SECTIONS[section]) if f.name == name)
+
+
 def config_from_dict(values: dict[str, Any], *, base: RunConfig | None = None, where: str = "config") -> RunConfig:
     """A config from ``base`` (or the defaults) with ``values`` applied (nested or flat, see the
     module docstring); unknown keys are errors naming the valid ones.
@@ -489,12 +528,25 @@ def config_from_dict(values: dict[str, Any], *, base: RunConfig | None = None, w
             if value is not None and not isinstance(value, dict):
                 raise ValueError(f"{where}: hparams must be a mapping of NAME: VALUE, got {value!r}")
             current["hparams"] = {**current["hparams"], **(value or {})}
+        elif key == "plugins":  # every layer's plug-ins load: a later layer adds to them
+            current["plugins"] = merged_plugins(current["plugins"], value, where=where)
         else:
             current[key] = value
     try:
         return RunConfig(**current)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None
+
+
+def merged_plugins(earlier: list[str], later: Any, *, where: str = "config") -> list[str]:
+    """``earlier`` followed by the plug-ins of ``later`` that it does not hold yet (a list, or one
+    reference), so layers (a config file, the options, a resumed run) add plug-ins and never drop one."""
+    if later is None:
+        return list(earlier)
+    items = [later] if isinstance(later, str) else later
+    if not (isinstance(items, list) and all(isinstance(p, str) and p for p in items)):
+        raise ValueError(f"{where}: plugins must be a list of .py files or module names, got {later!r}")
+    return list(dict.fromkeys([*earlier, *items]))
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

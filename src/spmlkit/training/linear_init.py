@@ -33,7 +33,8 @@ def linear_init(plan: RunPlan, run: Run, source: ImageSource) -> None:
     feats_tr = source.features(run.model, "train")
     feats_va = source.features(run.model, "val")
     labels = run.state.observed.numpy()
-    phase1 = plan.build_components(epochs=config.schedule.linear_init_epochs, device="cpu")
+    phase1 = plan.build_components(epochs=config.schedule.linear_init_epochs, device="cpu",
+                                   features=lambda: feats_tr)
     head = run.model.head.cpu()
     lr = config.schedule.linear_init_lr or config.optimisation.lr
     optimizer = torch.optim.Adam([{"params": list(head.parameters()), "lr": lr}, *phase1.param_groups(lr)], lr=lr)

@@ -24,6 +24,14 @@ the best so far, so the last epoch is kept.
 
 The training step does no device-to-host synchronisation: the running loss is summed on the
 device (in float64, which equals summing Python floats) and read once per epoch.
+
+A run that diverges leaves the group at the end of the epoch it happened in
+(docs/protocol.md, "Runs that diverge"): its epoch's training loss is not finite (the first
+step whose loss was not is found from the epoch's step losses, kept on the device without a
+synchronisation), its weights are not, or its predictions on the rows it is evaluated on are
+not. Its ``LoopState.diverged`` says where and what; the epoch is not recorded, and no other
+run of a batched group is touched (each run's weights and loss are its own). What a diverged
+run then becomes (a refusal, a failed sweep record) is the trainer's to decide.
 """
 
 from __future__ import annotations
@@ -63,6 +71,9 @@ class LoopState:
     best_snapshot: dict[str, Any] | None = None
     bad_epochs: int = 0
     stopped_early: bool = False
+    #: where the run diverged, when it did: epoch, step (None: not from a step's loss), steps of the
+    #: epoch, what became non-finite ("training loss", "weights", "predictions") and its value
+    diverged: dict[str, Any] | None = None
 
     def progress(self) -> dict[str, Any]:
         """The JSON-able part (everything but the snapshot)."""
@@ -151,7 +162,7 @@ class Group:
             raise ValueError("batched runs train in one process, in float32")
 
     def active(self) -> list[Run]:
-        return [run for run in self.runs if not run.loop.stopped_early]
+        return [run for run in self.runs if not run.loop.stopped_early and run.loop.diverged is None]
 
     def probabilities(self, runs: list[Run], split: str) -> torch.Tensor:
         """``[R, N, C]``: each run's probabilities on ``split`` (train | val | test) in eval mode,
@@ -195,7 +206,8 @@ def train_epoch(group: Group, runs: list[Run], epoch: int, on_step: Callable[[in
     """One pass of each of ``runs`` over its own shuffled training rows, the steps taken together.
 
     Returns each run's mean training loss (``losses``), the pass's seconds and images per second
-    (the group's time; a batched group's runs share it).
+    (the group's time; a batched group's runs share it), and every step's losses (``step_losses``,
+    ``[R]`` tensors left on the device: read only when a run diverged).
     """
     t0 = time.perf_counter()
     for run in runs:
@@ -205,17 +217,18 @@ def train_epoch(group: Group, runs: list[Run], epoch: int, on_step: Callable[[in
     batched = None if len(runs) == 1 else BatchedSteps([run.step for run in runs])
     # the runs' label states, and a group's weights, stacked for the epoch
     with RunLabels([run.state for run in runs]) as labels, batched or contextlib.nullcontext():
-        total, steps, seen = _train_steps(group, runs, labels, batched, epoch, on_step)
+        total, steps, seen, step_losses = _train_steps(group, runs, labels, batched, epoch, on_step)
     losses = (total / max(steps, 1)).tolist()  # reading them waits for the device: the pass is timed to its end
     seconds = time.perf_counter() - t0
-    return {"losses": losses, "seconds": seconds,
+    return {"losses": losses, "seconds": seconds, "step_losses": step_losses,
             "images_per_second": seen / seconds if seconds > 0 else float("nan")}
 
 
 def _train_steps(group: Group, runs: list[Run], labels: RunLabels, batched: BatchedSteps | None, epoch: int,
-                 on_step: Callable[[int], None] | None) -> tuple[torch.Tensor, int, int]:
-    """The steps of one epoch: ``(summed loss of each run [R], steps, examples)``."""
+                 on_step: Callable[[int], None] | None) -> tuple[torch.Tensor, int, int, list[torch.Tensor]]:
+    """The steps of one epoch: ``(summed loss of each run [R], steps, examples, each step's losses)``."""
     total = torch.zeros(len(runs), dtype=torch.float64, device=group.device)
+    step_losses: list[torch.Tensor] = []
     steps = seen = 0
     dist = group.dist
     for x, idx in group.source.train_batches([run.generator for run in runs]):
@@ -239,11 +252,12 @@ def _train_steps(group: Group, runs: list[Run], labels: RunLabels, batched: Batc
         if corrections is not None:  # LL-Cp's permanent corrections of this step, every run's at once
             labels.correct(rows, corrections, epoch)
         total += losses.detach().double()
+        step_losses.append(losses.detach())
         steps += 1
         seen += size
         if on_step is not None:
             on_step(size)
-    return total, steps, seen
+    return total, steps, seen, step_losses
 
 
 def _on(device: torch.device | str, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -290,29 +304,97 @@ def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndar
     records: list[dict[str, float]] = [{} for _ in runs]
     if group.source.track_train or any(run.components.needs_train_predictions for run in runs):
         probs = group.probabilities(runs, "train")
+        _mark_non_finite(runs, probs, epoch, "training rows")
         losses = _observed_positive_losses(probs, [run.state for run in runs])
         for run, record, run_probs, loss in zip(runs, records, probs, losses):
-            record["observed_pos_loss"] = loss
-            record.update(run.components.after_epoch(run_probs, run.state, epoch))
-    for record, val_map in zip(records, _val_maps(group, runs, val_targets)):
+            if run.loop.diverged is None:
+                record["observed_pos_loss"] = loss
+                record.update(run.components.after_epoch(run_probs, run.state, epoch))
+    for record, val_map in zip(records, _val_maps(group, runs, val_targets, epoch)):
         record["val_map"] = val_map
+    # counted with or without the training rows' full labels (a user's data has none): the
+    # console's pseudo-label column and metrics.csv read these; only the accuracies need a truth
+    for record, stats in zip(records, pseudo_label_stats([run.state for run in runs], truth_train)):
+        record.update(stats)
     if truth_train is not None:
-        for record, stats in zip(records, pseudo_label_stats([run.state for run in runs], truth_train)):
-            record.update(stats)
+        _prior_errors(runs, records, truth_train)
     return records
 
 
-def _val_maps(group: Group, runs: list[Run], val_targets: np.ndarray) -> list[float]:
+def _prior_errors(runs: list[Run], records: list[dict[str, float]], truth_train: np.ndarray) -> None:
+    """``class_prior_error``: the mean over classes of |estimated prior - the training split's true
+    prior|, for runs whose method estimates priors (CRISP; the curve of the paper's Figure 4)."""
+    truth = None
+    for run, record in zip(runs, records):
+        prior = run.components.class_prior()
+        if prior is None:
+            continue
+        if truth is None:
+            truth = np.asarray(truth_train, dtype=np.float64).mean(axis=0)
+        record["class_prior_error"] = float(np.abs(prior.detach().cpu().numpy() - truth).mean())
+
+
+def _val_maps(group: Group, runs: list[Run], val_targets: np.ndarray, epoch: int) -> list[float]:
     """Each run's validation mAP, from one :func:`~spmlkit.metrics.average_precision` call over
     every run's classes side by side (a per-column computation, so each run's APs are its own),
-    averaged per run as :func:`~spmlkit.metrics.mean_average_precision` does."""
+    averaged per run as :func:`~spmlkit.metrics.mean_average_precision` does. A run whose
+    predictions are not finite is marked diverged (NaN)."""
     if not len(val_targets):
         return [float("nan")] * len(runs)
     probs = group.probabilities(runs, "val").cpu()
+    _mark_non_finite(runs, probs, epoch, "validation rows")
+    if any(run.loop.diverged is not None for run in runs):
+        probs = torch.nan_to_num(probs, nan=0.5, posinf=1.0, neginf=0.0)  # their mAP is not used
     classes = probs.shape[2]
     side_by_side = probs.transpose(0, 1).reshape(len(val_targets), len(runs) * classes).numpy()
     ap = metrics.average_precision(side_by_side, np.tile(val_targets, (1, len(runs))))
     return [float(ap[r * classes : (r + 1) * classes].mean()) for r in range(len(runs))]
+
+
+def _mark_non_finite(runs: list[Run], probs: torch.Tensor, epoch: int, rows: str) -> None:
+    """Mark diverged each run whose probabilities ``probs[r]`` on ``rows`` are not all finite."""
+    finite = torch.isfinite(probs.reshape(len(runs), -1)).all(1).tolist()
+    for run, ok, run_probs in zip(runs, finite, probs):
+        if not ok and run.loop.diverged is None:
+            bad = run_probs[~torch.isfinite(run_probs)][0].item()
+            run.loop.diverged = {"epoch": epoch, "step": None, "steps": None, "what": f"predictions on its {rows}",
+                                 "value": _shown(bad)}
+
+
+def _mark_diverged(runs: list[Run], trained: dict[str, Any], epoch: int, *, by_loss: bool = True) -> None:
+    """After an epoch's steps: each run whose training loss or weights are not finite is marked
+    diverged, at the first step whose loss was not finite when there is one. ``by_loss=False``
+    (several processes, whose losses of their own slices may differ) decides on the weights
+    alone, which the processes share, so that they all agree."""
+    losses = trained["losses"]
+    weights = _finite_weights(runs)
+    for r, (run, loss, ok) in enumerate(zip(runs, losses, weights)):
+        if (math.isfinite(loss) or not by_loss) and ok:
+            continue
+        steps = trained["step_losses"]
+        per_step = torch.stack([s[r] for s in steps]).cpu() if steps else torch.zeros(0)
+        bad = torch.nonzero(~torch.isfinite(per_step)).flatten()
+        if len(bad):
+            step = int(bad[0])
+            run.loop.diverged = {"epoch": epoch, "step": step + 1, "steps": len(steps), "what": "training loss",
+                                 "value": _shown(float(per_step[step]))}
+        else:
+            run.loop.diverged = {"epoch": epoch, "step": None, "steps": len(steps), "what": "weights",
+                                 "value": "not finite"}
+
+
+def _finite_weights(runs: list[Run]) -> list[bool]:
+    """Whether each run's trainable weights are all finite, read in one synchronisation for all runs."""
+    flags: list[torch.Tensor | None] = []
+    for run in runs:
+        params = [p for p in run.model.parameters() if p.requires_grad]
+        flags.append(torch.stack([torch.isfinite(p).all() for p in params]).all() if params else None)
+    device = next((f.device for f in flags if f is not None), torch.device("cpu"))
+    return torch.stack([torch.ones((), dtype=torch.bool, device=device) if f is None else f for f in flags]).tolist()
+
+
+def _shown(value: float) -> str:
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else f"{value:g}"
 
 
 def _observed_positive_losses(probs: torch.Tensor, states: list[LabelState]) -> list[float]:
@@ -357,13 +439,18 @@ def run_loop(group: Group, *, epochs: int, val_targets: np.ndarray, truth_train:
         for run in runs:
             run.components.set_epoch(epoch, epochs)
         trained = train_epoch(group, runs, epoch, hooks.on_step)
-        ends = end_of_epoch(group, runs, epoch, val_targets, truth_train)
+        _mark_diverged(runs, trained, epoch, by_loss=not group.dist.enabled)
+        kept = [i for i, run in enumerate(runs) if run.loop.diverged is None]
+        runs, losses = [runs[i] for i in kept], [trained["losses"][i] for i in kept]
+        ends = end_of_epoch(group, runs, epoch, val_targets, truth_train) if runs else []
+        kept = [i for i, run in enumerate(runs) if run.loop.diverged is None]  # predictions not finite
+        runs, losses, ends = [runs[i] for i in kept], [losses[i] for i in kept], [ends[i] for i in kept]
         for run, end in zip(runs, ends):
             if run.recipe is not None:  # the lr, and the EMA weights validated beside the plain ones
                 end.update(run.recipe.validate(group, run, val_targets, end["val_map"]))
-        share = len(runs)
+        share = len(trained["losses"])  # every run that trained the epoch, a diverged one too
         epoch_seconds = (time.perf_counter() - t0) / share
-        for run, loss, end in zip(runs, trained["losses"], ends):
+        for run, loss, end in zip(runs, losses, ends):
             record = {"epoch": epoch, "train_loss": loss, **end, "train_seconds": trained["seconds"] / share,
                       "epoch_seconds": epoch_seconds, "images_per_second": trained["images_per_second"] * share}
             ls = run.loop

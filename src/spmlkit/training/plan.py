@@ -25,7 +25,7 @@ import functools
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -107,17 +107,20 @@ class RunPlan:
             model = model.to(memory_format=torch.channels_last)
         return model
 
-    def build_components(self, *, epochs: int | None = None, device: torch.device | str | None = None
-                         ) -> MethodComponents:
+    def build_components(self, *, epochs: int | None = None, device: torch.device | str | None = None,
+                         features: Callable[[], torch.Tensor] | None = None) -> MethodComponents:
         """The method's loss, regularisers and label algorithm for this run (seeded by its seed), on
-        ``device`` (the run's by default); ``epochs`` for a phase shorter than the run (LinearInit)."""
+        ``device`` (the run's by default); ``epochs`` for a phase shorter than the run (LinearInit).
+        ``features``: the training rows' features in index order, for a loss that asks for them
+        (``DataSource.train_features``)."""
         from ..errors import user_input
 
         with user_input():  # hyperparameter values out of range, APL's warm-up beyond the epochs
             comp = build_components(self.resolved, num_train=len(self.split.train_idx),
                                     num_classes=self.data.num_classes, observed=self.train_labels,
                                     expected_num_pos=self.expected_num_pos,
-                                    epochs=self.config.schedule.epochs if epochs is None else epochs, seed=self.config.optimisation.seed)
+                                    epochs=self.config.schedule.epochs if epochs is None else epochs,
+                                    seed=self.config.optimisation.seed, features=features)
         return comp.to(self.device if device is None else device)
 
     def checkpoint_extras(self, with_run_folder: bool) -> dict[str, Any]:

@@ -5,6 +5,10 @@ computed it, by which command, on which device, when, and from which commit of t
 project. ``result.json`` and the records of a sweep carry these fields (:func:`run_provenance`),
 so two results that disagree can be told apart without guessing.
 
+The user's own code counts too: ``plugins`` lists every plug-in of the process (docs/plugins.md)
+with its file's SHA-256 or its package's version (:func:`~spmlkit.plugins.plugin_records`), an
+empty list when there is none.
+
 The commit is that of the git repository holding the *current directory* (the user's project),
 asked with ``git rev-parse HEAD``; it is left out silently when there is none (no git, not a
 repository): provenance is worth having, never worth a failed run.
@@ -22,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..plugins import plugin_records
 
 __all__ = ["git_commit", "process_git_commit", "command_line", "device_name", "utc_now", "run_provenance"]
 
@@ -79,7 +85,7 @@ def run_provenance(device: torch.device | str, started_at: str, finished_at: str
     record: dict[str, Any] = {
         "spmlkit_version": __version__, "torch_version": torch.__version__,
         "python_version": platform.python_version(), "command": command_line(), "device": device_name(device),
-        "started_at": started_at, "finished_at": finished_at,
+        "started_at": started_at, "finished_at": finished_at, "plugins": plugin_records(),
     }
     commit = process_git_commit()
     if commit is not None:

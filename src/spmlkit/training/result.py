@@ -54,8 +54,24 @@ class RunResult:
     #: where the numbers came from (:func:`~spmlkit.training.provenance.run_provenance`): versions,
     #: command line, device, start and end times, the project's git commit when there is one
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: the one line of a run that diverged (training/divergence.py): a failed run without test
+    #: numbers, which :func:`~spmlkit.training.train` raises and a group returns
+    diverged: str | None = None
     model: nn.Module | None = field(default=None, repr=False, compare=False)
     label_state: LabelState | None = field(default=None, repr=False, compare=False)
+
+    def labels_measured(self) -> dict[str, str | None]:
+        """Which labels ``val_map`` and ``test_map`` are measured on: ``"full"`` labels (a benchmark's
+        validation rows, any labelled test list) or ``"observed"`` ones (the observed positives of the
+        validation rows, where nothing else exists: docs/protocol.md, "Your own data"); None for a
+        number that does not exist (no validation split, no labelled test list). A record keeps
+        them beside the numbers, so an observed-label mAP is never read as one on full labels."""
+        def exists(value: float) -> bool:
+            return value == value  # not NaN
+
+        val = "full" if self.config.data.val_variant == "clean" else "observed"
+        return {"val_map_labels": val if exists(self.val_map) else None,
+                "test_map_labels": "full" if exists(self.test_map) else None}
 
     def to_record(self) -> dict[str, Any]:
         """Everything JSON-able: what the results store and ``result.json`` keep.
@@ -67,7 +83,8 @@ class RunResult:
         optional = {"peak_host_memory_bytes": self.peak_host_memory_bytes,
                     "peak_gpu_memory_bytes": self.peak_gpu_memory_bytes, "forward_dtype": self.forward_dtype}
         return {"config": self.config.to_dict(), "best_epoch": self.best_epoch, "val_map": self.val_map,
-                "test_map": self.test_map, "test_metrics": self.test_metrics, "test_ap": self.test_ap,
+                "test_map": self.test_map, **self.labels_measured(), "test_metrics": self.test_metrics,
+                "test_ap": self.test_ap,
                 "history": self.history, "analysis": self.analysis, "class_names": self.class_names,
                 "seconds": self.seconds, "images_per_second": self.images_per_second,
                 "stopped_early": self.stopped_early, "finished": self.finished, "resumed_from": self.resumed_from,

@@ -23,8 +23,8 @@ from torch import nn
 from ..data.image_sets import ImageData, load_image_set
 from .config import RunConfig
 
-__all__ = ["RunData", "RunSplit", "ImageData", "check_dataset", "load_run_data", "load_image_data", "is_feature_run",
-           "split_and_observe", "standardize"]
+__all__ = ["RunData", "RunSplit", "ImageData", "check_dataset", "check_labels", "load_run_data", "load_image_data",
+           "is_feature_run", "split_and_observe", "standardize"]
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +117,14 @@ def load_run_data(config: RunConfig) -> RunData:
 
         config.check_source("features")
         ds = registry.load_features(config.data.dataset)
-        X_train, Y_train = _train_rows_with_a_positive(ds)
-        data = RunData("features", ds.name, tuple(ds.class_names), Y_train, np.asarray(ds.Y_test),
-                       X_train=X_train, X_test=ds.X_test)
+        if ds.Y_train is None:  # a user's own table or extracted folder: its observed labels, a test list or none
+            data = RunData("features", ds.name, tuple(ds.class_names), None,
+                           None if ds.Y_test is None else np.asarray(ds.Y_test), X_train=ds.X_train,
+                           X_test=ds.X_test, observed=np.asarray(ds.observed))
+        else:
+            X_train, Y_train = _train_rows_with_a_positive(ds)
+            data = RunData("features", ds.name, tuple(ds.class_names), Y_train, np.asarray(ds.Y_test),
+                           X_train=X_train, X_test=ds.X_test)
     else:
         config.check_source("images")
         images = load_image_data(config)
@@ -176,12 +181,10 @@ def split_and_observe(config: RunConfig, data: RunData) -> RunSplit:
     observation = Observation.parse(config.data.observation)
     if observation.kind == "given":
         if data.observed is None:
-            raise ValueError(f"{data.name} brings no observed labels of its own; choose a simulated observation "
-                             "(single_positive, pos=K,neg=M, ratio=R, full)")
+            raise ValueError(_no_own_labels(data.name))
         observed = np.asarray(data.observed)
     elif data.Y_train is None:
-        raise ValueError(f"{data.name} has no full labels to simulate observation {config.data.observation!r} from; "
-                         "use observation 'given' (its own labels)")
+        raise ValueError(_nothing_to_simulate(data.name, config.data.observation))
     else:
         observed = observation.apply(data.Y_train)
     if data.X_val is not None:
@@ -194,13 +197,57 @@ def split_and_observe(config: RunConfig, data: RunData) -> RunSplit:
                              f"{config.data.val_frac}); use a larger val_frac, more data, or val_frac 0 (keep the last epoch)")
         if config.data.val_variant == "clean":
             if data.Y_train is None:
-                raise ValueError(f"{data.name} has no clean labels to validate on; use val_variant 'observed' "
-                                 "(select on the observed positives of the validation rows)")
+                raise ValueError(_no_clean_validation(data.name))
             val_targets = np.asarray(data.Y_train)[val_idx]
         else:
             val_targets = (observed[val_idx] == 1).astype(np.uint8)
     truth = None if data.Y_train is None else np.asarray(data.Y_train)[train_idx]
     return RunSplit(train_idx, val_idx, observed[train_idx], val_targets, truth)
+
+
+def _no_own_labels(name: str) -> str:
+    return (f"{name} brings no observed labels of its own; choose a simulated observation (single_positive, "
+            "pos=K,neg=M, ratio=R, full)")
+
+
+def _nothing_to_simulate(name: str, observation: str) -> str:
+    return (f"{name} holds only the labels someone observed (your own data), no full labels to simulate observation "
+            f"{observation!r} from; use observation 'given' (its own labels: the default for such data, so leaving "
+            "the observation out does it)")
+
+
+def _no_clean_validation(name: str) -> str:
+    return (f"{name} has no clean labels to validate on; use val_variant 'observed' (select on the observed positives "
+            "of the validation rows; the default for such data)")
+
+
+def check_labels(config: RunConfig) -> None:
+    """Refuse a run its data's labels cannot give, from the configuration and the data's
+    ``meta.json`` alone (docs/protocol.md, "Your own data"): a simulated observation of data that
+    holds observed labels only, its own labels ("given") of data that holds full ones, selection on
+    clean validation labels that do not exist, a reference method (``bce``, ``iun``) that trains
+    on full labels. The same refusals as :func:`split_and_observe` and the method's label matrix
+    make after reading the data, made before any run, so a sweep says a mistake that fails every
+    run of a grid once, before training (docs/sweep-files.md)."""
+    from ..data.registry import labels_held
+    from ..methods import get_method
+    from ..protocol import Observation
+
+    held = labels_held(config.data.dataset, config.data.prepared)
+    name = config.data.prepared or config.data.dataset
+    given = Observation.parse(config.data.observation).kind == "given"
+    if held.labels == "full":
+        if given:
+            raise ValueError(_no_own_labels(name))
+        return
+    if not given:
+        raise ValueError(_nothing_to_simulate(name, config.data.observation))
+    if config.data.val_variant == "clean" and config.data.val_frac > 0:
+        raise ValueError(_no_clean_validation(name))
+    method = get_method(config.method.name)
+    if method.labels != "observed":
+        raise ValueError(f"method {method.name!r} is a reference that trains on {method.labels!r} labels, the truth "
+                         f"behind the observed ones; {name} holds observed labels only, so leave {method.name} out")
 
 
 def feature_scaling(X_fit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,9 @@ Layout (``config.output.out``)::
                          threshold and input transform (what ``spmlkit predict`` and
                          ``spmlkit export`` load)
     result.json          the final result (test metrics, analysis, history) once finished
+    diverged.json        instead of result.json, when the run diverged: the one line that says
+                         where and why, the epochs it finished, its config (docs/protocol.md,
+                         "Runs that diverge")
     tensorboard/         event files, when the run logs to TensorBoard (``loggers``)
     .spmlkit.json        marks the folder as a run folder (:mod:`spmlkit.output_dir`), written first
 
@@ -52,7 +55,8 @@ __all__ = ["RunDirectory", "feature_spec"]
 
 _CONFIG_HEADER = ("# spmlkit run configuration. Relative paths (root, prepared, a feature folder as dataset) are "
                   "relative to this folder.\n")
-_RUN_FILES = ("config.yaml", "last.pt", "best.pt", "metrics.csv", "metrics.json", "result.json")
+_RUN_FILES = ("config.yaml", "last.pt", "best.pt", "metrics.csv", "metrics.json", "result.json", "diverged.json")
+_DIVERGED = "diverged.json"
 #: what a run writes from its first finished epoch on: a folder without any of them holds no work
 _WORK_FILES = _RUN_FILES[1:]
 
@@ -148,6 +152,9 @@ class RunDirectory:
         if (self.path / "result.json").exists():
             return (f"{self.path} already holds a finished run; to replace it, run the same command with "
                     "--overwrite (or write to another --out)")
+        if (self.path / _DIVERGED).exists():
+            return (f"{self.path} holds a run that diverged ({_DIVERGED}); to start it afresh, run the command with "
+                    "--overwrite (or write to another --out)")
         done = self.finished_epochs()
         epochs = f" ({done} epoch{'s' if done != 1 else ''} done)" if done else ""
         return (f"{self.path} holds an unfinished run{epochs}; continue it with `spmlkit train --resume --out "
@@ -157,7 +164,7 @@ class RunDirectory:
         """Take away what :meth:`start` wrote when the run ends before its first checkpoint: its
         ``config.yaml``, a TensorBoard folder, and the folders it created while they are empty.
         A run with a checkpoint is left whole (it continues with ``--resume``)."""
-        if self.last.exists():
+        if self.last.exists() or (self.path / _DIVERGED).exists():  # a diverged run keeps its record
             return
         (self.path / "config.yaml").unlink(missing_ok=True)
         shutil.rmtree(self.path / "tensorboard", ignore_errors=True)
@@ -171,6 +178,9 @@ class RunDirectory:
         self._made = []
 
     def _resume_checkpoint(self, config: RunConfig) -> dict[str, Any]:
+        if (self.path / _DIVERGED).is_file():
+            raise ValueError(f"--resume: the run in {self.path} diverged ({_DIVERGED}); resuming would repeat it from "
+                             "its last saved epoch: start it afresh with --overwrite and a smaller lr")
         if not self.last.is_file():
             why = ("it stopped before its first epoch was saved" if self.path.is_dir() and not self.holds_a_run()
                    else "there is no run there")
@@ -217,6 +227,12 @@ class RunDirectory:
 
     def write_result(self, record: dict[str, Any]) -> None:
         atomic_write_json(self.path / "result.json", record)
+
+    def write_diverged(self, message: str, loop: LoopState, config: RunConfig) -> None:
+        """The record of a run that diverged, in place of ``result.json``: its line, where, the
+        epochs it finished (those epochs' checkpoints and metrics stay as they were)."""
+        atomic_write_json(self.path / _DIVERGED, {"status": "diverged", "error": message, **loop.diverged,
+                                                  "history": loop.history, "config": self.saved_config(config)})
 
     # ------------------------------------------------------------------ resume
     def check_compatible(self, ckpt: dict[str, Any], model: torch.nn.Module) -> None:

@@ -25,9 +25,20 @@ from typing import Any
 
 __all__ = ["PATH_SETTINGS", "absolute_paths", "paths_from_run_folder", "paths_relative_to", "typed_paths"]
 
-PATH_SETTINGS = ("root", "prepared", "dataset")
+PATH_SETTINGS = ("root", "prepared", "dataset", "plugins")
 """Flat settings that may name a file or folder. ``dataset`` names one only when it is a feature
-folder written by ``spmlkit extract`` (otherwise it is a dataset's name, e.g. ``yeast``)."""
+folder written by ``spmlkit extract`` (otherwise it is a dataset's name, e.g. ``yeast``); ``plugins``
+is a list, whose ``.py`` files are paths and whose module names are not (docs/plugins.md)."""
+
+
+def _each_path(key: str, value: Any, base: str, change: Any) -> Any:
+    """``value`` with ``change`` applied to each path it holds (seen from ``base``): the value itself
+    for a path setting, each file of a ``plugins`` list."""
+    if key == "plugins" and isinstance(value, list):
+        from ..plugins import is_file_reference
+
+        return [change(ref) if isinstance(ref, str) and ref and is_file_reference(ref) else ref for ref in value]
+    return change(value) if _names_a_path(key, value, base) else value
 
 
 def _names_a_path(key: str, value: Any, base: str) -> bool:
@@ -46,16 +57,19 @@ def absolute_paths(values: dict[str, Any], base: str | Path | None = None) -> di
     """Flat ``values`` with their relative paths made absolute against ``base`` (default: the working
     folder): the form two configurations' paths are compared in."""
     where = os.path.abspath(base if base is not None else os.curdir)
-    return {key: os.path.normpath(os.path.join(where, os.path.expanduser(value)))
-            if _names_a_path(key, value, where) and not os.path.isabs(os.path.expanduser(value)) else value
-            for key, value in values.items()}
+
+    def absolute(value: str) -> str:
+        path = os.path.expanduser(value)
+        return value if os.path.isabs(path) else os.path.normpath(os.path.join(where, path))
+
+    return {key: _each_path(key, value, where, absolute) for key, value in values.items()}
 
 
 def typed_paths(values: dict[str, Any]) -> dict[str, Any]:
     """Flat ``values`` as the user typed them, each path written in its normal form (``./data/x/`` ->
     ``data/x``), so that it compares equal to the same path read back from a run folder."""
     here = os.path.abspath(os.curdir)
-    return {key: os.path.normpath(value) if _names_a_path(key, value, here) else value for key, value in values.items()}
+    return {key: _each_path(key, value, here, os.path.normpath) for key, value in values.items()}
 
 
 def paths_relative_to(values: dict[str, Any], folder: str | Path) -> dict[str, Any]:
@@ -84,13 +98,13 @@ def paths_from_run_folder(values: dict[str, Any], folder: str | Path) -> dict[st
 
 def _rebased(values: dict[str, Any], old: str, new: str) -> dict[str, Any]:
     """``values`` with each relative path, relative to folder ``old``, rewritten relative to ``new``."""
-    rebased = dict(values)
-    for key, value in values.items():
-        if not _names_a_path(key, value, old) or os.path.isabs(os.path.expanduser(value)):
-            continue
+    def rebase(value: str) -> str:
+        if os.path.isabs(os.path.expanduser(value)):
+            return value
         target = os.path.normpath(os.path.join(old, os.path.expanduser(value)))
         try:
-            rebased[key] = Path(os.path.relpath(target, new)).as_posix()
+            return Path(os.path.relpath(target, new)).as_posix()
         except ValueError:  # another drive (Windows): no relative form
-            rebased[key] = target
-    return rebased
+            return target
+
+    return {key: _each_path(key, value, old, rebase) for key, value in values.items()}

@@ -46,6 +46,11 @@ class DataSource(Protocol):
     def predict_test(self, model: nn.Module) -> torch.Tensor:
         """Probabilities ``[N_test, C]`` on the official test list."""
 
+    def train_features(self, model: nn.Module) -> torch.Tensor:
+        """The training rows' features ``[N_train, D]`` in index order, on the run's device: what a
+        loss that works on the whole training set reads (SMILE's k-NN graph and its network's
+        input). A feature run's rows as the model sees them; an image run's pooled backbone features."""
+
 
 @torch.no_grad()
 def predict_proba(model: nn.Module, X: torch.Tensor, batch_size: int = 4096,
@@ -109,6 +114,10 @@ class FeatureSource:
         if self.X_test is None:
             raise ValueError("this feature source has no test rows")
         return self._predict(model, self.X_test)
+
+    def train_features(self, model: nn.Module) -> torch.Tensor:
+        """The training rows as the model sees them (standardised when the run standardises)."""
+        return self.X_train
 
 
 class _PixelRows(Dataset):
@@ -357,3 +366,12 @@ class ImageSource:
             return torch.cat(out) if out else torch.zeros(0, model.feat_dim, device=self.device)
 
         return self.dist.gather_predictions(local, self.sizes[split]).cpu()
+
+    def train_features(self, model: nn.Module) -> torch.Tensor:
+        """Pooled backbone features of the training split on the run's device (:meth:`features`), from
+        ``model`` as it is now; the model's train/eval mode is left as it was."""
+        was = model.training
+        try:
+            return self.features(model, "train").to(self.device)
+        finally:
+            model.train(was)

@@ -32,6 +32,7 @@ from ..labels import LabelState
 from .config import RunConfig
 from .device import autocast_factory, deterministic_cuda, num_threads, peak_memory, reset_peak_memory
 from .distributed import Distributed
+from .divergence import RunDiverged, divergence_message
 from .evaluation import evaluate_test, unobserved_analysis
 from .linear_init import linear_init
 from .loggers import LoggerGroup, check_loggers, open_loggers
@@ -126,8 +127,8 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
     first = plan_run(configs[0], data=data)
     reset_peak_memory(first.device)
     plans = [first, *(first.for_config(config) for config in configs[1:])]
-    runs = [_build_run(plan) for plan in plans]
     source = _source(first, Distributed())
+    runs = [_build_run(plan, source) for plan in plans]
     groups = _merged([g for plan, run in zip(plans, runs) for g in _param_groups(plan.config, run)])
     group = Group(runs, source, _optimizer(first.config, groups), first.device)
     machine = first.config.machine  # one for the group: the machine settings are part of batch_key
@@ -144,13 +145,15 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
     return results
 
 
-def _build_run(plan: RunPlan) -> Run:
+def _build_run(plan: RunPlan, source: DataSource) -> Run:
     """A run's own objects, in the order that fixes its random draws: the model first (its initial
-    weights are the seeded global stream's), then the method's components, then its generator."""
+    weights are the seeded global stream's), then the method's components, then its generator.
+    A loss that reads the training rows' features (SMILE) gets them from ``source`` and the model as
+    built: an image run's pooled features of its initial backbone (docs/methods.md, "smile")."""
     config = plan.config
     model = plan.build_model()
     state = LabelState(plan.train_labels)
-    components = plan.build_components()
+    components = plan.build_components(features=lambda: source.train_features(model))
     return Run(model, components, state, torch.Generator().manual_seed(config.optimisation.seed),
                StoppingRule(config.schedule.patience, config.schedule.min_delta, config.schedule.stop_drop))
 
@@ -176,11 +179,11 @@ def _merged(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, stop_after: int | None,
                hooks: LoopHooks, dist: Distributed) -> RunResult:
     config = plan.config
-    run = _build_run(plan)
+    source = _source(plan, dist)
+    run = _build_run(plan, source)
     if dist.enabled and not plan.global_batch and run.components.loss.corrects_labels:
         raise InputError(f"{plan.method.name} corrects labels during each step; with per-process batch statistics "
                          "the processes' label states would drift apart: use --batch-statistics global")
-    source = _source(plan, dist)
     autocast, scaler = autocast_factory(config.machine.amp, plan.device) if plan.kind == "images" else (None, None)
     if isinstance(source, ImageSource):
         source.autocast = autocast
@@ -219,6 +222,11 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
     try:
         run_loop(group, epochs=config.schedule.epochs, val_targets=plan.split.val_targets, truth_train=plan.split.truth_train,
                  hooks=hooks)
+        if run.loop.diverged is not None:
+            message = divergence_message(config, run.loop.diverged, _lr_now(run))
+            if run_dir is not None and dist.is_main:
+                run_dir.write_diverged(message, run.loop, config)
+            raise RunDiverged(message)
     except _StopNow:
         ls = run.loop
         return RunResult(config, ls.best_epoch, ls.best_val_map, float("nan"), ls.history, finished=False,
@@ -243,6 +251,12 @@ def _evaluate(plans: list[RunPlan], group: Group, *, resumed_from: int, run_dir:
                    else [None] * n)
     results = []
     for run_plan, run, test, val, train_p in zip(plans, runs, test_probs, val_probs, train_probs):
+        if run.loop.diverged is not None:  # a failed run: no test numbers (training/divergence.py)
+            results.append(RunResult(run_plan.config, run.loop.best_epoch, run.loop.best_val_map, float("nan"),
+                                     run.loop.history, finished=False, class_names=list(data.class_names),
+                                     diverged=divergence_message(run_plan.config, run.loop.diverged, _lr_now(run)),
+                                     **_how_trained(group, run)))
+            continue
         ap: list[float] = []
         evaluation: dict = {}
         if test is not None:  # users' data may have no labelled test set
@@ -307,6 +321,14 @@ def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
     params = [p for g in groups for p in g["params"]]
     fused = {"fused": True} if params and all(p.is_floating_point() for p in params) else {}
     return torch.optim.Adam(groups, lr=config.optimisation.lr, weight_decay=config.optimisation.weight_decay, **fused)
+
+
+def _lr_now(run: Run) -> float | None:
+    """The lr a run's schedule had reached (None without a schedule)."""
+    recipe = run.recipe
+    if recipe is None or recipe.scheduler is None:
+        return None
+    return float(recipe.optimizer.param_groups[0]["lr"])
 
 
 def _out(run_dir: RunDirectory | None):

@@ -17,12 +17,21 @@ from typing import Any
 import torch
 
 from ...training import RunConfig, train
+from ...training.config import applies_to, flat_settings
+from ...training.divergence import RunDiverged
 from ...training.device import num_threads
+from ...plugins import plugin_records
 from ...training.provenance import command_line, process_git_commit, utc_now
 from ..presets import resolve_config
 from ..store import package_version
+from .spec import SweepSpec
 
-__all__ = ["run_config", "execute_run", "execute_runs", "failed_record", "now", "GROUP_FALLBACK"]
+__all__ = ["run_config", "execute_run", "execute_runs", "failed_record", "now", "settings_for_other_kinds",
+           "GROUP_FALLBACK"]
+
+
+#: how many frames of a failed run's traceback its record keeps (the innermost ones)
+_FRAMES = 6
 
 
 def now() -> str:
@@ -36,15 +45,51 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     train`` (:func:`~spmlkit.experiments.presets.resolve_config`), with the sweep's ``settings`` as
     the config-file layer. Image runs get a folder of their own (they checkpoint and resume);
     feature runs stay in memory."""
-    from ...training.run_data import check_dataset, is_feature_run
+    from ...data.registry import resolve_dataset
+    from ...training.run_data import check_labels
 
     values = {k: run[k] for k in ("dataset", "method", "observation", "seed", "lr", "batch_size", "hparams",
                                   "val_variant")}
-    config = resolve_config(values, file_values=run["settings"], file_name=f"sweep settings (run {run['run_id']})")
-    check_dataset(config)
-    if not is_feature_run(config):
+    if run.get("plugins"):  # loaded here by path or module name: a spawned worker or a Ray task has not yet
+        from ...plugins import load_plugins
+
+        load_plugins(run["plugins"])  # before the dataset is resolved: it may be a plug-in's
+        values["plugins"] = list(run["plugins"])
+    kind = resolve_dataset(run["dataset"]).kind  # an unknown dataset: one line, with the closest name
+    where = f"sweep settings (run {run['run_id']})"
+    settings = {k: v for k, v in flat_settings(dict(run["settings"]), where=where).items()
+                if applies_to(k) in (None, kind)}  # another kind's settings: said once by the sweep
+    config = resolve_config(values, file_values=settings, file_name=where, hparams_from=run.get("hparams_from"))
+    check_labels(config)
+    if kind == "images":
         config.output.out = str(Path(runs_dir or "runs") / run["run_id"])
     return config
+
+
+def settings_for_other_kinds(spec: SweepSpec) -> dict[str, list[str]]:
+    """The sweep's ``settings`` that some of its data sets do not use, each with those data sets
+    (image settings such as ``backbone`` on a feature set, ``head`` on images): their runs train
+    without them, and the sweep says so once (docs/sweep-files.md). A setting that no data set of
+    the sweep uses is a mistake, refused (ValueError) before any run. A setting at its default
+    (``head: linear``, which a benchmark always names) changes no run and is left out."""
+    from ...data.registry import resolve_dataset
+
+    flat = flat_settings(dict(spec.settings), where=f"sweep {spec.name!r} settings")
+    kinds = {dataset: resolve_dataset(dataset).kind for dataset in spec.datasets}
+    defaults = RunConfig().flat()
+    unused: dict[str, list[str]] = {}
+    for setting, value in flat.items():
+        kind = applies_to(setting)
+        if kind is None or value == defaults[setting]:  # a default changes no run, of either kind
+            continue
+        others = [d for d, k in kinds.items() if k != kind]
+        if len(others) == len(kinds):
+            what = "image" if kind == "images" else "feature"
+            raise ValueError(f"setting {setting!r} only applies to {what} data sets, and none of "
+                             f"{', '.join(spec.datasets)} is one; remove it")
+        if others:
+            unused[setting] = others
+    return unused
 
 
 #: what may stop a group that its runs alone survive, or that names one run's bad setting: a
@@ -67,8 +112,11 @@ def execute_run(run: dict[str, Any], runs_dir: str | None = None, threads: int |
     try:
         with num_threads(threads):
             fields = _train(run, runs_dir)
+    except RunDiverged as exc:  # its one line says everything (training/divergence.py)
+        record = failed_record(run, str(exc), started, t0)
     except Exception as exc:
-        record = failed_record(run, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}", started, t0)
+        # the frames nearest to where it was raised: a plug-in's loss that fails shows its own file's line
+        record = failed_record(run, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-_FRAMES)}", started, t0)
     else:
         record = record_head(run, started)
         record.update(fields)
@@ -104,22 +152,31 @@ def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None,
     seconds, finished = (time.perf_counter() - t0) / len(runs), now()
     records = []
     for run, res in zip(runs, results):
-        record = record_head(run, started)
-        record.update(_result_fields(res))
-        record.update({"status": "ok", "error": None, "seconds": seconds, "finished_at": finished})
+        if res.diverged is not None:  # a failed run with its line, as alone
+            record = failed_record(run, res.diverged, started, t0)
+            record.update({"group_size": res.group_size, "seconds": seconds, "finished_at": finished})
+        else:
+            record = record_head(run, started)
+            record.update(_result_fields(res))
+            record.update({"status": "ok", "error": None, "seconds": seconds, "finished_at": finished})
         records.append(record)
     return records
 
 
 def record_head(run: dict[str, Any], started: str, group_size: int = 1) -> dict[str, Any]:
     """The keys of a run's record that describe the run rather than its results;
-    ``group_size``: how many runs trained together with it in one loop (1: alone)."""
-    return {
+    ``group_size``: how many runs trained together with it in one loop (1: alone). A run of a
+    plug-in's method or dataset also names that code (``plugin_code``), which the report reads; a
+    run whose hyperparameters come from a stated source (``hparams_from``) says so, so that a
+    report tells it from a run of the same ``hparams`` that took its data set's preset."""
+    code = {"plugin_code": run["plugin_code"]} if run.get("plugin_code") else {}
+    source = {"hparams_from": run["hparams_from"]} if "hparams_from" in run else {}
+    return {**code, **source,
         "run_id": run["run_id"], "sweep": run["sweep"], "dataset": run["dataset"], "method": run["method"],
         "observation": run["observation"], "seed": run["seed"], "lr": run["lr"], "batch_size": run["batch_size"],
         "hparams": run["hparams"], "config": run, "started_at": started, "spmlkit_version": package_version(),
         "git_commit": process_git_commit(), "group_size": group_size, "torch_version": torch.__version__,
-        "python_version": platform.python_version(), "command": command_line(),
+        "python_version": platform.python_version(), "command": command_line(), "plugins": plugin_records(),
     }
 
 
@@ -145,8 +202,9 @@ def _train(run: dict[str, Any], runs_dir: str | None) -> dict[str, Any]:
 def _result_fields(res: Any) -> dict[str, Any]:
     """The keys of a run's record that a :class:`~spmlkit.training.RunResult` fills."""
     record = res.to_record()
-    fields = {k: record[k] for k in ("history", "best_epoch", "val_map", "test_map", "test_metrics", "test_ap",
-                                     "class_names", "analysis", "group_size", "compiled")}
+    fields = {k: record[k] for k in ("history", "best_epoch", "val_map", "test_map", "val_map_labels",
+                                     "test_map_labels", "test_metrics", "test_ap", "class_names", "analysis",
+                                     "group_size", "compiled")}
     # measured only where the platform can (docs/architecture.md, "Peak memory")
     fields.update({k: record[k] for k in ("peak_host_memory_bytes", "peak_gpu_memory_bytes", "device", "forward_dtype")
                    if k in record})

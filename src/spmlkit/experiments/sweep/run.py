@@ -22,7 +22,7 @@ from ...errors import user_input
 from ..store import ResultsStore, new_owner_id
 from .backends import make_executor
 from .claims import LEASE_SECONDS, RENEW_SECONDS, Heartbeat, SweepState
-from .execute import now, run_config
+from .execute import now, run_config, settings_for_other_kinds
 from .spec import SweepSpec, grid_size, in_grid, iter_runs, settings_to_check
 
 if TYPE_CHECKING:
@@ -161,8 +161,9 @@ def _check_settings(spec: SweepSpec) -> None:
     any run, not once per run), in as many checks as the axes have values
     (:func:`~spmlkit.experiments.sweep.spec.settings_to_check`), whatever the grid's size."""
     with user_input():
+        settings_for_other_kinds(spec)  # a setting none of the data sets uses
         for run in settings_to_check(spec):
-            run_config(run)
+            run_config(run)  # its labels too: a mistake that would fail every run of a grid is said here, once
 
 
 def _finished_ids(spec: SweepSpec, store: ResultsStore, retry_failed: bool) -> set[str]:

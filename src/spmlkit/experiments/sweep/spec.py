@@ -11,6 +11,7 @@ what a sweep of ten does until its runs train (docs/architecture.md, "Grids of a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -20,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SweepSpec", "load_sweep", "expand", "iter_runs", "grid_size", "run_id", "group_key", "MAX_GRID_RUNS"]
+__all__ = ["SweepSpec", "load_sweep", "expand", "iter_runs", "grid_size", "run_id", "group_key", "MAX_GRID_RUNS",
+           "batch_sizes_of", "observations_of"]
 
 #: the most runs one sweep may name. A record takes a few kilobytes of store (its history,
 #: per-class APs, configuration), so 10^8 runs would need hundreds of gigabytes of store and,
@@ -30,7 +32,7 @@ __all__ = ["SweepSpec", "load_sweep", "expand", "iter_runs", "grid_size", "run_i
 MAX_GRID_RUNS = 100_000_000
 
 _GRID_KEYS = {"name", "datasets", "methods", "seeds", "lrs", "batch_sizes", "observations", "hparams", "settings",
-              "store", "val_variant", "dataset", "method"}
+              "store", "val_variant", "dataset", "method", "plugins"}
 
 
 @dataclass
@@ -40,22 +42,44 @@ class SweepSpec:
     methods: list[str] = field(default_factory=lambda: ["an"])
     seeds: list[int] = field(default_factory=lambda: [0])
     lrs: list[float] = field(default_factory=lambda: [1e-3])
-    batch_sizes: list[int] = field(default_factory=lambda: [64])
-    observations: list[str] = field(default_factory=lambda: ["single_positive"])
+    #: None: each (dataset, method)'s own batch size, the one ``spmlkit train`` would use with the
+    #: sweep's ``settings`` as its config file (64 on feature sets, 16 on a user's images, a preset's)
+    batch_sizes: list[int] | None = None
+    #: None: each dataset's own observation (``single_positive`` for a benchmark, ``given`` -- its own
+    #: labels -- for a user's data, docs/protocol.md, "Your own data"), as ``spmlkit train`` resolves it
+    observations: list[str] | None = None
     hparams: dict[str, dict[str, Any]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     #: validation labels for model selection; None: each dataset's own (clean where full labels
     #: exist, observed for a user's prepared folder), resolved per run so a run's id names it
     val_variant: str | None = None
     store: str = "results.db"
+    #: where every method's hyperparameters come from on every data set, when not from each
+    #: (method, dataset) preset as in ``train``: "defaults" (the recipes') or a data set whose presets
+    #: are taken everywhere (:func:`~spmlkit.experiments.presets.hparams_preset`); a benchmark across
+    #: data sets sets it (docs/leaderboard.md, "One source of hyperparameters")
+    hparams_from: str | None = None
+    #: plug-ins whose methods, losses or datasets the grid names (.py files, module names;
+    #: docs/plugins.md): loaded here, and carried by every run so that a worker loads them too
+    plugins: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from ...methods import get_method, resolve_hparams
+        from ...plugins import load_plugins
         from ...protocol import Observation
+        from ..presets import check_hparams_from
 
+        check_hparams_from(self.hparams_from)
+
+        if "plugins" in self.settings:
+            raise ValueError(f"sweep {self.name!r}: give plug-ins as the sweep file's own `plugins:` key, not in "
+                             "settings")
+        load_plugins(self.plugins)
+        #: plug-in code behind each (method, dataset) of the grid (:func:`make_run`), asked once
+        self._code: dict[tuple[str, str], list[str]] = {}
         for m in self.methods:
             get_method(m)
-        for o in self.observations:
+        for o in self.observations or ():
             Observation.parse(o)
         unknown = sorted(set(self.hparams) - set(self.methods))
         if unknown:
@@ -67,7 +91,8 @@ class SweepSpec:
                                  f"a list of values")
             resolve_hparams(m, {k: (v[0] if isinstance(v, list) and v else v) for k, v in grid.items()})
         for key in ("datasets", "methods", "seeds", "lrs", "batch_sizes", "observations"):
-            if not getattr(self, key):
+            value = getattr(self, key)
+            if value is not None and not value:  # None: the default of each data set (batch sizes, observations)
                 raise ValueError(f"sweep {self.name!r}: {key} must not be empty")
         size = grid_size(self)
         if size > MAX_GRID_RUNS:
@@ -133,6 +158,12 @@ def _check_sweep_types(data: dict[str, Any], p: Path) -> dict[str, Any]:
     for key in ("name", "store", "val_variant"):
         if key in data and not (isinstance(data[key], str) and data[key]):
             raise ValueError(f"sweep file {p}: {key} must be a non-empty string, got {data[key]!r}")
+    if "plugins" in data:
+        plugins = [data["plugins"]] if isinstance(data["plugins"], str) else data["plugins"]
+        if not (isinstance(plugins, list) and all(isinstance(ref, str) and ref for ref in plugins)):
+            raise ValueError(f"sweep file {p}: plugins must be a .py file or module name, or a list of them, got "
+                             f"{data['plugins']!r}; e.g. `plugins: [my_loss.py]`")
+        data["plugins"] = plugins
     if "settings" in data and not isinstance(data["settings"], dict):
         raise ValueError(f"sweep file {p}: settings must be a mapping of trainer settings, got "
                          f"{type(data['settings']).__name__} {data['settings']!r}; e.g. `settings: {{epochs: 20}}`")
@@ -147,9 +178,11 @@ def _check_sweep_types(data: dict[str, Any], p: Path) -> dict[str, Any]:
     return data
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
+def load_sweep(path: str | Path, plugins: list[str] | tuple[str, ...] = ()) -> SweepSpec:
     """Read and check a sweep file; every mistake in it is a ``ValueError`` naming the file,
-    the key and the fix (the CLI prints it as one line)."""
+    the key and the fix (the CLI prints it as one line). Its ``plugins`` that are files are
+    relative to the file's folder, as its ``store`` is; ``plugins`` adds more (``--plugin``)."""
+    from ...plugins import is_file_reference
     from ...training.config import load_config_file
 
     p = Path(path)
@@ -162,6 +195,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise ValueError(f"sweep file {p}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(_GRID_KEYS))}")
     data = _check_sweep_types(data, p)
     data.setdefault("name", p.stem)
+    here = p.resolve().parent
+    data["plugins"] = list(dict.fromkeys(
+        [str(here / Path(ref).expanduser()) if is_file_reference(ref) else ref for ref in data.get("plugins", [])]
+        + [str(Path(ref).expanduser().absolute()) if is_file_reference(ref) else ref for ref in plugins]))
     try:
         spec = SweepSpec(**data)
     except ValueError as exc:
@@ -190,22 +227,53 @@ def _hparam_count(grid: dict[str, Any]) -> int:
 def grid_size(spec: SweepSpec) -> int:
     """How many runs ``spec`` names, counted without making them."""
     per_method = sum(_hparam_count(spec.hparams.get(m, {})) for m in spec.methods)
-    return (len(spec.datasets) * len(spec.observations) * per_method * len(spec.lrs) * len(spec.batch_sizes)
-            * len(spec.seeds))
+    return (len(spec.datasets) * len(spec.observations or [None]) * per_method * len(spec.lrs)
+            * len(spec.batch_sizes or [None]) * len(spec.seeds))
 
 
 def _size_words(spec: SweepSpec) -> str:
     """The factors of :func:`grid_size`, for a message: ``1000 seeds x 100 lrs x ...``."""
     combos = sum(_hparam_count(spec.hparams.get(m, {})) for m in spec.methods)
-    parts = [f"{len(spec.datasets)} datasets", f"{len(spec.observations)} observations",
+    parts = [f"{len(spec.datasets)} datasets", f"{len(spec.observations or [None])} observations",
              f"{combos} method x hyperparameter combinations", f"{len(spec.lrs)} lrs",
-             f"{len(spec.batch_sizes)} batch sizes", f"{len(spec.seeds)} seeds"]
+             f"{len(spec.batch_sizes or [None])} batch sizes", f"{len(spec.seeds)} seeds"]
     return " x ".join(parts)
 
 
+def observations_of(spec: SweepSpec, dataset: str) -> list[str]:
+    """The observations ``dataset``'s runs train under: the sweep's, or the dataset's own."""
+    if spec.observations is not None:
+        return list(spec.observations)
+    from ..presets import default_observation
+
+    return [default_observation(dataset)]
+
+
+def batch_sizes_of(spec: SweepSpec, dataset: str, method: str) -> list[int]:
+    """The batch sizes of ``(dataset, method)``'s runs: the sweep's, or what ``spmlkit train`` would use."""
+    if spec.batch_sizes is not None:
+        return list(spec.batch_sizes)
+    return [_default_batch_size(dataset, method, json.dumps(spec.settings, sort_keys=True, default=str))]
+
+
+@functools.lru_cache(maxsize=1024)
+def _default_batch_size(dataset: str, method: str, settings: str) -> int:
+    """``spmlkit train --dataset D --method M --config SETTINGS``'s batch size (the dataset's
+    defaults, the (method, dataset) preset, the settings), once per process and point."""
+    from ...training.config import OptimisationConfig
+    from ..presets import resolve_config
+
+    try:
+        return resolve_config({"dataset": dataset, "method": method}, file_values=json.loads(settings),
+                              file_name="sweep settings").optimisation.batch_size
+    except ValueError:  # settings the runs' own check refuses (run_config, before any run), saying why there
+        return OptimisationConfig.batch_size
+
+
 def run_id(run: dict[str, Any]) -> str:
-    """A stable id of a run's settings (the sweep name is not part of it)."""
-    key = {k: v for k, v in run.items() if k != "sweep"}
+    """A stable id of a run's settings. Neither the sweep's name nor where its plug-ins are loaded
+    from is part of it; the plug-in *code* a run trains with is (``plugin_code``, docs/plugins.md)."""
+    key = {k: v for k, v in run.items() if k not in ("sweep", "plugins")}
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -215,8 +283,29 @@ def make_run(spec: SweepSpec, dataset: str, observation: str, method: str, hpara
     run = {"sweep": spec.name, "dataset": dataset, "method": method, "observation": observation, "seed": int(seed),
            "lr": float(lr), "batch_size": int(batch_size), "hparams": hparams, "val_variant": spec.val_variant or _dataset_val_variant(dataset),
            "settings": dict(spec.settings)}
+    if spec.hparams_from is not None and _preset_involved(method, dataset, spec.hparams_from):
+        run["hparams_from"] = spec.hparams_from
+    # both only with plug-ins, so that every other run keeps the id it always had
+    if spec.plugins:
+        run["plugins"] = list(spec.plugins)
+    code = spec._code.get((method, dataset))
+    if code is None:
+        from ...plugins import plugin_code
+
+        code = spec._code[(method, dataset)] = plugin_code(method, dataset)
+    if code:
+        run["plugin_code"] = code
     run["run_id"] = run_id(run)
     return run
+
+
+def _preset_involved(method: str, dataset: str, hparams_from: str) -> bool:
+    """Whether ``hparams_from`` can change the run: a preset of the method applies to the data
+    set either way. Only then does the run carry it, so a run that no preset touches keeps the
+    id it has in any other sweep or benchmark, and is found finished there."""
+    from ..presets import PRESETS, hparams_preset
+
+    return f"{method}/{dataset}" in PRESETS or hparams_preset(method, dataset, hparams_from) is not None
 
 
 def _dataset_val_variant(dataset: str) -> str:
@@ -228,10 +317,11 @@ def _dataset_val_variant(dataset: str) -> str:
 def iter_runs(spec: SweepSpec) -> Iterator[dict[str, Any]]:
     """Every run of the sweep, made one at a time, in a deterministic order (dataset, method,
     hparams, lr, bs, seed): memory stays that of one run whatever the grid's size."""
-    for dataset, observation, method in itertools.product(spec.datasets, spec.observations, spec.methods):
-        for hp in _hparam_grid(spec.hparams.get(method, {})):
-            for lr, bs, seed in itertools.product(spec.lrs, spec.batch_sizes, spec.seeds):
-                yield make_run(spec, dataset, observation, method, hp, lr, bs, seed)
+    for dataset in spec.datasets:
+        for observation, method in itertools.product(observations_of(spec, dataset), spec.methods):
+            for hp in _hparam_grid(spec.hparams.get(method, {})):
+                for lr, bs, seed in itertools.product(spec.lrs, batch_sizes_of(spec, dataset, method), spec.seeds):
+                    yield make_run(spec, dataset, observation, method, hp, lr, bs, seed)
 
 
 def expand(spec: SweepSpec) -> list[dict[str, Any]]:
@@ -247,10 +337,11 @@ def in_grid(spec: SweepSpec, run: dict[str, Any]) -> bool:
     try:
         method, hparams = run["method"], run["hparams"]
         keys, values = _hparam_axes(spec.hparams.get(method, {}))
-        on_axes = (run["dataset"] in spec.datasets and run["observation"] in spec.observations
-                   and method in spec.methods and run["lr"] in spec.lrs and run["batch_size"] in spec.batch_sizes
+        on_axes = (run["dataset"] in spec.datasets and method in spec.methods and run["lr"] in spec.lrs
                    and run["seed"] in spec.seeds and isinstance(hparams, dict) and sorted(hparams) == keys
-                   and all(hparams[k] in v for k, v in zip(keys, values)))
+                   and all(hparams[k] in v for k, v in zip(keys, values))
+                   and run["observation"] in observations_of(spec, run["dataset"])
+                   and run["batch_size"] in batch_sizes_of(spec, run["dataset"], method))
         if not on_axes:
             return False
         point = make_run(spec, run["dataset"], run["observation"], method, hparams, run["lr"], run["batch_size"],
@@ -265,19 +356,21 @@ def settings_to_check(spec: SweepSpec) -> Iterator[dict[str, Any]]:
     hyperparameters) with the first lr, batch size and seed, then each lr, batch size and seed
     with the first of the rest. Checking these finds every bad value of a grid of any size in
     as many checks as the axes have values, not as the grid has runs."""
-    firsts = (spec.lrs[0], spec.batch_sizes[0], spec.seeds[0])
-    for dataset, observation, method in itertools.product(spec.datasets, spec.observations, spec.methods):
-        for hp in _hparam_grid(spec.hparams.get(method, {})):
-            yield make_run(spec, dataset, observation, method, hp, *firsts)
-    method = spec.methods[0]
+    for dataset in spec.datasets:
+        for observation, method in itertools.product(observations_of(spec, dataset), spec.methods):
+            for hp in _hparam_grid(spec.hparams.get(method, {})):
+                yield make_run(spec, dataset, observation, method, hp, spec.lrs[0],
+                               batch_sizes_of(spec, dataset, method)[0], spec.seeds[0])
+    method, dataset = spec.methods[0], spec.datasets[0]
     first_hp = next(_hparam_grid(spec.hparams.get(method, {})))
-    head = (spec.datasets[0], spec.observations[0], method, first_hp)
+    head = (dataset, observations_of(spec, dataset)[0], method, first_hp)
+    sizes = batch_sizes_of(spec, dataset, method)
     for lr in spec.lrs[1:]:
-        yield make_run(spec, *head, lr, firsts[1], firsts[2])
-    for bs in spec.batch_sizes[1:]:
-        yield make_run(spec, *head, firsts[0], bs, firsts[2])
+        yield make_run(spec, *head, lr, sizes[0], spec.seeds[0])
+    for bs in sizes[1:]:
+        yield make_run(spec, *head, spec.lrs[0], bs, spec.seeds[0])
     for seed in spec.seeds[1:]:
-        yield make_run(spec, *head, firsts[0], firsts[1], seed)
+        yield make_run(spec, *head, spec.lrs[0], sizes[0], seed)
 
 
 def group_key(run: dict[str, Any]) -> str:
