@@ -33,8 +33,9 @@ RUNS = ["an", "em_apl:hp.warmup_epochs=1", "role", "gr", "pu_mlc:batch_statistic
 
 def _launch(out: Path, specs: list[str], nproc: int) -> None:
     """``specs`` trained by ``nproc`` processes. torchrun's ``--standalone`` rendezvous binds port 0
-    and keeps the socket, so the operating system picks a free port and nobody can take it
-    between a probe and the bind, as a port chosen here and handed to torchrun could be."""
+    and keeps the socket (and current torch hands that store to the workers), so the operating
+    system picks a free port and nobody can take it between a probe and the bind, as a port
+    found free here and handed to torchrun could be."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)

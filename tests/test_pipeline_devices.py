@@ -1,5 +1,6 @@
 """GPU-side speed options on a machine without a GPU: `--decode gpu` refused, the CPU path unchanged,
-the GPU decoder's arithmetic checked on the CPU, `--compile` training, fused Adam."""
+the GPU decoder's arithmetic checked on the CPU, `--compile` training (and recorded), the dtype a
+forward ran in under autocast (recorded), fused Adam."""
 
 from __future__ import annotations
 
