@@ -58,7 +58,8 @@ def _stacked(fns: list[losses.SPMLLoss]) -> dict[str, torch.Tensor]:
 BATCHABLE = [n for n in sorted(losses.available()) if losses.loss_class(n).batchable]
 #: built-in losses that train one run at a time, and why: SMILE draws from Beta distributions of its
 #: own output, with its run's own generator, inside the step (docs/methods.md, "smile")
-ALONE = {"smile"}
+#: LAC's two-view losses train image runs only (one at a time) and keep a memory queue that a step updates
+ALONE = {"smile", "plc", "lac"}
 
 
 def test_every_built_in_loss_is_batchable_but_those_that_say_why_not() -> None:

@@ -29,6 +29,9 @@ SETWISE = ["zlpr", "opml", "opml_soft"]
 BATCH_TERM = ["epr", "role"]
 #: a sum of means over different sets of entries: "mean" only
 MEAN_ONLY = ["smile"]
+#: LAC's two stages: losses of two augmented views (and label-wise embeddings), image runs only; a sum of
+#: differently normalised terms, "mean" only too
+TWO_VIEWS = ["lac", "plc"]
 B, C = 5, 4
 
 
@@ -60,7 +63,14 @@ def call(fn: losses.SPMLLoss, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if fn.name == "em_apl":
         gen = torch.Generator().manual_seed(2)
         pseudo = PseudoLabels(torch.rand(z.shape, generator=gen) < 0.5, torch.rand(z.shape, generator=gen).double())
-    return fn(z, y, pseudo=pseudo, index=index)
+    views = {}
+    if fn.needs_views:  # LAC/PLC: a strong view of the same rows, and label-wise embeddings of both views
+        gen = torch.Generator().manual_seed(3)
+        views["strong"] = z + torch.randn(z.shape, generator=gen, dtype=z.dtype)
+        if fn.needs_embeddings:
+            emb = torch.randn(2, *z.shape, 3, generator=gen, dtype=z.dtype)
+            views["embeddings"] = torch.nn.functional.normalize(emb, dim=-1)
+    return fn(z, y, pseudo=pseudo, index=index, **views)
 
 
 def batch(seed: int = 0, rows: int = B, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,12 +88,12 @@ def close(a: torch.Tensor, b: torch.Tensor | float) -> None:
 
 # --------------------------------------------------------------------------- declarations / registry
 def test_families_cover_every_registered_loss():
-    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + MEAN_ONLY + ["highrank", "pu_mlc", "crisp"]) == ALL
+    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + MEAN_ONLY + TWO_VIEWS + ["highrank", "pu_mlc", "crisp"]) == ALL
 
 
 def test_capabilities_are_declared_on_the_class():
     expected = {"needs_index": {"role", "smile"}, "corrects_labels": {"ll_cp"}, "needs_class_ap": {"opml_soft"},
-                "needs_class_prior": {"crisp"}}
+                "needs_class_prior": {"crisp"}, "needs_views": {"plc", "lac"}, "needs_embeddings": {"lac"}}
     cls = {name: type(build(name)) for name in ALL}
     for flag, names in expected.items():
         assert {name for name in ALL if getattr(cls[name], flag)} == names, flag
@@ -180,7 +190,7 @@ def test_setwise_reductions_agree(name):
         close(each.sum(), total)
 
 
-@pytest.mark.parametrize("name", MEAN_ONLY)
+@pytest.mark.parametrize("name", MEAN_ONLY + TWO_VIEWS)
 def test_mean_only_losses_refuse_sum_and_none_when_built(name):
     for reduction in ("sum", "none"):
         with pytest.raises(ValueError, match=f"reduction must be one of 'mean', got '{reduction}'"):

@@ -43,14 +43,19 @@ def test_every_method_builds_the_parts_its_recipe_names_and_its_step_loss_is_the
     index = torch.arange(4)
     pseudo = losses.PseudoLabels(torch.zeros(4, 3, dtype=torch.bool), torch.zeros(4, 3, dtype=torch.float64))
     weights = [torch.ones(3, 2, dtype=torch.float64)]
-    expected = fresh(method.loss, dict(method.loss_kwargs))(z, labels, pseudo=pseudo, index=index)
+    views = {}
+    if comp.loss.needs_views:  # LAC/PLC: the strong view's logits and both views' label-wise embeddings
+        views["strong"] = torch.randn(4, 3, generator=gen, dtype=torch.float64)
+        emb = torch.randn(2, 4, 3, 5, generator=gen, dtype=torch.float64)
+        views["embeddings"] = torch.nn.functional.normalize(emb, dim=-1) if comp.loss.needs_embeddings else None
+    expected = fresh(method.loss, dict(method.loss_kwargs))(z, labels, pseudo=pseudo, index=index, **views)
     for reg, kwargs in method.regularizers:
-        expected = expected + fresh(reg, dict(kwargs))(z, labels, pseudo=pseudo, index=index)
+        expected = expected + fresh(reg, dict(kwargs))(z, labels, pseudo=pseudo, index=index, **views)
     if method.weight_penalty is not None:
         kind, lam = method.weight_penalty
         expected = expected + lam * 6.0  # six weights of 1: their L1 norm and squared L2 norm are both 6
     batch = LabelBatch(labels, pseudo, index)
-    got = comp.training_loss(lambda x: x, z, z, batch, None, lambda: weights)
+    got = comp.training_loss(lambda x: x, z, z, batch, None, lambda: weights, **views)
     assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 

@@ -164,3 +164,92 @@ def test_the_headline_names_each_f1_by_its_threshold():
                                             "0.00% / 0.00% at 0.75 (the method's)"
     assert f1_summary(without_val, 0.5) == ", F1 overall / per-class 40.00% / 30.00% at 0.5"
     assert f1_summary({}, 0.5) == ""
+
+
+def _edited_copy(run, tmp_path, name, **metrics):
+    """The run's files in a folder of their own, with ``result.json``'s test metrics edited."""
+    copy = tmp_path / name
+    copy.mkdir()
+    for f in ("best.pt", "config.yaml"):
+        shutil.copy(run / f, copy / f)
+    record = json.loads((run / "result.json").read_text())
+    record["test_metrics"].update(metrics)
+    (copy / "result.json").write_text(json.dumps(record))  # NaN and Infinity as Python's json writes them
+    return copy
+
+
+@pytest.mark.parametrize("value, shown", [(float("nan"), "NaN"), (float("inf"), "Infinity"), (-1, "-1"),
+                                          (True, "true"), ("abc", '"abc"'), (None, "null"), (1.5, "1.5")])
+def test_a_recorded_threshold_that_is_not_a_probability_is_refused_by_predict_and_export(
+        run, images, tmp_path, capsys, value, shown):
+    """NaN predicted nothing, -1 everything, and the sidecar wrote a bare NaN; "abc" became 0.5: a
+    recorded threshold is checked as a typed --threshold is, and never swapped for a default."""
+    edited = _edited_copy(run, tmp_path, "edited", threshold_val_global=value)
+    capsys.readouterr()
+    assert main(["predict", "--checkpoint", str(edited), "--images", str(images), "--out", str(tmp_path / "p"),
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"{edited / 'result.json'}: test_metrics.threshold_val_global is {shown}, not a probability in [0, 1]" in err
+    assert "restore it, or delete the key to use the method's fixed threshold, or give --threshold" in err
+    assert not (tmp_path / "p.csv").exists() and not (tmp_path / "p.json").exists()
+    assert main(["export", "--checkpoint", str(edited), "--format", "torchscript", "--out",
+                 str(tmp_path / "m.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"threshold_val_global is {shown}, not a probability" in err
+    assert not (tmp_path / "m.pt").exists() and not (tmp_path / "m.pt.json").exists()
+    # a typed threshold is what predict uses: the recorded one is not read, so it blocks nothing
+    payload, _ = _predict(edited, images, tmp_path / "given", "--threshold", "0.4")
+    assert payload["threshold"] == 0.4 and payload["threshold_source"] == "given"
+
+
+def test_bad_per_class_thresholds_block_only_the_export_that_uses_them(run, images, tmp_path, capsys):
+    """predict never uses the per-class thresholds: bad ones there do not stop it; export writes them into
+    its sidecar, so there they are checked, one per class."""
+    t_val = json.loads((run / "result.json").read_text())["test_metrics"]["threshold_val_global"]
+    classes = 10  # the digits mosaic's; a result.json holds per-class thresholds when written by hand or
+    # by an earlier spmlkit, and the sidecar then names them
+    bad = [0.5] * (classes - 1) + ["abc"]
+    edited = _edited_copy(run, tmp_path, "perclass", thresholds_val_class=bad)
+    payload, _ = _predict(edited, images, tmp_path / "p")
+    assert payload["threshold"] == t_val and payload["threshold_source"] == "validation"
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(edited), "--format", "torchscript", "--out",
+                 str(tmp_path / "m.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"test_metrics.thresholds_val_class[{classes - 1}] is \"abc\", not a probability in [0, 1]" in err
+    short = _edited_copy(run, tmp_path, "short", thresholds_val_class=[0.5] * (classes - 1))
+    assert main(["export", "--checkpoint", str(short), "--format", "torchscript", "--out",
+                 str(tmp_path / "m.pt")]) == 2
+    assert (f"test_metrics.thresholds_val_class holds {classes - 1} values, not one threshold for each of the "
+            f"run's {classes} classes") in capsys.readouterr().err
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_predict_and_export_never_write_over_a_file_they_read(run, images, tmp_path, capsys):
+    """`--out` naming the checkpoint, the run's result.json or an image: refused before anything is written
+    (files compared as files: a link counts)."""
+    copy = _edited_copy(run, tmp_path, "run")
+    before = {f: (copy / f).read_bytes() for f in ("best.pt", "result.json", "config.yaml")}
+    (tmp_path / "link.json").symlink_to(copy / "result.json")
+    capsys.readouterr()
+    for out, what in ((copy / "result", "a file of the run this command reads"),
+                      (tmp_path / "link", "a file of the run this command reads")):
+        assert main(["predict", "--checkpoint", str(copy), "--images", str(images), "--out", str(out),
+                     "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{out}.json is {what}" in err and "give the output another" in err
+    picture = sorted(images.iterdir())[0]
+    pictures = tmp_path / "pictures"
+    shutil.copytree(images, pictures)
+    target = pictures / picture.name
+    (pictures / "scores.csv").symlink_to(target)
+    image_bytes = target.read_bytes()
+    assert main(["predict", "--checkpoint", str(copy), "--images", str(pictures), "--out",
+                 str(pictures / "scores"), "--quiet"]) == 2
+    assert f"{pictures / 'scores.csv'} is an image this command reads ({target})" in capsys.readouterr().err
+    assert target.read_bytes() == image_bytes
+    for out in (copy / "best.pt", copy / "config.yaml"):
+        assert main(["export", "--checkpoint", str(copy), "--format", "torchscript", "--out", str(out)]) == 2
+        assert "is a file of the run this export reads" in capsys.readouterr().err
+    assert {f: (copy / f).read_bytes() for f in before} == before

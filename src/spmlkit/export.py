@@ -36,8 +36,8 @@ import torch
 from torch import nn
 
 from .errors import InputError, user_input
-from .io import atomic_write_bytes, atomic_write_json
-from .predict import decision_threshold, load_model, transform_spec, validation_thresholds
+from .io import atomic_write_bytes, atomic_write_json, check_outputs, inputs_kept
+from .predict import decision_threshold, load_model, method_threshold, run_inputs, transform_spec, validation_thresholds
 from .training.config import saved_settings
 
 __all__ = ["FORMATS", "TOLERANCE", "ExportResult", "Probabilities", "export_model", "default_out"]
@@ -103,7 +103,10 @@ def export_model(checkpoint: str | Path, format: str, out: str | Path | None = N
         if out_path.is_dir():
             raise ValueError(f"--out {out_path} is a folder; give the file to write, e.g. "
                              f"{out_path / default_out(Path(), format).name}")
-        results = validation_thresholds(path.parent)
+        sidecar_path = out_path.with_name(out_path.name + ".json")
+        check_outputs([out_path, sidecar_path], run_inputs(path), "a file of the run this export reads")
+        results = validation_thresholds(path.parent, num_classes=len(ckpt["class_names"]))  # the sidecar names each
+        method = method_threshold(path, ckpt)
         decision = decision_threshold(path, ckpt, threshold)
     net = Probabilities(model).eval()
     shape = _input_shape(ckpt)
@@ -121,10 +124,10 @@ def export_model(checkpoint: str | Path, format: str, out: str | Path | None = N
         raise RuntimeError(f"the {format} export of {path} gives probabilities {diff:.2e} away from the PyTorch "
                            f"model's (more than {TOLERANCE:g}); nothing was written. The network does not trace "
                            "faithfully; export the other format, or report the backbone to spmlkit")
-    sidecar = _sidecar(format, out_path, path, ckpt, results, check, decision)
-    sidecar_path = out_path.with_name(out_path.name + ".json")
-    atomic_write_bytes(out_path, data)
-    atomic_write_json(sidecar_path, sidecar)
+    sidecar = _sidecar(format, out_path, path, ckpt, {"method": method, **results}, check, decision)
+    with inputs_kept(run_inputs(path), "a file of the run this export reads"):
+        atomic_write_bytes(out_path, data)
+        atomic_write_json(sidecar_path, sidecar)
     return ExportResult(out_path, sidecar_path, sidecar, diff)
 
 
@@ -210,11 +213,11 @@ def _sidecar(fmt: str, out: Path, path: Path, ckpt: dict[str, Any], selected: di
 
     cfg, names = saved_settings(ckpt["config"]), list(ckpt["class_names"])
     threshold, source = decision
-    thresholds: dict[str, Any] = {"method": float(ckpt.get("threshold", 0.5))}
+    thresholds: dict[str, Any] = {"method": selected["method"]}
     if "val_global" in selected:
         thresholds["val_global"] = selected["val_global"]
         thresholds["val_global_note"] = "one threshold for every class, maximising overall F1 on the validation split"
-    if "val_class" in selected and len(selected["val_class"]) == len(names):
+    if "val_class" in selected:  # one per class, checked when read
         thresholds["val_class"] = dict(zip(names, selected["val_class"]))
     return {
         "spmlkit_version": __version__,

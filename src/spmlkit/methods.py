@@ -59,6 +59,9 @@ class Method:
     #: "global" (the whole global batch, as one process) or "process" (each process's slice,
     #: what PU-MLC's two-GPU code does for its temperature, prior and mixup)
     batch_statistics: str = "global"
+    #: why the method has no meaning on a feature dataset ("" when it has one): such runs are refused
+    #: in one line, and ``spmlkit methods`` shows the reason
+    images_only: str = ""
 
     @property
     def sees_more_labels(self) -> bool:
@@ -107,6 +110,10 @@ def register(method: Method) -> Method:
 
 
 _COLE = "Cole et al., CVPR 2021"
+_LAC = "Xie, Xiao, Huang, NeurIPS 2022 (LAC)"
+#: why LAC's two stages need images (docs/methods.md, "plc")
+_TWO_VIEWS = ("it learns from a weak and a strong augmentation of each image (flip vs cutout, RandAugment, colour "
+              "jitter); a row of fixed features has no augmentations to be consistent across")
 _EM = "Zhou et al., ECCV 2022"
 for _recipe in [
         _m("bce", "bce", "full labels (oracle reference): BCE on the complete label matrix", _COLE, labels="full"),
@@ -144,6 +151,10 @@ for _recipe in [
            "Liu, Xu, Wang, Geng (CRISP)", labeling="class_prior"),
         _m("smile", "smile", "label enhancement: soft targets from a GCN's Beta label distributions on a k-NN graph",
            "Xu et al., NeurIPS 2022"),
+        _m("plc", "plc", "LAC stage 1: AN on a weak view + hard pseudo-label consistency on a strong view", _LAC,
+           images_only=_TWO_VIEWS),
+        _m("lac", "lac", "LAC stage 2: PLC + label-aware contrast of label-wise embeddings over a memory queue", _LAC,
+           images_only=_TWO_VIEWS),
     ]:
     register(_recipe)
 

@@ -27,8 +27,8 @@ from .io import atomic_write_text
 from .training.checkpoint import load_checkpoint
 from .training.config import saved_settings
 
-__all__ = ["IMAGE_SUFFIXES", "decision_threshold", "find_images", "load_model", "load_predictor", "predict_images",
-           "Predictions", "transform_spec", "validation_thresholds"]
+__all__ = ["IMAGE_SUFFIXES", "decision_threshold", "run_inputs", "method_threshold", "find_images",
+           "load_model", "load_predictor", "predict_images", "Predictions", "transform_spec", "validation_thresholds"]
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
@@ -98,13 +98,26 @@ def transform_spec(ckpt: dict[str, Any]) -> dict[str, Any]:
     return ckpt.get("transform") or {"kind": "imagenet", "size": saved_settings(ckpt["config"])["image_size"]}
 
 
-def validation_thresholds(run: Path) -> dict[str, Any]:
+def run_inputs(checkpoint: str | Path) -> list[Path]:
+    """The files of a run that reading its checkpoint uses: the checkpoint (a run folder's
+    best.pt), and the result.json and config.yaml beside it. No output may replace them."""
+    path = Path(checkpoint)
+    path = path / "best.pt" if path.is_dir() else path
+    return [path, path.parent / "result.json", path.parent / "config.yaml"]
+
+
+def validation_thresholds(run: Path, *, per_class: bool = True, num_classes: int | None = None) -> dict[str, Any]:
     """The thresholds a finished run selected on its validation split, from its ``result.json``.
 
-    ``{"val_global": t}`` (one threshold maximising overall F1) and, where recorded,
-    ``{"val_class": [t_c, ...]}``; empty when the run has no ``result.json`` (not finished, or a
-    checkpoint copied on its own) or selected none (no validation positives). The trainer writes
-    these at the end of a run, after ``best.pt``, which is why they are read from here.
+    ``{"val_global": t}`` (one threshold maximising overall F1) and, where recorded and
+    ``per_class``, ``{"val_class": [t_c, ...]}``; empty when the run has no ``result.json`` (not
+    finished, or a checkpoint copied on its own) or selected none (no validation positives). The
+    trainer writes these at the end of a run, after ``best.pt``, which is why they are read from here.
+
+    A recorded threshold is checked as a typed ``--threshold`` is: a number in [0, 1] (not NaN,
+    infinite, negative, ``true`` or text), or a one-line ``ValueError`` naming the file, the key and
+    the value; the per-class ones, only when asked for (``per_class``: ``predict`` never uses them,
+    so a bad one there blocks nothing), also one per class when ``num_classes`` is given.
     """
     result = Path(run) / "result.json"
     if not result.is_file():
@@ -114,13 +127,39 @@ def validation_thresholds(run: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{result} cannot be read ({exc}); the file was changed after training: remove it to "
                          "use the method's fixed threshold, or train the run again") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{result} holds {type(record).__name__}, not a run's result; the file was changed after "
+                         "training: remove it to use the method's fixed threshold, or train the run again")
+    recorded: dict[str, tuple[Any, str]] = {}
+    metrics = record.get("test_metrics")
+    for source, where in ((record, ""), (metrics if isinstance(metrics, dict) else {}, "test_metrics.")):
+        for key in ("threshold_val_global", "thresholds_val_class"):
+            if key in source:  # the test metrics' entry, written by the trainer, wins
+                recorded[key] = (source[key], where + key)
     found: dict[str, Any] = {}
-    for source in (record, record.get("test_metrics") or {}):
-        if isinstance(source.get("threshold_val_global"), (int, float)):
-            found["val_global"] = float(source["threshold_val_global"])
-        if isinstance(source.get("thresholds_val_class"), list):
-            found["val_class"] = [float(t) for t in source["thresholds_val_class"]]
+    if "threshold_val_global" in recorded:
+        value, where = recorded["threshold_val_global"]
+        found["val_global"] = _recorded_probability(value, result, where, "or give --threshold")
+    if per_class and "thresholds_val_class" in recorded:
+        values, where = recorded["thresholds_val_class"]
+        if not isinstance(values, list) or (num_classes is not None and len(values) != num_classes):
+            size = f"{len(values)} values" if isinstance(values, list) else repr(values)
+            raise ValueError(f"{result}: {where} holds {size}, not one threshold for each of the run's "
+                             f"{num_classes} classes; {_CHANGED}")
+        found["val_class"] = [_recorded_probability(v, result, f"{where}[{i}]") for i, v in enumerate(values)]
     return found
+
+
+_CHANGED = ("the file was changed after training: restore it, or delete the key to use the method's fixed "
+            "threshold")
+
+
+def _recorded_probability(value: Any, file: Path, where: str, also: str = "") -> float:
+    """A threshold read from ``file``: a number in [0, 1], else a one-line ValueError naming it."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0:  # NaN fails
+        return float(value)
+    raise ValueError(f"{file}: {where} is {json.dumps(value)}, not a probability in [0, 1]; {_CHANGED}"
+                     + (f", {also}" if also else ""))
 
 
 def decision_threshold(checkpoint: Path, ckpt: dict[str, Any], given: float | None = None) -> tuple[float, str]:
@@ -129,16 +168,27 @@ def decision_threshold(checkpoint: Path, ckpt: dict[str, Any], given: float | No
     ``given`` (a value the user typed, 0 included) wins and is checked to lie in [0, 1]; then the
     threshold the run selected on validation (``"validation"``); then the method's fixed one
     recorded in ``best.pt`` (``"method"``: 0.5, or 0.75 for EM), for runs that recorded none.
+    Only the one used is read and checked: a recorded threshold that is not a probability is a
+    one-line error (:func:`validation_thresholds`), never used and never replaced by a default.
     """
     if given is not None:
         t = float(given)
         if not 0.0 <= t <= 1.0:  # NaN fails too
             raise ValueError(f"threshold must be a probability in [0, 1], got {given}")
         return t, "given"
-    selected = validation_thresholds(Path(checkpoint).parent).get("val_global")
+    selected = validation_thresholds(Path(checkpoint).parent, per_class=False).get("val_global")
     if selected is not None:
         return selected, "validation"
-    return float(ckpt.get("threshold", 0.5)), "method"
+    return method_threshold(checkpoint, ckpt), "method"
+
+
+def method_threshold(checkpoint: Path, ckpt: dict[str, Any]) -> float:
+    """The method's fixed threshold that ``best.pt`` records (0.5 when it records none), checked."""
+    value = ckpt.get("threshold", 0.5)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
+        return float(value)
+    raise ValueError(f"{checkpoint}: its threshold is {value!r}, not a probability in [0, 1]; the file was changed "
+                     "after training: give --threshold, or train the run again")
 
 
 def _check_weights_fit(path: Path, ckpt: dict, model: torch.nn.Module) -> None:
@@ -178,19 +228,25 @@ class Predictions:
     def labels(self) -> list[list[str]]:
         return [[c for c, s in zip(self.class_names, row) if s >= self.threshold] for row in self.scores]
 
+    @staticmethod
+    def files(out: str | Path) -> tuple[Path, Path]:
+        """The files :meth:`write` writes for ``out``: ``<out>.csv`` and ``<out>.json``."""
+        base = Path(out)
+        if base.suffix in (".csv", ".json"):
+            base = base.with_suffix("")
+        # appended, not with_suffix: "preds.v2" or "at0.5" must not lose the part after its dot
+        return base.with_name(base.name + ".csv"), base.with_name(base.name + ".json")
+
     def write(self, out: str | Path) -> list[Path]:
         """Write ``<out>.csv`` and ``<out>.json`` (``out`` without suffix, or with .csv/.json)."""
         import pandas as pd
 
-        base = Path(out)
-        if base.suffix in (".csv", ".json"):
-            base = base.with_suffix("")
-        base.parent.mkdir(parents=True, exist_ok=True)
+        csv_path, json_path = self.files(out)
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
         frame = pd.DataFrame(self.scores, columns=self.class_names)
         frame.insert(0, "image", self.images)
         frame["labels"] = [";".join(ls) for ls in self.labels()]
-        # appended, not with_suffix: "preds.v2" or "at0.5" must not lose the part after its dot
-        csv = atomic_write_text(base.with_name(base.name + ".csv"), frame.to_csv(index=False, float_format="%.6f"))
+        csv = atomic_write_text(csv_path, frame.to_csv(index=False, float_format="%.6f"))
         payload = {
             "threshold": self.threshold,
             "threshold_source": self.threshold_source,
@@ -199,7 +255,7 @@ class Predictions:
                             for im, row, ls in zip(self.images, self.scores, self.labels())],
             "skipped": self.skipped,
         }
-        js = atomic_write_text(base.with_name(base.name + ".json"), json.dumps(payload, indent=1))
+        js = atomic_write_text(json_path, json.dumps(payload, indent=1))
         return [csv, js]
 
 

@@ -25,10 +25,11 @@ def run_methods(args: argparse.Namespace) -> int:
     from ..methods import METHODS
 
     table = Table(title="spmlkit methods")
-    for col in ("method", "loss", "labels", "label-state algorithm", "description", "paper"):
+    for col in ("method", "loss", "labels", "label-state algorithm", "description", "paper", "on features"):
         table.add_column(col)
     for m in METHODS.values():
-        table.add_row(m.name, m.loss, m.labels, m.labeling or "", m.description, m.paper)
+        table.add_row(m.name, m.loss, m.labels, m.labeling or "", m.description, m.paper,
+                      f"no: {m.images_only}" if m.images_only else "yes")
     console().print(table)
     return 0
 

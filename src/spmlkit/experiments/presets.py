@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig, config_from_dict, flat_settings,
-                               merged_plugins, saved_settings)
+from ..training.config import (RESUME_FREE, DataConfig, MethodConfig, RunConfig, check_min_lr, config_from_dict,
+                               flat_settings, merged_plugins, saved_settings)
 from ..training.defaults import FEATURE_DEFAULTS
 
 __all__ = ["Preset", "DATASET_DEFAULTS", "OWN_LABELS", "PRESETS", "RECIPE_DEFAULTS", "get_preset", "list_presets",
@@ -200,6 +200,31 @@ _PU_MLC_OFFICIAL_NOTES = (
     "weights; --val-frac 0.2 (config val_frac: 0.2) selects on validation over both); "
     'see docs/protocol.md, "Recipes"')
 
+#: the LAC code's recipe for both of its stages (docs/methods.md, "plc"): its label-query transformer on an ImageNet
+#: ResNet-50 whose BatchNorm is constant and whose stem and layer1 do not train, AdamW (weight decay 1e-2) on a
+#: one-cycle schedule peaking at 1e-4 (20 % warm-up), a weight EMA of decay 0.9997 validated beside the plain weights,
+#: batch 32 with the last short batch dropped, 40 epochs with its early stop (9 epochs past the best)
+_LAC_RECIPE: dict[str, Any] = {
+    "backbone": "torchvision:resnet50", "pretrained": True, "image_size": 448, "image_head": "label_query",
+    "constant_bn": True, "train_only": ["layer2", "layer3", "layer4", "head"], "optimizer": "adamw", "lr": 1e-4,
+    "weight_decay": 1e-2, "lr_schedule": "onecycle", "warmup_frac": 0.2, "ema_decay": 0.9997, "batch_size": 32,
+    "drop_last": True, "epochs": 40, "patience": 9,
+}
+#: each stage's hyperparameters, the code's README (its COCO command lines; the paper's per-dataset values are not
+#: in the code): stage 1 (plc) tau 0.6, stage 2 (lac) tau 0.9, temperature 0.5, a queue of 512, both weights 1
+_LAC_STAGES: dict[str, dict[str, Any]] = {
+    "plc": {"threshold": 0.6, "plc_weight": 1.0},
+    "lac": {"threshold": 0.9, "plc_weight": 1.0, "lac_weight": 1.0, "temperature": 0.5, "queue_size": 512},
+}
+_LAC_NOTES = {
+    "plc": "LAC's first stage as its code trains it (label-query transformer, constant BatchNorm, AdamW, one-cycle, "
+           "EMA); the code's README values (tau 0.6), the same on every dataset; inputs ImageNet-normalised where the "
+           "code feeds raw [0, 1] pixels; see docs/methods.md, \"plc\"",
+    "lac": "LAC's second stage: start it from a plc run with --init-weights RUN/best.pt (the code starts from its "
+           "first stage's best weights); the code's README values (tau 0.9, T 0.5, queue 512); no published number "
+           "spmlkit could read for LAC itself; see docs/methods.md, \"lac\"",
+}
+
 _CONFIG_KEYS = {"backbone", "pretrained", "image_size", "batch_size", "lr", "epochs", "observation", "patience",
                 "head_lr_mult", "optimizer", "lgconv", "weight_decay", "linear_init_epochs", "linear_init_lr",
                 "stop_drop", "hflip", "dataset_variant", "val_frac"}
@@ -248,6 +273,14 @@ def _build() -> dict[str, Preset]:
         notes = _PU_MLC_OFFICIAL_NOTES.format(batch=values["batch_size"], half=values["batch_size"] // 2,
                                               epochs=values["epochs"], ema=values["ema_decay"])
         presets[name] = Preset(name, "pu_mlc", dataset, cfg, base.source, notes, base.targets)
+    # LAC's two stages as its code trains them (docs/methods.md, "plc" and "lac")
+    for method, hparams in _LAC_STAGES.items():
+        for dataset in _D4:
+            cfg = {**DATASET_DEFAULTS[dataset], **_LAC_RECIPE, "dataset": dataset, "method": method,
+                   "hparams": dict(hparams)}
+            name = f"{method}/{dataset}"
+            presets[name] = Preset(name, method, dataset, cfg, "CRISP Table 1", _LAC_NOTES[method],
+                                   _targets(method, dataset, cfg, "CRISP Table 1"))
     # ROLE + LinearInit: 25 linear epochs on frozen features, then 10 end-to-end (docs/methods.md, "role")
     for dataset, (bs, lr) in zip(_D4, ((16, 1e-3), (16, 1e-3), (16, 1e-3), (8, 1e-3))):
         base = presets[f"role/{dataset}"]
@@ -425,6 +458,7 @@ def resolve_config(
     config = None
     for where, layer in layers:
         config = config_from_dict(layer, base=config, where=where)
+    check_min_lr(config)  # settings of two layers: checked on the whole
     return config
 
 

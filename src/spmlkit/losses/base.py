@@ -86,6 +86,12 @@ class LossContext:
     pseudo: PseudoLabels | None = None
     #: long ``[B]`` dataset indices of the batch rows (read by losses with ``needs_index``)
     index: Tensor | None = None
+    #: logits ``[B, C]`` of the strong view of the same rows (read by losses with ``needs_views``;
+    #: ``logits`` are then the weak view's)
+    strong: Tensor | None = None
+    #: label-wise embeddings ``[2, B, C, D]`` of the weak and the strong view (read by losses with
+    #: ``needs_embeddings``)
+    embeddings: Tensor | None = None
 
 
 class SPMLLoss(nn.Module):
@@ -112,6 +118,12 @@ class SPMLLoss(nn.Module):
     #: label algorithm estimates it (``provides_class_prior``) and the trainer passes it to
     #: :meth:`set_class_prior`
     needs_class_prior: ClassVar[bool] = False
+    #: True for losses of two augmented views of each row (LAC/PLC): the loop forwards a weak and
+    #: a strong view, hands the weak view's logits as ``logits`` and the strong view's as ``strong=``
+    needs_views: ClassVar[bool] = False
+    #: True for losses of label-wise embeddings (LAC): the model must produce one embedding per
+    #: (row, class) of each view (:class:`~spmlkit.models.LabelQueryNet`), passed as ``embeddings=``
+    needs_embeddings: ClassVar[bool] = False
     #: constructor arguments that describe the data rather than the method; the trainer fills
     #: them, and they are never listed as hyperparameters
     data_arguments: ClassVar[tuple[str, ...]] = ()
@@ -192,10 +204,12 @@ class SPMLLoss(nn.Module):
         *,
         pseudo: PseudoLabels | None = None,
         index: Tensor | None = None,
+        strong: Tensor | None = None,
+        embeddings: Tensor | None = None,
     ) -> Tensor:
         _check_inputs(self.name or type(self).__name__, logits, labels, values=self.validate_args)
         labels = labels.to(dtype=logits.dtype)
-        return self.loss(logits, labels, LossContext(pseudo, index))
+        return self.loss(logits, labels, LossContext(pseudo, index, strong, embeddings))
 
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         """The formula, on inputs :meth:`forward` has already checked."""

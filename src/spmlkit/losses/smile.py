@@ -247,8 +247,8 @@ class SmileLoss(SPMLLoss):
         if not isinstance(bias, bool):
             raise ValueError(f"loss 'smile': bias must be true or false, got {bias!r}")
         if bias and self.rate != 1.0:
-            raise ValueError(f"loss 'smile': rate={rate!r} weights the unobserved entries only when bias is false (the "
-                             "official --bias 0); with bias true they are weighted 1/(C-1): set bias false to use rate")
+            raise ValueError(f"loss 'smile': rate={rate!r} weights the unobserved entries only when bias is false (bias 0 in "
+                             "the official code); with bias true they are weighted 1/(C-1): set bias false to use rate")
         self.bias = bias
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"loss 'smile': k must be a positive whole number of neighbours, got {k!r}")

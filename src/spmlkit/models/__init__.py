@@ -3,16 +3,20 @@
 ``build_model("torchvision:resnet50", num_classes, pretrained=True)`` is the model of every
 SPML paper (docs/protocol.md, "Training protocols"): ImageNet-V1 ResNet-50 -> global average
 pooling -> linear layer. ``lgconv=True`` adds PU-MLC's local-global convolutions
-(docs/methods.md, "pu_mlc").
+(docs/methods.md, "pu_mlc"). :class:`LabelQueryNet` is the LAC code's label-query transformer head
+(docs/methods.md, "lac").
 """
 
 from .backbones import SMALL_MODELS, SmallResNet, create_backbone, torchvision_weights
 from .head import FeatureHead, SPMLNet, build_model, global_average_pool
+from .label_query import LabelQueryHead, LabelQueryNet, sine_positions
 from .lgconv import LgConv, convert_lgconv, count_lgconv, lgconv_branch_parameters, skip_reason
 
 __all__ = [
     "SMALL_MODELS",
     "FeatureHead",
+    "LabelQueryHead",
+    "LabelQueryNet",
     "LgConv",
     "SPMLNet",
     "SmallResNet",
@@ -22,6 +26,7 @@ __all__ = [
     "create_backbone",
     "global_average_pool",
     "lgconv_branch_parameters",
+    "sine_positions",
     "skip_reason",
     "torchvision_weights",
 ]

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .lgconv import lgconv_branch_parameters
 
-__all__ = ["NAMED_PARTS", "freeze_batchnorm", "part_parameters", "train_only"]
+__all__ = ["NAMED_PARTS", "constant_batchnorm", "freeze_batchnorm", "part_parameters", "train_only"]
 
 #: the parts every model may name, besides module paths
 NAMED_PARTS = ("head", "backbone", "lgconv_global")
@@ -76,4 +77,25 @@ def freeze_batchnorm(model: nn.Module) -> int:
         if isinstance(module, _BatchNorm):
             module.eval()
             count += 1
+    return count
+
+
+def constant_batchnorm(model: nn.Module) -> int:
+    """Replace every 2-D BatchNorm of ``model`` by a constant affine map (torchvision's
+    ``FrozenBatchNorm2d``): ``x · s + t`` with ``s = w / sqrt(var + eps)`` and ``t = b − mean · s``
+    from its running statistics, scale and shift, none of which train any more. This is the LAC
+    code's backbone (docs/methods.md, "plc"); it computes in that order, so the features equal the
+    code's to the bit, where an eval-mode BatchNorm rounds otherwise. Returns the number replaced."""
+    from torchvision.ops.misc import FrozenBatchNorm2d
+
+    count = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.BatchNorm2d):
+                frozen = FrozenBatchNorm2d(child.num_features, eps=child.eps)
+                with torch.no_grad():
+                    for key in ("weight", "bias", "running_mean", "running_var"):
+                        getattr(frozen, key).copy_(getattr(child, key))
+                setattr(parent, name, frozen.to(child.weight.device))
+                count += 1
     return count

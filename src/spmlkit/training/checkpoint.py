@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["load_checkpoint", "plain_checkpoint", "numpy_rng_state", "set_numpy_rng_state"]
+__all__ = ["load_checkpoint", "load_initial_weights", "plain_checkpoint", "numpy_rng_state", "set_numpy_rng_state"]
 
 #: what ``weights_only=True`` rebuilds besides tensors and containers: what a checkpoint may hold
 _PLAIN_LEAVES = (str, int, float, bool, type(None), torch.dtype, torch.device, torch.Size)
@@ -113,3 +113,27 @@ def set_numpy_rng_state(state: dict[str, Any]) -> None:
     key = np.asarray(state["key"].numpy() if isinstance(state["key"], torch.Tensor) else state["key"], dtype=np.uint32)
     np.random.set_state((state.get("algorithm", "MT19937"), key, int(state["pos"]), int(state["has_gauss"]),
                          float(state["cached_gaussian"])))
+
+
+def load_initial_weights(model: torch.nn.Module, path: str | os.PathLike) -> None:
+    """Start ``model`` from the weights of a checkpoint (``init_weights``, docs/protocol.md, "Recipes").
+
+    Every tensor the checkpoint holds must fit the model; tensors the model has and the checkpoint
+    lacks keep their fresh initialisation only when they are new parts (LAC's projector, which its
+    first stage does not train), and anything else missing is refused, naming it, so a checkpoint of
+    another network never half-loads."""
+    ckpt = load_checkpoint(path)
+    weights = ckpt.get("model") if isinstance(ckpt, dict) else None
+    if not isinstance(weights, dict):
+        raise ValueError(f"init_weights {path} holds no model weights; name a run's best.pt or last.pt")
+    own = model.state_dict()
+    foreign = sorted(k for k in weights if k not in own)
+    wrong = sorted(k for k in weights if k in own and tuple(weights[k].shape) != tuple(own[k].shape))
+    missing = sorted(k for k in own if k not in weights and not k.startswith("head.projector."))
+    if foreign or wrong or missing:
+        what = "; ".join(f"{label} {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
+                         for label, keys in (("unknown to this model:", foreign), ("of another shape:", wrong),
+                                             ("missing:", missing)) if keys)
+        raise ValueError(f"init_weights {path} does not fit this run's model ({what}); name a checkpoint of the same "
+                         "backbone, head and classes")
+    model.load_state_dict(weights, strict=False)

@@ -87,12 +87,16 @@ class ModelConfig:
     backbone: str = _images("torchvision:resnet50")
     pretrained: bool = _images(True)
     lgconv: bool = _images(False)  # PU-MLC's local-global convolutions
+    #: image runs' classifier: linear (global average pooling + one linear layer, the SPML papers') |
+    #: label_query (the LAC code's label-query transformer, one embedding per class; docs/methods.md, "lac")
+    image_head: str = _images("linear")
     head: str = _features("linear")  # feature runs: linear | mlp
     hidden: int = _features(256)
     dropout: float = _features(0.0)
 
     def __post_init__(self) -> None:
         _choice("head", self.head, ("linear", "mlp"))
+        _choice("image_head", self.image_head, ("linear", "label_query"))
         _positive_int("hidden", self.hidden)
         _non_negative("dropout", self.dropout)
 
@@ -128,7 +132,7 @@ class MethodConfig:
 class OptimisationConfig:
     """How the model is optimised: the optimiser, its step, the batch, the seed."""
 
-    optimizer: str = "adam"  # adam | sgd
+    optimizer: str = "adam"  # adam | adamw (decoupled weight decay, the LAC code's) | sgd
     lr: float = 1e-5
     head_lr_mult: float = _images(1.0)
     weight_decay: float = 0.0
@@ -139,7 +143,7 @@ class OptimisationConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _choice("optimizer", self.optimizer, ("adam", "sgd"))
+        _choice("optimizer", self.optimizer, ("adam", "adamw", "sgd"))
         _positive_number("lr", self.lr)
         _positive_int("batch_size", self.batch_size)
         _non_negative("weight_decay", self.weight_decay)
@@ -205,6 +209,11 @@ class RecipeConfig:
     train_only: list[str] | None = None
     #: every BatchNorm stays in eval mode: running statistics never change, batch statistics unused
     freeze_bn: bool = False
+    #: every BatchNorm becomes a constant affine map: statistics, scale and shift all fixed (the LAC code)
+    constant_bn: bool = _images(False)
+    #: start from the weights of an earlier run's checkpoint (its best.pt), e.g. LAC's second stage from
+    #: a plc run; parts the checkpoint lacks (LAC's projector) keep their fresh initialisation
+    init_weights: str | None = None
     #: what batch_size counts under torch.distributed: "global" (split across the processes) or
     #: "process" (each process's own batch; the global batch is batch_size x processes)
     batch_per: str = "global"
@@ -233,12 +242,15 @@ class RecipeConfig:
             _positive_number(name, getattr(self, name))
         _schedule_stays_at_or_below_lr(self)
         _non_negative("min_lr", self.min_lr)
-        for name in ("cycle_momentum", "freeze_bn", "drop_last", "lgconv_bias"):
+        for name in ("cycle_momentum", "freeze_bn", "constant_bn", "drop_last", "lgconv_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.ema_decay is not None and not (isinstance(self.ema_decay, (int, float))
                                                and not isinstance(self.ema_decay, bool) and 0 < self.ema_decay < 1):
             raise ValueError(f"ema_decay must be in (0, 1) or null (no EMA), got {self.ema_decay!r}")
+        if self.init_weights is not None and not (isinstance(self.init_weights, str) and self.init_weights):
+            raise ValueError(f"init_weights must be the path of a checkpoint (a run's best.pt) or null, got "
+                             f"{self.init_weights!r}")
         if self.train_only is not None and (not isinstance(self.train_only, list) or not self.train_only
                                             or not all(isinstance(n, str) and n for n in self.train_only)):
             raise ValueError(f"train_only must be a non-empty list of part names or null, got {self.train_only!r}")
@@ -409,6 +421,21 @@ def _schedule_stays_at_or_below_lr(recipe: RecipeConfig) -> None:
     if recipe.step_gamma > 1:
         raise ValueError(f"step_gamma must be at most 1, got {recipe.step_gamma!r}: the step schedule multiplies the lr "
                          "by it every step_epochs epochs, and lr is the highest lr it reaches")
+
+
+def check_min_lr(config: RunConfig) -> None:
+    """The cosine schedule ends at ``min_lr``: above the lr it would climb, and the lr set is the
+    highest a schedule reaches (docs/protocol.md, "Runs that diverge"). Checked on a whole
+    configuration (the lr and ``min_lr`` may come from different layers: a config file's
+    ``min_lr`` beside a typed ``--lr``), by :func:`spmlkit.experiments.presets.resolve_config` and
+    when a run is planned; ValueError saying why."""
+    recipe, opt = config.recipe, config.optimisation
+    lowest = opt.lr * min(1.0, opt.head_lr_mult)  # a head may train at a lower lr than the backbone
+    if recipe.lr_schedule == "cosine" and recipe.min_lr > lowest:
+        raise ValueError(f"min_lr {recipe.min_lr:g} is above the lr {lowest:g}"
+                         + (" (lr x head_lr_mult)" if lowest < opt.lr else "")
+                         + ": the cosine schedule would climb from the lr to min_lr, and the lr set is the highest "
+                         "a schedule reaches; make min_lr at most the lr (0 by default)")
 
 
 def _check_recipe(config: RunConfig) -> None:

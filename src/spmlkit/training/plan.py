@@ -77,6 +77,13 @@ class RunPlan:
         """"features" or "images"."""
         return self.data.kind
 
+    @property
+    def components_needs_views(self) -> bool:
+        """Whether the method's loss trains on a weak and a strong view of each image (LAC/PLC)."""
+        from .. import losses
+
+        return losses.loss_class(self.method.loss).needs_views
+
     @functools.cached_property
     def group_key(self) -> str | None:
         """:func:`batch_key` of this run's configuration, derived once (a group's runs are each
@@ -152,6 +159,7 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
     with user_input():
         resolved = resolve_hparams(config.method.name, config.method.hparams)
         data = load_run_data(config) if data is None else data
+        _check_method_fits(config, resolved.method, data.kind, dist)
         split = split_and_observe(config, data)
         train_labels = method_label_matrix(resolved.method, split.observed, split.truth_train)
         validate_observed(train_labels, where=f"the training labels of {data.name}")
@@ -164,6 +172,26 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
     return RunPlan(config=config, resolved=resolved, data=data, split=split, train_labels=train_labels,
                    expected_num_pos=expected_positives(train_labels, split.truth_train), device=device,
                    global_batch=global_batch)
+
+
+def _check_method_fits(config: RunConfig, method: Method, kind: str, dist: Distributed) -> None:
+    """Refuse, in one line, a method on data or a model it cannot train with (docs/methods.md, "plc")."""
+    from .. import losses
+
+    if kind == "features" and method.images_only:
+        raise ValueError(f"method {method.name!r} has no meaning on a feature dataset ({config.data.dataset!r}): "
+                         f"{method.images_only}; train it on an image dataset")
+    loss = losses.loss_class(method.loss)
+    if loss.needs_embeddings and config.model.image_head != "label_query":
+        raise ValueError(f"method {method.name!r} contrasts label-wise embeddings, which the {config.model.image_head} "
+                         "head has not; set image_head: label_query (--image-head label_query)")
+    if loss.needs_views:
+        why = ("crops (augment multiscale_crop)" if config.recipe.augment != "resize" else
+               "--decode gpu" if config.machine.decode == "gpu" else
+               "several processes" if dist.enabled else None)
+        if why:
+            raise ValueError(f"method {method.name!r} trains on two views of each image, which spmlkit does not "
+                             f"combine with {why}; remove it")
 
 
 def requested_device(config: RunConfig, kind: str) -> str:

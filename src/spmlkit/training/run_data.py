@@ -81,15 +81,44 @@ class RunData:
 
     def build_model(self, config: RunConfig) -> nn.Module:
         """A fresh model; call after seeding the global torch RNG (its initial weights)."""
-        from ..models import FeatureHead, build_model
+        width = int(self.X_train.shape[1]) if self.kind == "features" else 0
+        return build_run_model(config, self.kind, self.num_classes, width)
 
-        if self.kind == "features":
-            return FeatureHead(int(self.X_train.shape[1]), self.num_classes, config.model.head, config.model.hidden, config.model.dropout)
-        recipe = config.recipe  # the official PU-MLC code's LgConv: a projection bias, gamma ~ N(0, 1e-4)
-        options = ({"project_bias": recipe.lgconv_bias, "gamma_init": recipe.lgconv_gamma_init}
-                   if config.model.lgconv else None)
-        return build_model(config.model.backbone, self.num_classes, pretrained=config.model.pretrained,
-                           lgconv=config.model.lgconv, lgconv_options=options)
+
+def build_run_model(config: RunConfig, kind: str, num_classes: int, feature_width: int = 0) -> nn.Module:
+    """The network a run of ``kind`` ("features" or "images") trains; :meth:`RunData.build_model` with
+    the data's sizes, or a stand-in of any sizes whose parts are the run's (training.recipe.check_parts)."""
+    from ..models import FeatureHead, build_model
+
+    if kind == "features":
+        return FeatureHead(feature_width, num_classes, config.model.head, config.model.hidden, config.model.dropout)
+    recipe = config.recipe  # the official PU-MLC code's LgConv: a projection bias, gamma ~ N(0, 1e-4)
+    options = ({"project_bias": recipe.lgconv_bias, "gamma_init": recipe.lgconv_gamma_init}
+               if config.model.lgconv else None)
+    if config.model.image_head == "label_query":
+        model = _label_query_model(config, num_classes)
+    else:
+        model = build_model(config.model.backbone, num_classes, pretrained=config.model.pretrained,
+                            lgconv=config.model.lgconv, lgconv_options=options)
+    if recipe.constant_bn:  # docs/protocol.md, "Recipes"
+        from ..models.parts import constant_batchnorm
+
+        constant_batchnorm(model)
+    return model
+
+
+def _label_query_model(config: RunConfig, num_classes: int) -> nn.Module:
+    """The LAC code's network (docs/methods.md, "lac"), with the projector when the method's loss
+    reads label-wise embeddings (128 wide, the code's)."""
+    from .. import losses
+    from ..methods import get_method
+    from ..models import LabelQueryNet, create_backbone
+
+    if config.model.lgconv:
+        raise ValueError("image_head label_query takes the backbone as it is; lgconv changes it: choose one")
+    body, dim = create_backbone(config.model.backbone, pretrained=config.model.pretrained)
+    embeds = losses.loss_class(get_method(config.method.name).loss).needs_embeddings
+    return LabelQueryNet(body, dim, num_classes, embed_dim=128 if embeds else None)
 
 
 def _check_features(name: str, split: str, X: np.ndarray | None, rows: int | None, dim: int | None = None) -> None:

@@ -136,14 +136,24 @@ class _PixelRows(Dataset):
     def __len__(self) -> int:
         return len(self.rows)
 
-    def _split(self, items: list[Any]) -> tuple[list[int], torch.Tensor | None]:
-        if items and isinstance(items[0], tuple):
-            return [int(i) for i, _ in items], torch.tensor([bool(f) for _, f in items])
-        return [int(i) for i in items], None
+    def _split(self, items: list[Any]) -> tuple[list[int], torch.Tensor | None, list | None]:
+        """``(local indices, flips or None, strong-view draws or None)`` of a batch's items: ``i``,
+        ``(i, flip)`` or ``(i, flip or None, draw)`` (LAC/PLC's strong view)."""
+        if not (items and isinstance(items[0], tuple)):
+            return [int(i) for i in items], None, None
+        local = [int(item[0]) for item in items]
+        flips = None if items[0][1] is None else torch.tensor([bool(item[1]) for item in items])
+        return local, flips, [item[2] for item in items] if len(items[0]) > 2 else None
 
     def __getitems__(self, items: list[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        local, flips = self._split(items)
-        return self.base.pixels(self.rows[local]), torch.tensor(local, dtype=torch.long), flips
+        local, flips, draws = self._split(items)
+        pixels = self.base.pixels(self.rows[local])
+        if draws is not None:  # the weak rows, then their strong views; the strong ones flip themselves
+            from ..data.strong_augment import two_views
+
+            pixels = two_views(pixels, draws)
+            flips = None if flips is None else torch.cat([flips, torch.zeros(len(local), dtype=torch.bool)])
+        return pixels, torch.tensor(local, dtype=torch.long), flips
 
     def __getitem__(self, item: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         return self.__getitems__([item])
@@ -153,7 +163,7 @@ class _EncodedRows(_PixelRows):
     """Rows of a file list as the GPU decoder takes them (:mod:`spmlkit.data.gpu_decode`)."""
 
     def __getitems__(self, items: list[Any]) -> tuple[list, torch.Tensor, torch.Tensor | None]:
-        local, flips = self._split(items)
+        local, flips, _ = self._split(items)
         return self.base.encoded(self.rows[local]), torch.tensor(local, dtype=torch.long), flips
 
 
@@ -227,7 +237,7 @@ class ImageSource:
     def __init__(self, train_dataset: Any, test_dataset: Any, train_idx: np.ndarray, val_idx: np.ndarray, *,
                  batch_size: int, eval_batch_size: int | None, hflip: bool, num_workers: int | None,
                  device: torch.device, channels_last: bool, num_classes: int, dist: Distributed | None = None,
-                 decode: str = "cpu", crop: Any = None, drop_last: bool = False):
+                 decode: str = "cpu", crop: Any = None, drop_last: bool = False, strong: bool = False):
         from ..data.images import loader_workers
 
         self.device, self.hflip, self.batch_size, self.num_classes = device, hflip, batch_size, num_classes
@@ -242,6 +252,9 @@ class ImageSource:
         #: the multi-scale crops of training images (:class:`~spmlkit.data.crops.CropPolicy`), or None
         self.crop = crop
         self.drop_last = drop_last  # an epoch's last, shorter batch is not trained on
+        #: each training row also as LAC/PLC's strong view (:mod:`spmlkit.data.strong_augment`): a batch
+        #: of b rows is 2b images, the weak views first
+        self.strong = strong
         if crop is not None and decode != "cpu":  # planning refuses it first (training.recipe.check_recipe)
             raise ValueError("crops are cut from pixels the loader workers read; they need decode='cpu'")
         if decode == "gpu":
@@ -313,14 +326,25 @@ class ImageSource:
         perm = torch.randperm(self.n, generator=generator).tolist()
         flips = (torch.rand(self.n, generator=generator) < 0.5).tolist() if self.hflip else None
         boxes = None if self.crop is None else self.crop.draw(self.n, generator)  # drawn after the flips
+        strong = None
+        if self.strong:  # drawn after the flips too
+            from ..data.strong_augment import draw_strong
+
+            strong = draw_strong(self.n, self.transform.size, generator)
         bs = self.batch_size
         batches = [perm[s : s + bs] for s in range(0, self.n - bs + 1 if self.drop_last else self.n, bs)]
-        self.sampler.batches = [[i if flips is None else (i, flips[i]) for i in b[self.dist.shard(len(b))]]
-                                for b in batches]
+        self.sampler.batches = [[self._item(i, flips, strong) for i in b[self.dist.shard(len(b))]] for b in batches]
         for batch, (pixels, flipped) in zip(batches, to_device_ahead(self.train_loader, self.device, self._upload)):
             if boxes is not None:  # this process's rows, cut and resized on the device
                 pixels = self.crop.apply(pixels, boxes.rows(batch[self.dist.shard(len(batch))]))
             yield pixels, flipped, batch
+
+    @staticmethod
+    def _item(i: int, flips: list | None, strong: list | None) -> Any:
+        """A training row as the loader workers get it: ``i``, ``(i, flip)`` or ``(i, flip, draw)``."""
+        if strong is not None:
+            return i, None if flips is None else flips[i], strong[i]
+        return i if flips is None else (i, flips[i])
 
     def train_batches(self, generators: Sequence[torch.Generator]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for pixels, flips, batch in self.pixel_batches(generators):

@@ -15,6 +15,7 @@ stacked tensors of R runs can take the place of its own under the same names.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -51,16 +52,12 @@ class RunStep(nn.Module):
         self.global_batch = global_batch
         self.autocast = autocast
         # what the run's record says of its training (docs/architecture.md, "How a run trained"),
-        # seen where it happens: the dtype the forward's logits came out in (None before a step)
-        # and the most runs whose steps this one took together (set by BatchedSteps)
+        # seen where it happens: the dtype the forward's logits came out in (None before a step),
+        # whether that forward called torch.compile's wrapper (which keeps the module it compiled
+        # as ``_orig_mod``), and the most runs whose steps this one took together (set by BatchedSteps)
         self.forward_dtype: torch.dtype | None = None
+        self.compiled = False
         self.group_size = 1
-
-    @property
-    def compiled(self) -> bool:
-        """Whether the training forward calls torch.compile's wrapper (which keeps the module it
-        compiled as ``_orig_mod``)."""
-        return hasattr(self._wrapped[0], "_orig_mod")
 
     def _trainable(self) -> list[torch.Tensor]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -79,17 +76,24 @@ class RunStep(nn.Module):
         stacked weights swapped in, ``self.model`` is all R models and its parameters are the
         stacked ones (the L1/L2 penalties then take one norm per run)."""
         train_model = self.model if self._wrapped[0] is None else self._wrapped[0]
-        if self.autocast is not None:
-            with self.autocast():
-                logits = train_model(x)
-        else:
-            logits = train_model(x)
-        self.forward_dtype = logits.dtype
-        logits = logits.float()
+        loss = self.components.loss
+        embed = loss.needs_embeddings  # LAC: the label-wise embeddings come out of the same forward
+        forward = self.model.embed if embed else train_model
+        with self.autocast() if self.autocast is not None else contextlib.nullcontext():
+            out = forward(x)
+        self.forward_dtype, self.compiled = (out[0] if embed else out).dtype, hasattr(forward, "_orig_mod")
+        logits, embeddings = (out[0].float(), out[1].float()) if embed else (out.float(), None)
+        strong = None
+        if loss.needs_views:  # x holds each row's weak view, then its strong view (one forward, as the LAC code)
+            rows = len(index)
+            logits, strong = logits[:rows], logits[rows:]
+            if embeddings is not None:
+                embeddings = embeddings.view(2, rows, *embeddings.shape[1:])
         if self.global_batch and self.dist.enabled:  # the loss of the whole global batch
             logits = self.dist.gather_rows(logits, len(index))
             if self.components.method.mixup:
                 x = self.dist.gather_rows(x, len(index))
         batch = LabelBatch(labels, PseudoLabels(pseudo_mask, pseudo_target), index)
-        loss = self.components.training_loss(self._mixup_forward, x, logits, batch, mixing, self._trainable)
-        return loss, self.components.corrections(logits, batch)
+        value = self.components.training_loss(self._mixup_forward, x, logits, batch, mixing, self._trainable,
+                                              strong=strong, embeddings=embeddings)
+        return value, self.components.corrections(logits, batch)

@@ -152,6 +152,11 @@ def _build_run(plan: RunPlan, source: DataSource) -> Run:
     built: an image run's pooled features of its initial backbone (docs/methods.md, "smile")."""
     config = plan.config
     model = plan.build_model()
+    if config.recipe.init_weights is not None:  # e.g. LAC's second stage from a plc run
+        from .checkpoint import load_initial_weights
+
+        with user_input():
+            load_initial_weights(model, config.recipe.init_weights)
     state = LabelState(plan.train_labels)
     components = plan.build_components(features=lambda: source.train_features(model))
     return Run(model, components, state, torch.Generator().manual_seed(config.optimisation.seed),
@@ -308,11 +313,12 @@ def _source(plan: RunPlan, dist: Distributed) -> DataSource:
                            batch_size=batch, eval_batch_size=config.machine.eval_batch_size,
                            hflip=config.data.hflip, num_workers=config.machine.num_workers, device=device,
                            channels_last=config.machine.channels_last, num_classes=data.num_classes, dist=dist,
-                           decode=config.machine.decode, crop=crop, drop_last=drop_last)
+                           decode=config.machine.decode, crop=crop, drop_last=drop_last,
+                           strong=plan.components_needs_views)
 
 
 def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
-    """SGD or Adam over ``groups`` (each run's own groups, with its own learning rate). Adam is
+    """SGD, Adam or AdamW over ``groups`` (each run's own groups, with its own learning rate). Adam is
     PyTorch's fused implementation (one kernel for all parameters of a group), on the GPU and the
     CPU alike: on a GPU it spares ResNet-50 some 160 small kernel launches per step, on the CPU a
     group of R feature runs pays one call per learning rate instead of one per tensor."""
@@ -320,7 +326,8 @@ def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
         return torch.optim.SGD(groups, lr=config.optimisation.lr, momentum=config.optimisation.momentum, weight_decay=config.optimisation.weight_decay)
     params = [p for g in groups for p in g["params"]]
     fused = {"fused": True} if params and all(p.is_floating_point() for p in params) else {}
-    return torch.optim.Adam(groups, lr=config.optimisation.lr, weight_decay=config.optimisation.weight_decay, **fused)
+    kind = torch.optim.AdamW if config.optimisation.optimizer == "adamw" else torch.optim.Adam
+    return kind(groups, lr=config.optimisation.lr, weight_decay=config.optimisation.weight_decay, **fused)
 
 
 def _lr_now(run: Run) -> float | None:
