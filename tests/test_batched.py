@@ -77,6 +77,7 @@ def _assert_equal_runs(batched: RunResult, solo: RunResult, group_size: int) -> 
     ("an", {}), ("em", {}), ("em_apl", {"warmup_epochs": 2}), ("gr", {}), ("epr", {}), ("role", {}),
     ("ll_cp", {"delta_rel": 2.0}), ("l1r", {}), ("l2r", {}), ("zlpr", {}), ("pu_mlc", {}), ("splc", {}),
     ("opml_sp", {"start_epoch": 2, "rho": 0.05}), ("crisp", {"lam": 0.5}),
+    ("mime", {"threshold": 0.2, "start_epoch": 1}),
 ])
 def test_batched_runs_equal_their_solo_runs(method: str, hparams: dict) -> None:
     configs = _configs(method, hparams=hparams)

@@ -274,7 +274,7 @@ def test_methods_without_label_state_skip_the_pseudo_label_figure(tmp_path: Path
     assert sorted(figures) == sorted(f"{s}_yeast_single_positive" for s in PER_DATASET if s != "pseudo_labels")
     assert notes == [
         "figure pseudo_labels (yeast, single_positive) skipped: no method here keeps a label state (no pseudo-label "
-        "accuracy, no pseudo-negative or correction counts); ll_cp, em_apl and opml_sp do",
+        "accuracy, no pseudo-negative or correction counts); ll_cp, em_apl, opml_sp, boostlu_ll_cp and mime do",
         "figure sensitivity skipped: no learning rate, batch size or method hyperparameter takes several values "
         "within a method; sweep one (e.g. lrs: [0.001, 0.01]) to get it",
     ]

@@ -54,10 +54,12 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
 
     Returns the model, the checkpoint (config, class names, threshold, ``"transform"``) and
     the file read. Image runs rebuild their backbone + head without downloading weights;
-    feature runs their :class:`~spmlkit.models.FeatureHead`, whose input width is read from
-    the saved weights (checkpoints of older runs do not record it elsewhere).
+    feature runs their :class:`~spmlkit.models.FeatureHead` (or MIME's bottleneck), whose input width is
+    read from the saved weights (checkpoints of older runs do not record it elsewhere).
     """
-    from .models import FeatureHead, build_model
+    from .methods import bottleneck_width
+    from .models import FeatureHead, GaussianBottleneck, build_bottleneck_net, build_model
+    from .models.parts import constant_batchnorm
 
     path = Path(checkpoint)
     if path.is_dir():
@@ -67,21 +69,45 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
         if key not in ckpt:
             raise ValueError(f"{path} is not an spmlkit run checkpoint (no {key!r}); pass a run folder or its best.pt")
     cfg = saved_settings(ckpt["config"])
+    width = bottleneck_width(cfg.get("method", "an"), cfg.get("bottleneck"))  # MIME's Gaussian bottleneck, or 0
+    samples = int(cfg.get("bottleneck_samples", 10))
     if (ckpt.get("transform") or {}).get("kind") == "features":
         widths = [v.shape[1] for k, v in ckpt["model"].items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
         if not widths:
             raise ValueError(f"{path} is a feature run without a linear layer's weights; the file was changed after "
                              "training: use the best.pt written by `spmlkit train`, or train the run again")
-        model: torch.nn.Module = FeatureHead(int(widths[0]), len(ckpt["class_names"]), cfg.get("head", "linear"),
-                                             int(cfg.get("hidden", 256)), float(cfg.get("dropout", 0.0)))
+        if width:  # MIME's bottleneck is the whole network on features
+            model: torch.nn.Module = GaussianBottleneck(int(widths[0]), len(ckpt["class_names"]), width, samples=samples)
+        else:
+            model = FeatureHead(int(widths[0]), len(ckpt["class_names"]), cfg.get("head", "linear"),
+                                int(cfg.get("hidden", 256)), float(cfg.get("dropout", 0.0)))
     else:
         lgconv = cfg.get("lgconv", False)  # the recipe's LgConv variant has a projection bias
-        model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False, lgconv=lgconv,
-                            lgconv_options={"project_bias": bool(cfg.get("lgconv_bias", False))} if lgconv else None)
+        if width:  # MIME's image model (docs/methods.md, "mime")
+            model = build_bottleneck_net(cfg["backbone"], len(ckpt["class_names"]), width, samples=samples,
+                                         label_queries=cfg.get("image_head") == "label_query")
+        else:
+            model = build_model(cfg["backbone"], len(ckpt["class_names"]), pretrained=False, lgconv=lgconv,
+                                lgconv_options={"project_bias": bool(cfg.get("lgconv_bias", False))} if lgconv else None,
+                                cam_boost=_cam_boost(cfg))
+        if cfg.get("constant_bn"):  # the run's BatchNorm became constant affine maps (docs/protocol.md, "Recipes")
+            constant_batchnorm(model)
     _check_weights_fit(path, ckpt, model)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     return model, ckpt, path
+
+
+def _cam_boost(cfg: dict[str, Any]) -> float | None:
+    """BoostLU's alpha of the run's method (its saved method and hyperparameters), None for a plain
+    head: the boost is part of the model's forward, so a prediction without it would not be the
+    run's (docs/methods.md, "boostlu_ll_r")."""
+    from .methods import METHODS, cam_boost, resolve_hparams
+
+    name = cfg.get("method", "an")
+    if name not in METHODS:  # a plug-in's method whose plug-in this process has not loaded: the plain head
+        return None
+    return cam_boost(resolve_hparams(name, cfg.get("hparams") or {}))
 
 
 def load_predictor(checkpoint: str | Path, device: str = "cpu"):

@@ -226,7 +226,7 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
     from ..data.registry import labels_held
     from ..experiments import benchmark as bm
     from ..experiments.suites import suite_datasets
-    from ..methods import get_method
+    from ..methods import METHODS, get_method
     from ..plugins import load_plugins
     from ..training.config import DataConfig, merged_plugins  # train's default dataset is the benchmark's
     from ..training.run_dir import RunDirectory
@@ -252,6 +252,10 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
         methods = tuple(m for m in methods if m not in references)
         notes.append(f"left out {', '.join(references)}: references that train on full labels, which "
                      f"{', '.join(own)} {'does' if len(own) == 1 else 'do'} not have (--methods names them)")
+    image_only = [m for m in METHODS if METHODS[m].images_only and m not in methods]
+    if image_only and not args.methods:  # default_methods leaves them out where a data set is features
+        notes.append(f"left out {', '.join(image_only)}: methods that train on images only (`spmlkit methods` says "
+                     "why); a benchmark of images alone includes them")
     specs = bm.one_source([bm.BenchmarkSpec(
         dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs), observation=chosen["observation"],
         epochs=chosen["epochs"], batch_size=chosen["batch_size"], head=chosen["head"], val_variant=chosen["val"],

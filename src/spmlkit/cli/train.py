@@ -22,6 +22,7 @@ _OPTIONS = {
     "pretrained": "pretrained", "lgconv": "lgconv", "head": "head", "subset": "subset", "features": "dataset",
     "batch_statistics": "batch_statistics", "decode": "decode", "compile": "compile", "loggers": "loggers",
     "deterministic": "deterministic", "image_head": "image_head", "init_weights": "init_weights",
+    "bottleneck": "bottleneck",
 }
 
 
@@ -81,7 +82,7 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                        help="add PU-MLC's local-global convolutions (default: off)")
     model.add_argument("--image-head", choices=("linear", "label_query"),
                        help="the classifier: linear (pooling + one linear layer, the SPML papers') or label_query "
-                            "(the LAC code's label-query transformer; plc and lac presets use it) "
+                            "(the LAC and MIME code's label-query transformer; the plc, lac and mime presets use it) "
                             f"(default: {_default('image_head')})")
     model.add_argument("--image-size", type=int, metavar="PIXELS",
                        help=f"images are resized to PIXELS x PIXELS (default: {_default('image_size')})")
@@ -114,6 +115,9 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                              f"{_default('val_frac')})")
     method.add_argument("--head", choices=("linear", "mlp"),
                         help=f"feature datasets: the network on the features (default: {_default('head')})")
+    method.add_argument("--bottleneck", type=int, metavar="WIDTH",
+                        help="width of MIME's Gaussian bottleneck before the classifier, 0 for none (default: the "
+                             "method's own: 256 for mime, none for the others)")
     method.add_argument("--batch-statistics", choices=("global", "process"),
                         help="under torchrun: loss statistics over the whole global batch or each process's slice "
                              "(default: the method's; PU-MLC: process)")
@@ -127,8 +131,8 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                      help="stop after N epochs without a validation gain, 0 for EM's rule (default: train every epoch)")
     opt.add_argument("--stop-drop", type=float, metavar="DROP",
                      help="stop when validation mAP falls this far below the best, e.g. 0.02 as GR (default: never)")
-    opt.add_argument("--optimizer", choices=("adam", "adamw", "sgd"),
-                     help=f"the optimiser (default: {_default('optimizer')})")
+    opt.add_argument("--optimizer", choices=("adam", "adamw", "adamax", "sgd"),
+                     help=f"the optimiser (default: {_default('optimizer')}; adamw is the LAC code's, adamax MIME's)")
     opt.add_argument("--init-weights", metavar="CHECKPOINT",
                      help="start from an earlier run's weights (its best.pt), e.g. lac from a plc run (default: none)")
     opt.add_argument("--head-lr-mult", type=float, metavar="FACTOR",

@@ -99,6 +99,10 @@ METHOD_COLORS: dict[str, str] = {
     "smile": "#637939",  # SMILE: olive
     "plc": "#3182bd",  # LAC's stages: steel blues
     "lac": "#6baed6",
+    "boostlu_ll_r": "#1b9e77",  # BoostLU + large loss: teals
+    "boostlu_ll_ct": "#66c2a5",
+    "boostlu_ll_cp": "#00574a",
+    "mime": "#393b79",  # MIME: indigo
 }
 
 _POS_STYLE = {"alpha": 0.45}

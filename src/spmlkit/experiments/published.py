@@ -13,7 +13,12 @@ Sources, by short name:
   Classification", ICME 2024, Table I (mAP by known-label ratio; no stds published).
 - ``CRISP``: Liu, Xu, Wang, Geng, "Can Class-Priors Help Single-Positive Multi-Label
   Learning?", Table 1 (SPML, ResNet-50, 5 trials): the CRISP row, the target of the ``crisp``
-  image presets, and the PLC row, the target of the ``plc`` presets. Its numbers have three decimals.
+  image presets, the PLC row, the target of the ``plc`` presets, and its BoostLU+LL-R / -CT /
+  -CP rows, the targets of the ``boostlu_*`` presets. Its numbers have three decimals.
+- ``BoostLU``: Kim et al., "Bridging the Gap between Model Explanations in Partially Annotated
+  Multi-label Classification", CVPR 2023, Table 1 (single positive label, ResNet-50): its own
+  LL-R / LL-Ct / LL-Cp runs and each with BoostLU (means only; the rows it copies from EM
+  Table 1 are left out).
 
 Numbers are mAP in percent, as printed (mean over runs, and the std where printed). Method
 and dataset names are spmlkit's (:data:`METHOD_LABELS` maps them back to the papers'
@@ -105,6 +110,10 @@ METHOD_LABELS: dict[str, str] = {
     "smile": "SMILE",
     "plc": "PLC",
     "lac": "LAC",
+    "boostlu_ll_r": "BoostLU+LL-R",
+    "boostlu_ll_ct": "BoostLU+LL-Ct",
+    "boostlu_ll_cp": "BoostLU+LL-Cp",
+    "mime": "MIME",
 }
 
 #: spmlkit dataset name -> label used in the papers; the order is the canonical column order
@@ -190,11 +199,24 @@ _GR_T2 = {
     "mime": ((89.20, 0.16), (72.92, 0.26), (48.74, 0.43), (21.89, 0.35)),
     "gr": ((89.83, 0.12), (73.17, 0.36), (49.08, 0.04), (21.64, 0.32)),
 }
-#: CRISP Table 1: the proposed method's row (mean ± std over 5 trials)
+#: CRISP Table 1 (mean ± std over 5 trials): the proposed method's row and the BoostLU rows
 _CRISP_T1 = {
+    "boostlu_ll_r": ((89.224, 0.017), (73.272, 0.006), (49.590, 0.021), (19.136, 0.009)),
+    "boostlu_ll_cp": ((88.358, 0.212), (70.820, 0.030), (47.810, 0.166), (18.166, 0.063)),
+    "boostlu_ll_ct": ((88.528, 0.053), (71.742, 0.006), (48.216, 0.021), (17.952, 0.007)),
     "crisp": ((89.820, 0.191), (74.640, 0.219), (49.996, 0.316), (21.650, 0.178)),
     # LAC's first stage (Xie et al., NeurIPS 2022), as CRISP ran it
     "plc": ((88.021, 0.121), (70.422, 0.062), (46.211, 0.155), (21.840, 0.237)),
+}
+#: BoostLU Table 1 (single positive label): the paper's own large-loss runs, each without and with
+#: BoostLU; means only (no stds printed)
+_BOOSTLU_T1 = {
+    "ll_r": ((88.27, None), (70.70, None), (48.76, None), (19.56, None)),
+    "boostlu_ll_r": ((89.29, None), (72.89, None), (49.59, None), (19.80, None)),
+    "ll_ct": ((87.79, None), (70.29, None), (48.08, None), (19.06, None)),
+    "boostlu_ll_ct": ((88.61, None), (71.78, None), (48.37, None), (19.25, None)),
+    "ll_cp": ((87.44, None), (70.27, None), (47.92, None), (19.21, None)),
+    "boostlu_ll_cp": ((87.81, None), (71.41, None), (48.61, None), (19.34, None)),
 }
 #: PU-MLC Table I: mAP at known-label ratios 10%..90% (ratio=0.1 .. ratio=0.9)
 _PU_T1 = {
@@ -254,6 +276,7 @@ def _build() -> tuple[PublishedRow, ...]:
     rows += _rows4("GR Table 2", _SP, _GR_T2)
     rows += _pu_mlc_rows()
     rows += _rows4("CRISP Table 1", _SP, _CRISP_T1)
+    rows += _rows4("BoostLU Table 1", _SP, _BOOSTLU_T1)
     return tuple(rows)
 
 
@@ -261,7 +284,7 @@ def _build() -> tuple[PublishedRow, ...]:
 PUBLISHED_ROWS: tuple[PublishedRow, ...] = _build()
 
 #: paper short names, in the order of this module's docstring
-SOURCES: tuple[str, ...] = ("EM", "OPML", "GR", "PU-MLC", "CRISP")
+SOURCES: tuple[str, ...] = ("EM", "OPML", "GR", "PU-MLC", "CRISP", "BoostLU")
 
 
 def _matches_source(row: PublishedRow, source: str) -> bool:
@@ -301,7 +324,7 @@ def published(
     Args:
         method: spmlkit method name (``em_apl``, ``an_ls``, ...).
         dataset: spmlkit dataset name (``voc2012``, ``coco2014``, ``nuswide``, ``cub``, ``voc2007``).
-        source: keep one paper (``"EM"``, ``"OPML"``, ``"GR"``, ``"PU-MLC"``, ``"CRISP"``) or one table
+        source: keep one paper (``"EM"``, ``"OPML"``, ``"GR"``, ``"PU-MLC"``, ``"CRISP"``, ``"BoostLU"``) or one table
             (``"OPML Table V"``).
         observation: keep one setting (``"single_positive"``, ``"full"``, ``"ratio=0.3"``).
 

@@ -88,17 +88,27 @@ class ModelConfig:
     pretrained: bool = _images(True)
     lgconv: bool = _images(False)  # PU-MLC's local-global convolutions
     #: image runs' classifier: linear (global average pooling + one linear layer, the SPML papers') |
-    #: label_query (the LAC code's label-query transformer, one embedding per class; docs/methods.md, "lac")
+    #: label_query (the LAC and MIME code's label-query transformer, one embedding per class; docs/methods.md,
+    #: "lac"; with a bottleneck, the bottleneck classifies each class's embedding, docs/methods.md, "mime")
     image_head: str = _images("linear")
     head: str = _features("linear")  # feature runs: linear | mlp
     hidden: int = _features(256)
     dropout: float = _features(0.0)
+    #: width of a Gaussian bottleneck before the classifier (MIME's; docs/methods.md, "mime"): None takes
+    #: the method's own (256 for mime, none for every other method), 0 none
+    bottleneck: int | None = None
+    bottleneck_samples: int = 10  # the bottleneck's draws averaged per step (MIME's code: 10)
 
     def __post_init__(self) -> None:
         _choice("head", self.head, ("linear", "mlp"))
         _choice("image_head", self.image_head, ("linear", "label_query"))
         _positive_int("hidden", self.hidden)
         _non_negative("dropout", self.dropout)
+        if self.bottleneck is not None and (isinstance(self.bottleneck, bool) or not isinstance(self.bottleneck, int)
+                                            or self.bottleneck < 0):
+            raise ValueError(f"bottleneck must be an integer >= 0 (0: none) or null (the method's own), "
+                             f"got {self.bottleneck!r}")
+        _positive_int("bottleneck_samples", self.bottleneck_samples)
 
 
 @dataclass
@@ -132,7 +142,7 @@ class MethodConfig:
 class OptimisationConfig:
     """How the model is optimised: the optimiser, its step, the batch, the seed."""
 
-    optimizer: str = "adam"  # adam | adamw (decoupled weight decay, the LAC code's) | sgd
+    optimizer: str = "adam"  # adam | adamw (decoupled weight decay, the LAC code's) | adamax (MIME's code) | sgd
     lr: float = 1e-5
     head_lr_mult: float = _images(1.0)
     weight_decay: float = 0.0
@@ -143,7 +153,7 @@ class OptimisationConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _choice("optimizer", self.optimizer, ("adam", "adamw", "sgd"))
+        _choice("optimizer", self.optimizer, ("adam", "adamw", "adamax", "sgd"))
         _positive_number("lr", self.lr)
         _positive_int("batch_size", self.batch_size)
         _non_negative("weight_decay", self.weight_decay)

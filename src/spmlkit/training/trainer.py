@@ -160,7 +160,8 @@ def _build_run(plan: RunPlan, source: DataSource) -> Run:
     state = LabelState(plan.train_labels)
     components = plan.build_components(features=lambda: source.train_features(model))
     return Run(model, components, state, torch.Generator().manual_seed(config.optimisation.seed),
-               StoppingRule(config.schedule.patience, config.schedule.min_delta, config.schedule.stop_drop))
+               StoppingRule(config.schedule.patience, config.schedule.min_delta, config.schedule.stop_drop),
+               noise=model.draw_noise if plan.bottleneck else None)
 
 
 def _param_groups(config: RunConfig, run: Run) -> list[dict[str, Any]]:
@@ -318,12 +319,14 @@ def _source(plan: RunPlan, dist: Distributed) -> DataSource:
 
 
 def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
-    """SGD, Adam or AdamW over ``groups`` (each run's own groups, with its own learning rate). Adam is
+    """SGD, Adam, AdamW or Adamax over ``groups`` (each run's own groups, with its own learning rate). Adam is
     PyTorch's fused implementation (one kernel for all parameters of a group), on the GPU and the
     CPU alike: on a GPU it spares ResNet-50 some 160 small kernel launches per step, on the CPU a
     group of R feature runs pays one call per learning rate instead of one per tensor."""
     if config.optimisation.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=config.optimisation.lr, momentum=config.optimisation.momentum, weight_decay=config.optimisation.weight_decay)
+    if config.optimisation.optimizer == "adamax":  # MIME's code: torch's Adamax, its defaults (no fused kernel)
+        return torch.optim.Adamax(groups, lr=config.optimisation.lr, weight_decay=config.optimisation.weight_decay)
     params = [p for g in groups for p in g["params"]]
     fused = {"fused": True} if params and all(p.is_floating_point() for p in params) else {}
     kind = torch.optim.AdamW if config.optimisation.optimizer == "adamw" else torch.optim.Adam

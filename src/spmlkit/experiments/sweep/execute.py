@@ -46,6 +46,7 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     the config-file layer. Image runs get a folder of their own (they checkpoint and resume);
     feature runs stay in memory."""
     from ...data.registry import resolve_dataset
+    from ...training.model_check import check_model
     from ...training.recipe import check_parts
     from ...training.run_data import check_labels
 
@@ -62,6 +63,7 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
                 if applies_to(k) in (None, kind)}  # another kind's settings: said once by the sweep
     config = resolve_config(values, file_values=settings, file_name=where, hparams_from=run.get("hparams_from"))
     check_labels(config)
+    check_model(config, kind)  # images only (LAC, BoostLU); BoostLU's spatial map
     check_parts(config, kind)  # train_only names the model's parts: said before any run, dry run included
     if kind == "images":
         config.output.out = str(Path(runs_dir or "runs") / run["run_id"])
