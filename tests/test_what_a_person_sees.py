@@ -238,7 +238,7 @@ def test_config_yaml_holds_only_the_settings_of_the_runs_kind(tmp_path):
     assert main(["train", *QUICK, "--method", "an", "--out", str(tmp_path / "f"), "--quiet"]) == 0
     saved = yaml.safe_load((tmp_path / "f" / "config.yaml").read_text())
     assert set(saved["data"]) == {"dataset", "subset", "observation", "val_frac", "val_variant", "standardize"}
-    assert set(saved["model"]) == {"head", "hidden", "dropout"}
+    assert set(saved["model"]) == {"head", "hidden", "dropout", "bottleneck", "bottleneck_samples"}  # MIME's too
     assert "num_workers" not in saved["machine"] and "linear_init_epochs" not in saved["schedule"]
     assert config_from_dict(saved).to_dict() == config_from_dict(saved, base=RunConfig()).to_dict()
     images = RunConfig(dataset="digits-mosaic").to_dict("images")
