@@ -14,6 +14,7 @@ import torch
 from spmlkit.cli import main
 from spmlkit.cli.train import f1_summary
 from spmlkit.experiments.presets import DATASET_DEFAULTS, resolve_config
+from spmlkit.metrics.threshold_selection import select_thresholds
 from spmlkit.training import train
 
 BASE = {**DATASET_DEFAULTS["digits-mosaic"], "dataset": "digits-mosaic", "mosaic_train": 240, "mosaic_test": 60,
@@ -24,13 +25,28 @@ FIELD_KEYS = ("ranking_loss", "one_error", "coverage", "example_ap",
                 for t in ("0.5", "0.75", "val_global", "val_class")))
 
 
+#: the test split's probabilities and labels the trained run of :func:`run` was evaluated on
+EVALUATED: dict[str, np.ndarray] = {}
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+    """One digits-mosaic run; the probabilities its evaluation saw are kept in :data:`EVALUATED`."""
+    from spmlkit.training import trainer
+
+    def watched(test_probs, test_targets, **kwargs):
+        EVALUATED.update(probs=np.asarray(test_probs), targets=np.asarray(test_targets),
+                         val_probs=np.asarray(kwargs["val_probs"]), val_targets=np.asarray(kwargs["val_targets"]))
+        return evaluate(test_probs, test_targets, **kwargs)
+
     out = tmp_path_factory.mktemp("thresholds") / "mosaic"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    evaluate = trainer.evaluate_test
     try:
-        train(resolve_config({**BASE, "method": "an", "epochs": 1, "out": str(out)}))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(trainer, "evaluate_test", watched)
+            train(resolve_config({**BASE, "method": "an", "epochs": 1, "out": str(out)}))
     finally:
         torch.set_num_threads(threads)
     return out
@@ -58,10 +74,38 @@ def _labels_at(payload, scores, t):
 
 
 def test_a_run_records_the_metrics_of_the_field(run):
+    """result.json holds each metric of the field at each threshold, with the value scikit-learn
+    computes from the test probabilities the run was evaluated on (docs/protocol.md, "Metrics of
+    the field": rows without a positive are left out of the ranking metrics, coverage counts
+    from 0, an F1 with nothing to count is 1)."""
+    import warnings
+
+    from sklearn.metrics import (coverage_error, f1_score, hamming_loss, label_ranking_average_precision_score,
+                                 label_ranking_loss)
+
     metrics = json.loads((run / "result.json").read_text())["test_metrics"]
     missing = [k for k in FIELD_KEYS if k not in metrics]
     assert not missing
-    assert 0 <= metrics["hamming_loss@0.5"] <= 1 and 0 <= metrics["coverage"] <= 9
+    p, y = EVALUATED["probs"], EVALUATED["targets"]
+    kept = y.sum(axis=1) > 0
+    pair = kept & (y.sum(axis=1) < y.shape[1])
+    top = p[kept].max(axis=1, keepdims=True)
+    one_error = float(np.mean([not y[kept][i][p[kept][i] == top[i]].all() for i in range(int(kept.sum()))]))
+    expected = {"ranking_loss": label_ranking_loss(y[pair], p[pair]), "coverage": coverage_error(y[kept], p[kept]) - 1,
+                "example_ap": label_ranking_average_precision_score(y[kept], p[kept]), "one_error": one_error}
+    # result.json keeps the global validation threshold; the per-class ones are chosen again here
+    per_class = select_thresholds(EVALUATED["val_probs"], EVALUATED["val_targets"], per_class=True)
+    thresholds = {"0.5": 0.5, "0.75": 0.75, "val_global": metrics["threshold_val_global"], "val_class": per_class}
+    for name, t in thresholds.items():
+        pred = (p >= np.broadcast_to(t, (y.shape[1],))[None, :]).astype(int)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected[f"hamming_loss@{name}"] = hamming_loss(y, pred)
+            for average, key in (("samples", "example_f1"), ("micro", "micro_f1"), ("macro", "macro_f1")):
+                expected[f"{key}@{name}"] = f1_score(y, pred, average=average, zero_division=1.0)
+    wrong = {k: (metrics[k], float(v)) for k, v in expected.items() if metrics[k] != pytest.approx(v, abs=1e-9)}
+    assert not wrong, f"recorded metrics of the field differ from scikit-learn's: {wrong}"
+    assert 0 < metrics["hamming_loss@0.5"] < 1 and 0 < metrics["example_ap"] < 1  # a run that learnt something
 
 
 def test_predict_uses_the_validation_threshold_unless_one_is_given(run, images, tmp_path, capsys):

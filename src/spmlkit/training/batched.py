@@ -70,6 +70,8 @@ class BatchedSteps:
             raise ValueError("BatchedSteps is for two runs or more; a single run calls its RunStep")
         self.steps = steps
         self.template = steps[0]
+        for step in steps:  # recorded as the runs' group size (docs/architecture.md, "How a run trained")
+            step.group_size = max(step.group_size, len(steps))
         self._own: list[tuple[nn.Module, str, Tensor]] = []  # the template's tensors while swapped out
         self._entered = False
 

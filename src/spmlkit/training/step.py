@@ -51,6 +51,13 @@ class RunStep(nn.Module):
         self.dist = dist or Distributed()
         self.global_batch = global_batch
         self.autocast = autocast
+        # what the run's record says of its training (docs/architecture.md, "How a run trained"),
+        # seen where it happens: the dtype the forward's logits came out in (None before a step),
+        # whether that forward called torch.compile's wrapper (which keeps the module it compiled
+        # as ``_orig_mod``), and the most runs whose steps this one took together (set by BatchedSteps)
+        self.forward_dtype: torch.dtype | None = None
+        self.compiled = False
+        self.group_size = 1
 
     def _trainable(self) -> list[torch.Tensor]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -84,6 +91,9 @@ class RunStep(nn.Module):
         forward = self.model.embed if embed else train_model
         with self.autocast() if self.autocast is not None else contextlib.nullcontext():
             out = forward(x, **self._model_arguments(noise))
+        # what the run's record says it trained in: the dtype of the logits, the compiled forward or not
+        self.forward_dtype = (out[0] if embed or loss.needs_latent else out).dtype
+        self.compiled = hasattr(forward, "_orig_mod")
         latent = None
         if embed:
             logits, embeddings = out[0].float(), out[1].float()
