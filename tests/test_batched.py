@@ -53,8 +53,11 @@ def _close(a: Any, b: Any, tol: float) -> bool:
     return a == b
 
 
-def _assert_equal_runs(batched: RunResult, solo: RunResult) -> float:
-    """The run's numbers within the tolerance; returns the largest weight difference seen."""
+def _assert_equal_runs(batched: RunResult, solo: RunResult, group_size: int) -> float:
+    """The run's numbers within the tolerance, the first trained in a group of ``group_size`` and
+    the second alone (as their records say: equal numbers alone would not show that a group
+    formed); returns the largest weight difference seen."""
+    assert (batched.group_size, solo.group_size) == (group_size, 1), "the runs did not train as one group"
     untimed = [[{k: v for k, v in h.items() if k not in TIMES} for h in r.history] for r in (batched, solo)]
     assert _close(*untimed, METRICS), "histories differ"
     assert _close(batched.val_map, solo.val_map, METRICS) and _close(batched.test_map, solo.test_map, METRICS)
@@ -74,12 +77,13 @@ def _assert_equal_runs(batched: RunResult, solo: RunResult) -> float:
     ("an", {}), ("em", {}), ("em_apl", {"warmup_epochs": 2}), ("gr", {}), ("epr", {}), ("role", {}),
     ("ll_cp", {"delta_rel": 2.0}), ("l1r", {}), ("l2r", {}), ("zlpr", {}), ("pu_mlc", {}), ("splc", {}),
     ("opml_sp", {"start_epoch": 2, "rho": 0.05}), ("crisp", {"lam": 0.5}),
+    ("mime", {"threshold": 0.2, "start_epoch": 1}),
 ])
 def test_batched_runs_equal_their_solo_runs(method: str, hparams: dict) -> None:
     configs = _configs(method, hparams=hparams)
     batched = train_group(configs)
     for config, result in zip(configs, batched):
-        _assert_equal_runs(result, train(config))
+        _assert_equal_runs(result, train(config), len(configs))
         assert result.seconds > 0 and result.config is config
 
 
@@ -92,7 +96,7 @@ def test_batched_runs_equal_their_solo_runs(method: str, hparams: dict) -> None:
 def test_batched_runs_equal_their_solo_runs_for_other_settings(values: dict) -> None:
     configs = _configs("em_apl", hparams={"warmup_epochs": 1}, **values)
     for config, result in zip(configs, train_group(configs)):
-        _assert_equal_runs(result, train(config))
+        _assert_equal_runs(result, train(config), len(configs))
 
 
 def test_runs_that_stop_early_leave_the_group_and_the_others_go_on() -> None:
@@ -100,7 +104,7 @@ def test_runs_that_stop_early_leave_the_group_and_the_others_go_on() -> None:
     batched = train_group(configs)
     assert len({len(r.history) for r in batched}) > 1  # some stopped before others
     for config, result in zip(configs, batched):
-        _assert_equal_runs(result, train(config))
+        _assert_equal_runs(result, train(config), len(configs))
 
 
 def test_what_cannot_be_batched_is_refused_with_the_reason(monkeypatch) -> None:
@@ -181,7 +185,8 @@ def test_batched_records_equal_solo_records(tmp_path: Path) -> None:
     runs = expand(_grid())[:4]  # an: 2 lrs x 2 seeds
     batched = execute_runs(runs)
     solo = [sweep_module.execute_run(run) for run in runs]
-    assert [r["group_size"] for r in batched] == [4, 4, 4, 4]  # one group formed: nothing fell back
+    # one group formed, as the training step saw it: nothing fell back, nothing trained one by one
+    assert [r["group_size"] for r in batched] == [4, 4, 4, 4], "the runs did not train as one group"
     assert [r["group_size"] for r in solo] == [1, 1, 1, 1]
     for a, b in zip(batched, solo):
         assert a.keys() == b.keys() and a["status"] == b["status"] == "ok"

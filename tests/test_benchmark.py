@@ -149,6 +149,14 @@ def test_parallel_workers_give_the_same_numbers(tmp_path):
     a = pd.read_csv(tmp_path / "a" / "runs.csv").sort_values(["method"]).reset_index(drop=True)
     b = pd.read_csv(tmp_path / "b" / "runs.csv").sort_values(["method"]).reset_index(drop=True)
     assert np.array_equal(a.test_map.to_numpy(), b.test_map.to_numpy())
+    # and they were parallel workers: each record says which executor trained it (one run per
+    # method here, so every run trains alone, and its record says why)
+    from spmlkit.experiments.store import ResultsStore
+    from spmlkit.experiments.sweep.processes import InProcess, WorkerPool
+
+    why = {name: {r["alone_reason"] for r in ResultsStore(tmp_path / name / "results.db").records()}
+           for name in ("a", "b")}
+    assert why == {"a": {InProcess.alone_reason}, "b": {WorkerPool.alone_reason}}, f"--jobs was not followed: {why}"
 
 
 def test_cli_errors_are_one_clear_line(capsys):

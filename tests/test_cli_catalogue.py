@@ -42,9 +42,12 @@ def test_methods_lists_every_recipe_in_order(capsys):
     assert main(["methods"]) == 0
     rows = _rows(capsys.readouterr().out)
     assert [row[0] for row in rows] == list(METHODS)
-    # method | loss | labels | label-state algorithm
+    # method | loss | labels | label-state algorithm | ... | on features (the first line of its cell)
     assert {row[0]: row[1:4] for row in rows}["em_apl"] == ["em_apl", "observed", "apl"]
     assert {row[0]: row[1:4] for row in rows}["bce"] == ["bce", "full", ""]
+    assert {row[0]: row[1:4] for row in rows}["boostlu_ll_cp"] == ["ll_cp", "observed", ""]
+    assert {row[0]: row[-1] for row in rows}["em_apl"] == "yes"
+    assert {row[0]: row[-1] for row in rows}["boostlu_ll_cp"].startswith("no: BoostLU boosts class")
 
 
 def test_losses_lists_every_loss_with_its_defaults(capsys):

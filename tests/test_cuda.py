@@ -80,6 +80,8 @@ def test_bf16_autocast_is_close_to_fp32(record):
     """bf16 keeps 8 bits of mantissa, so its trajectory leaves fp32's sooner: three times the
     run-to-run tolerance (the same two runs in bf16 on the 2-core CPU differ by 0.019)."""
     fp32, bf16 = _run(device="cuda", amp="none"), _run(device="cuda", amp="bf16")
+    # the training forward really ran under bf16 autocast, and the fp32 run's did not
+    assert (bf16.forward_dtype, fp32.forward_dtype) == ("bfloat16", "float32")
     record("digits-mosaic test mAP, bf16 minus fp32", bf16.test_map - fp32.test_map)
     assert all(math.isfinite(h["train_loss"]) for h in bf16.history)
     assert abs(bf16.test_map - fp32.test_map) <= 3 * MAP_TOLERANCE
@@ -87,6 +89,7 @@ def test_bf16_autocast_is_close_to_fp32(record):
 
 def test_compile_equals_eager_and_reports_its_speedup(record):
     eager, compiled = _run(device="cuda"), _run(device="cuda", compile=True)
+    assert (compiled.compiled, eager.compiled) == (True, False)  # --compile was not silently ignored
     speedup = compiled.history[-1]["images_per_second"] / eager.history[-1]["images_per_second"]
     record("--compile speed-up of the second epoch (small CNN at 32 x 32)", speedup)
     record("digits-mosaic test mAP, compiled minus eager", compiled.test_map - eager.test_map)
@@ -276,8 +279,8 @@ def test_a_one_process_nccl_run_equals_a_plain_run(tmp_path):
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     spec = "an:deterministic=true"
-    launches = {"plain": [], "torchrun": ["-m", "torch.distributed.run", "--nproc_per_node", "1",
-                                          "--master_addr", "127.0.0.1", "--master_port", "29517"]}
+    # --standalone: torchrun's rendezvous takes a free port from the operating system (port 0)
+    launches = {"plain": [], "torchrun": ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]}
     for name, launcher in launches.items():
         done = subprocess.run([sys.executable, *launcher, str(helper), str(tmp_path / name), spec], env=env,
                               capture_output=True, text=True, timeout=300)
@@ -286,3 +289,4 @@ def test_a_one_process_nccl_run_equals_a_plain_run(tmp_path):
     assert all(torch.equal(plain["model"][k], nccl["model"][k]) for k in plain["model"])
     results = [json.loads((tmp_path / name / "an" / "result.json").read_text()) for name in launches]
     assert results[0]["test_map"] == results[1]["test_map"]
+    assert [r["processes"] for r in results] == [1, 1]

@@ -10,7 +10,6 @@ made; that is checked here with CUDA's answers replaced, no GPU or process group
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,25 +31,26 @@ RUNS = ["an", "em_apl:hp.warmup_epochs=1", "role", "gr", "pu_mlc:batch_statistic
         "schedule_epochs=3,ema_decay=0.9"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(out: Path, specs: list[str], nproc: int) -> None:
+    """``specs`` trained by ``nproc`` processes. torchrun's ``--standalone`` rendezvous binds port 0
+    and keeps the socket (and current torch hands that store to the workers), so the operating
+    system picks a free port and nobody can take it between a probe and the bind, as a port
+    found free here and handed to torchrun could be."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
-    launcher = [] if nproc == 1 else ["-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-                                      "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    launcher = [] if nproc == 1 else ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
     done = subprocess.run([sys.executable, *launcher, str(HELPER), str(out), *specs], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
-def _assert_same_run(a: Path, b: Path, weights: float = 1e-5, scores: float = 1e-6) -> None:
+def _assert_same_run(a: Path, b: Path, weights: float = 1e-5, scores: float = 1e-6,
+                     processes: tuple[int, int] = (1, 2)) -> None:
+    """Run ``b`` equals run ``a``, and each was trained by as many processes as the comparison
+    is about (``processes``): each process training the whole run alone gives the same numbers."""
     ra, rb = (json.loads((p / "result.json").read_text()) for p in (a, b))
+    assert (ra["processes"], rb["processes"]) == processes, "the runs were not trained by the processes compared"
     assert [h["val_map"] for h in ra["history"]] == pytest.approx([h["val_map"] for h in rb["history"]], abs=scores)
     assert ra["best_epoch"] == rb["best_epoch"] and ra["test_map"] == pytest.approx(rb["test_map"], abs=scores)
     ca, cb = load_checkpoint(a / "best.pt"), load_checkpoint(b / "best.pt")
@@ -107,6 +107,8 @@ def test_em_apl_pseudo_labels_were_made_from_the_gathered_predictions(runs):
     from spmlkit.training.config import config_from_dict
     from spmlkit.training.run_data import load_run_data
 
+    processes = json.loads((runs / "two" / "em_apl" / "result.json").read_text())["processes"]
+    assert processes == 2, "the run was not trained by the processes compared"
     best = load_checkpoint(runs / "two" / "em_apl" / "best.pt")
     truth = load_run_data(config_from_dict(best["config"])).Y_train
     unobserved = (observe_labels(truth)[split_train_val(len(truth))[0]] == 0).sum(0)
@@ -117,13 +119,16 @@ def test_em_apl_pseudo_labels_were_made_from_the_gathered_predictions(runs):
 def test_a_two_process_run_stopped_and_resumed_equals_an_uninterrupted_one(tmp_path):
     base = "em_apl:hp.warmup_epochs=1,epochs=3"
     _launch(tmp_path, [f"{base},name=full", f"{base},name=cut,stop_after=1", f"{base},name=cut,resume=1"], 2)
-    _assert_same_run(tmp_path / "full", tmp_path / "cut")
+    _assert_same_run(tmp_path / "full", tmp_path / "cut", processes=(2, 2))
 
 
 def _global_bn_worker(rank: int, port: int, out: str) -> None:
+    """One of two processes, joining as a torchrun worker does: through the store its launcher
+    serves at ``MASTER_PORT`` (``TORCHELASTIC_USE_AGENT_STORE``), here the test's."""
     from spmlkit.training.distributed import Distributed, GlobalBatchNorm
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
+                      TORCHELASTIC_RESTART_COUNT="0", WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank))
     dist = Distributed.from_environment("cpu")
     x = (torch.randn(7, 4, 5, 5, generator=torch.Generator().manual_seed(0)) * 3 + 10).requires_grad_()
     weights = torch.randn(7, 4, 5, 5, generator=torch.Generator().manual_seed(1))
@@ -139,7 +144,12 @@ def test_global_batch_norm_equals_batch_norm_over_the_whole_batch(tmp_path):
     """Two processes with half a batch each normalise as one process with the whole batch."""
     import torch.multiprocessing as mp
 
-    mp.spawn(_global_bn_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    from torch.distributed import TCPStore
+
+    # the workers' rendezvous store, served from here on a port the operating system picks (port
+    # 0) and held while they run, as torchrun serves its workers': no port is probed, then bound
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    mp.spawn(_global_bn_worker, args=(store.port, str(tmp_path)), nprocs=2)
     x = (torch.randn(7, 4, 5, 5, generator=torch.Generator().manual_seed(0)) * 3 + 10).requires_grad_()
     weights = torch.randn(7, 4, 5, 5, generator=torch.Generator().manual_seed(1))
     bn = torch.nn.BatchNorm2d(4)

@@ -3,6 +3,7 @@ import pytest
 from scipy.stats import wasserstein_distance
 
 from spmlkit import metrics
+from spmlkit.metrics import threshold_selection as thresholds
 from spmlkit.training.evaluation import evaluate_test, unobserved_analysis
 
 
@@ -22,16 +23,28 @@ def test_unobserved_analysis_histograms_by_hand():
 
 
 def test_evaluate_test_reports_fixed_and_validation_thresholds():
+    """The "validation" thresholds come from the validation split, never the test set: here every
+    cut in (0.1, 0.3] separates validation's classes perfectly and every cut in (0.6, 0.9] the test
+    set's, so a threshold chosen on the test set would land in the second interval."""
     rng = np.random.RandomState(0)
     y = (rng.rand(200, 5) < 0.3).astype(np.uint8)
-    p = np.clip(0.35 * y + 0.65 * rng.rand(200, 5), 0, 1)
-    out = evaluate_test(p[100:], y[100:], threshold=0.75, val_probs=p[:100], val_targets=y[:100])
-    assert out["map"] == pytest.approx(metrics.mean_average_precision(p[100:], y[100:]))
-    assert out["CF1@0.75"] == pytest.approx(metrics.threshold_metrics(p[100:], y[100:], 0.75)["CF1"])
-    assert out["OF1@0.5"] == pytest.approx(metrics.threshold_metrics(p[100:], y[100:], 0.5)["OF1"])
-    t = out["threshold_val_global"]
-    assert out["OF1@val_global"] == pytest.approx(metrics.threshold_metrics(p[100:], y[100:], t)["OF1"])
-    assert len(out["thresholds_val_class"]) == 5 and "CF1@val_class" in out
+    y[[0, 100], :], y[[1, 101], :] = 1, 0  # every class has positives and negatives on both sides
+    noise = 0.01 * rng.rand(200, 5)
+    p = np.where(np.arange(200)[:, None] < 100, 0.1 + 0.2 * y, 0.6 + 0.3 * y) + noise * (y == 0) - noise * y
+    val_p, val_y, test_p, test_y = p[:100], y[:100], p[100:], y[100:]
+    assert val_p[val_y == 0].max() < 0.12 and val_p[val_y == 1].min() > 0.28 and test_p.min() > 0.58
+    out = evaluate_test(test_p, test_y, threshold=0.75, val_probs=val_p, val_targets=val_y)
+    assert out["map"] == pytest.approx(metrics.mean_average_precision(test_p, test_y))
+    assert out["CF1@0.75"] == pytest.approx(metrics.threshold_metrics(test_p, test_y, 0.75)["CF1"])
+    assert out["OF1@0.5"] == pytest.approx(metrics.threshold_metrics(test_p, test_y, 0.5)["OF1"])
+    t, per_class = out["threshold_val_global"], np.array(out["thresholds_val_class"])
+    assert 0.12 < t <= 0.28 and per_class.shape == (5,) and ((0.12 < per_class) & (per_class <= 0.28)).all()
+    # on the test set those cuts call every entry positive: precision is the share of positives
+    assert out["OF1@val_global"] == pytest.approx(metrics.threshold_metrics(test_p, test_y, t)["OF1"])
+    share = test_y.mean()
+    assert out["OF1@val_global"] == pytest.approx(2 * share / (share + 1)) and out["OF1@0.75"] == 1.0
+    assert out["CF1@val_class"] == pytest.approx(
+        thresholds.f1_metrics_at(test_p, test_y, per_class)["CF1"]) and out["CF1@val_class"] < 1
 
 
 #: the keys the metrics of the field add to a run's test metrics (docs/protocol.md, "Metrics of the field")

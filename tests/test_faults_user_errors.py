@@ -8,6 +8,7 @@ downloads: every download is made to fail, and the caches point at empty tempora
 
 from __future__ import annotations
 
+import json
 import urllib.error
 from pathlib import Path
 
@@ -197,7 +198,7 @@ def test_train_stops_before_the_first_epoch_when_prepare_check_listed_bad_images
     assert not (run / "metrics.json").exists() and not (run / "last.pt").exists()  # no epoch ran
 
 
-def test_bad_images_outside_the_subset_do_not_stop_training(tmp_path):
+def test_bad_images_outside_the_subset_do_not_stop_training(tmp_path, capsys):
     _miniature_voc(tmp_path / "data")
     assert main(["prepare", "voc2012", "--root", str(tmp_path / "data"), "--check"]) == 1
     cfg = config_from_dict({"dataset": "voc2012", "root": str(tmp_path / "data"), "method": "an",
@@ -207,6 +208,13 @@ def test_bad_images_outside_the_subset_do_not_stop_training(tmp_path):
 
     images = load_image_data(cfg)   # 2008_000004 is row 4: outside the first 4 rows, so not refused
     assert len(images.paths["train"]) == 30
+    capsys.readouterr()
+    # and the run trains to its end, reading only its 4 rows (3 train, 1 validation) and the test list
+    run = tmp_path / "run"
+    code = _train_voc(tmp_path / "data", run, "--subset", "4", "--val-frac", "0.25")
+    assert code == 0, f"training stopped: {capsys.readouterr().err.strip()[-500:]}"
+    result = json.loads((run / "result.json").read_text())
+    assert result["finished"] and len(result["history"]) == 1 and 0 < result["test_map"] <= 1
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -1,4 +1,4 @@
-"""Every figure from stores of any size and mix: every benchmark method (28), 3 methods, two datasets, methods
+"""Every figure from stores of any size and mix: every benchmark method (28 or more), 3 methods, two datasets, methods
 without a label state, a single AN run (docs/figures.md, "Sizes and layouts").
 
 The figures are rendered with every warning raised as an error (matplotlib says
@@ -25,6 +25,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from spmlkit.cli import main
+from spmlkit.experiments.benchmark import default_methods
 from spmlkit.experiments import plots
 from spmlkit.experiments.figure_layout import (
     DPI,
@@ -35,13 +36,16 @@ from spmlkit.experiments.figure_layout import (
     grid_shape,
     method_groups,
 )
-from spmlkit.experiments.published import METHOD_LABELS
 from spmlkit.experiments.store import ResultsStore
 
 C, EPOCHS = 14, 20
 BINS = np.linspace(0.0, 1.0, 51)
-#: the Yeast benchmark's 28 methods (every method but ROLE's linear-init variant)
-BENCHMARK_METHODS = [m for m in METHOD_LABELS if m != "role_li"]
+#: the Yeast benchmark's methods (every registered method with a meaning on features), in its order
+BENCHMARK_METHODS = list(default_methods(["yeast"]))
+N = len(BENCHMARK_METHODS)
+#: how many panels of at most 6 methods they need, and how many methods each holds (near-equal, in order)
+GROUPS = -(-N // 6)
+SIZES = [N // GROUPS + (i < N % GROUPS) for i in range(GROUPS)]
 #: the methods that keep a label state and report pseudo-labels (as the trainer writes them)
 LABEL_STATE = {"em_apl": "pseudo_negatives", "ll_cp": "corrections", "opml_sp": "corrections"}
 
@@ -178,8 +182,12 @@ def test_bounded_size_keeps_sides_and_aspect_in_bounds() -> None:
 
 def test_grid_shape_and_method_groups() -> None:
     assert [grid_shape(n) for n in (1, 3, 4, 5, 26, 30)] == [(1, 1), (1, 3), (1, 4), (2, 3), (4, 7), (5, 7)]
+    names = [f"m{i}" for i in range(30)]
+    assert [len(g) for g in method_groups(names[:28])] == [6, 6, 6, 5, 5]  # near-equal panels, at most 6
+    assert [len(g) for g in method_groups(names)] == [6, 6, 6, 6, 6]
+    assert [len(g) for g in method_groups(names[:7])] == [4, 3]
     groups = method_groups(BENCHMARK_METHODS)
-    assert [len(g) for g in groups] == [6, 6, 6, 5, 5]
+    assert [len(g) for g in groups] == SIZES
     assert [m for g in groups for m in g] == BENCHMARK_METHODS  # order kept, nothing lost
     assert method_groups(["an", "em", "gr"]) == [["an", "em", "gr"]]
     with pytest.raises(ValueError, match="at least one panel"):
@@ -190,27 +198,27 @@ def test_grid_shape_and_method_groups() -> None:
 
 
 def test_every_figure_from_every_benchmark_method(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert len(BENCHMARK_METHODS) == 28
+    assert N >= 28 and {"an", "em_apl", "crisp", "smile"} <= set(BENCHMARK_METHODS)
     figures, notes = render_all(make_store(tmp_path / "r.db", BENCHMARK_METHODS), tmp_path / "f", monkeypatch)
     assert sorted(figures) == sorted([f"{s}_yeast_single_positive" for s in PER_DATASET] + ["sensitivity_lr"])
     assert notes == []
-    # training curves: 5 rows of at most 6 methods, 2 columns, a legend beside each row, AN as the
-    # reference in the 4 rows that do not hold it
+    # training curves: a row per group of at most 6 methods, 2 columns, a legend beside each row, AN as
+    # the reference in the rows that do not hold it (AN is in the first group)
     curves = figures["training_curves_yeast_single_positive"]
-    assert len(curves.axes) == 10
+    assert len(curves.axes) == 2 * GROUPS
     legends = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in curves.axes if ax.get_legend()]
-    assert [len(texts) for texts in legends] == [6, 7, 7, 6, 6]  # 6, then 6, 6, 5, 5 methods with the reference
-    assert sum("AN (reference)" in texts for texts in legends) == 4
-    # densities: one panel per method in a 4 x 7 grid; Wasserstein: one panel per method but AN
-    assert len(figures["densities_yeast_single_positive"].axes) == 28
-    assert len(figures["wasserstein_vs_an_yeast_single_positive"].axes) == 27
-    # AP gain: a heat map of 27 methods x 14 classes (and its colour bar)
+    assert [len(texts) for texts in legends] == [SIZES[0]] + [k + 1 for k in SIZES[1:]]
+    assert sum("AN (reference)" in texts for texts in legends) == GROUPS - 1
+    # densities: one panel per method; Wasserstein: one panel per method but AN
+    assert len(figures["densities_yeast_single_positive"].axes) == N
+    assert len(figures["wasserstein_vs_an_yeast_single_positive"].axes) == N - 1
+    # AP gain: a heat map of every method but AN x 14 classes (and its colour bar)
     heat = figures["ap_gain_vs_an_yeast_single_positive"].axes[0]
-    assert heat.images[0].get_array().shape == (27, C)
-    # sensitivity: 5 panels of grouped methods, log x for the learning rate
+    assert heat.images[0].get_array().shape == (N - 1, C)
+    # sensitivity: a panel per group of methods, log x for the learning rate
     sens = figures["sensitivity_lr"].axes
-    assert len(sens) == 5 and all(ax.get_xscale() == "log" for ax in sens)
-    assert sens[0].get_title() == "methods 1-6 of 28"
+    assert len(sens) == GROUPS and all(ax.get_xscale() == "log" for ax in sens)
+    assert sens[0].get_title() == f"methods 1-{SIZES[0]} of {N}"
     # pseudo-labels: only the three methods with a label state
     pseudo = figures["pseudo_labels_yeast_single_positive"].axes[-1]
     assert [t.get_text() for t in pseudo.get_legend().get_texts()] == ["LL-Cp", "EM+APL", "OPML-SP"]
@@ -248,9 +256,10 @@ def test_a_plain_sensitivity_call_facets_datasets() -> None:
     df = runs(("yeast", "scene"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        fig = plots.plot_sensitivity(df, "lr")  # 2 datasets x 5 groups = 10 panels, each named
+        fig = plots.plot_sensitivity(df, "lr")  # 2 datasets x the groups, each panel named
         assert layout_problems(fig) == []
-    assert len(fig.axes) == 10 and fig.axes[5].get_title() == "yeast, methods 1-6 of 28"  # datasets in name order
+    assert len(fig.axes) == 2 * GROUPS  # datasets in name order
+    assert fig.axes[GROUPS].get_title() == f"yeast, methods 1-{SIZES[0]} of {N}"
     with pytest.raises(ValueError, match="plot one dataset at a time"):
         plots.plot_sensitivity(runs(("yeast", "scene", "emotions")), "lr")
 
@@ -265,7 +274,7 @@ def test_methods_without_label_state_skip_the_pseudo_label_figure(tmp_path: Path
     assert sorted(figures) == sorted(f"{s}_yeast_single_positive" for s in PER_DATASET if s != "pseudo_labels")
     assert notes == [
         "figure pseudo_labels (yeast, single_positive) skipped: no method here keeps a label state (no pseudo-label "
-        "accuracy, no pseudo-negative or correction counts); ll_cp, em_apl and opml_sp do",
+        "accuracy, no pseudo-negative or correction counts); ll_cp, em_apl, opml_sp, boostlu_ll_cp and mime do",
         "figure sensitivity skipped: no learning rate, batch size or method hyperparameter takes several values "
         "within a method; sweep one (e.g. lrs: [0.001, 0.01]) to get it",
     ]

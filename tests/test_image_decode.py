@@ -113,6 +113,16 @@ def test_bilevel_cmyk_ycbcr_hsv_and_lab(tmp_path):
         cmyk.putpixel((x, 0), value)
     assert _pixels(_saved(cmyk, tmp_path / "cmyk.tif", "TIFF"))[0].tolist() == [[0, 255, 255], [0, 0, 0],
                                                                                  [255, 255, 255]]
+    # YCbCr (a TIFF keeps the mode) by JPEG's full-range equations, R = Y + 1.402 (Cr - 128),
+    # G = Y - 0.344 (Cb - 128) - 0.714 (Cr - 128), B = Y + 1.772 (Cb - 128): red and green, not the
+    # channels copied as if they were R, G and B ((76, 85, 255) would be a blue)
+    ycbcr = Image.new("YCbCr", (2, 1))
+    ycbcr.putpixel((0, 0), (76, 85, 255))     # 254.05, 0.10, -0.20: red
+    ycbcr.putpixel((1, 0), (150, 44, 21))     # 0.00, 255.3, 1.15: green
+    path = _saved(ycbcr, tmp_path / "ycbcr.tif", "TIFF")
+    assert Image.open(path).mode == "YCbCr"
+    got = _pixels(path).astype(int)
+    assert np.abs(got - [[[254, 0, 0], [0, 255, 1]]]).max() <= 1, got.tolist()  # 1: PIL's fixed-point rounding
     hsv = Image.new("HSV", (2, 1))
     hsv.putpixel((0, 0), (0, 255, 255))      # hue 0, full saturation and value: red
     hsv.putpixel((1, 0), (0, 0, 128))        # no saturation: grey 128
@@ -216,7 +226,14 @@ def test_prepare_check_finds_a_truncated_jpeg_and_training_then_names_it(tmp_pat
     assert not (tmp_path / "run" / "last.pt").exists()
 
 
-def test_the_check_decodes_in_threads_and_reports_in_list_order(tmp_path):
+def test_the_check_decodes_in_threads_and_reports_in_list_order(tmp_path, monkeypatch):
+    """Three threads decode at once: the first three decodes meet at a barrier, which only three
+    threads reach together, and the first file is held until the last one is decoded, so the
+    decodes finish out of list order. The report and the progress calls are in list order."""
+    import threading
+
+    from spmlkit.data import image_decode
+
     names = []
     for i in range(12):
         path = tmp_path / f"{i:02d}.png"
@@ -225,9 +242,29 @@ def test_the_check_decodes_in_threads_and_reports_in_list_order(tmp_path):
         else:
             Image.new("RGB", (40 + i, 30), (i, 2 * i, 3 * i)).save(path)
         names.append(path.name)
+    decode, meet, last_done, finished = image_decode.decode_image, threading.Barrier(3), threading.Event(), []
+    threads: set[int] = set()
+
+    def watched(path, mode="RGB"):
+        name = Path(path).name
+        threads.add(threading.get_ident())
+        if name in ("00.png", "01.png", "02.png"):
+            meet.wait(timeout=20)  # fewer threads never meet here: BrokenBarrierError after 20 s
+        if name == "00.png":
+            last_done.wait(timeout=60)
+        try:
+            return decode(path, mode)
+        finally:
+            finished.append(name)
+            if name == "11.png":
+                last_done.set()
+
+    monkeypatch.setattr(image_decode, "decode_image", watched)
     calls: list[tuple[int, int]] = []
     bad = verify_images(tmp_path, names, lambda done, total: calls.append((done, total)), workers=3)
+    assert len(threads) == 3 and finished[-1] == "00.png", f"not decoded by 3 threads at once: {finished}"
     assert [b.path for b in bad] == ["02.png", "07.png"]
     assert all(b.reason.startswith("UnidentifiedImageError: cannot identify image file") for b in bad)
     assert calls == [(k, 12) for k in range(1, 13)]
+    monkeypatch.setattr(image_decode, "decode_image", decode)
     assert verify_images(tmp_path, names, workers=1) == bad

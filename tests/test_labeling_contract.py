@@ -44,7 +44,7 @@ def test_create_checks_names_and_arguments():
         labeling.create("apl", thetta=0.5)
     with pytest.raises(ValueError, match="needs rho"):
         labeling.create("opml_correction", start_epoch=2)
-    with pytest.raises(ValueError, match="valid names are: apl, class_prior, opml_correction"):
+    with pytest.raises(ValueError, match="valid names are: apl, class_prior, confident_positives, opml_correction"):
         labeling.create("apl2")
     with pytest.raises(ValueError, match="valid names are"):
         labeling.hyperparameters("nope")
@@ -53,7 +53,8 @@ def test_create_checks_names_and_arguments():
 def test_every_algorithm_takes_the_same_step_call():
     ap = np.array([0.5, 0.5, 0.0])
     for name, kwargs in (("apl", {"theta": 1.0, "warmup_epochs": 1, "num_epochs": 3}),
-                         ("opml_correction", {"rho": 0.5, "start_epoch": 1}), ("class_prior", {})):
+                         ("opml_correction", {"rho": 0.5, "start_epoch": 1}), ("class_prior", {}),
+                         ("confident_positives", {"threshold": 0.3, "start_epoch": 1})):
         algo, same = labeling.create(name, **kwargs), labeling.create(name, **kwargs)
         state, other = LabelState(OBSERVED), LabelState(OBSERVED)
         algo.initialize(state)
@@ -62,7 +63,8 @@ def test_every_algorithm_takes_the_same_step_call():
         assert with_ap["active"] is True and with_ap["epoch"] == 1
         if not algo.needs_class_ap:  # APL and the prior estimate ignore class_ap: the same round without it
             without = same.step(PROBS, other, 1, class_ap=ap)
-            key = "class_prior" if algo.provides_class_prior else "selected_per_class"
+            key = ("class_prior" if algo.provides_class_prior else
+                   "positives_per_class" if name == "confident_positives" else "selected_per_class")
             assert torch.equal(without[key], with_ap[key])
             assert torch.equal(state.kind, other.kind)
         same.load_state_dict(algo.state_dict())

@@ -31,6 +31,14 @@ def _problems(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, 
     return z, y, index, pseudo
 
 
+def _latent(shared: bool, seed: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gaussian codes of width 3 (means, standard deviations) for R problems: per row and class, or
+    one per row (``shared``: a bottleneck on features every class shares)."""
+    gen = torch.Generator().manual_seed(seed)
+    shape = (R, B, 3) if shared else (R, B, C, 3)
+    return torch.randn(shape, generator=gen, dtype=torch.float64), torch.rand(shape, generator=gen).double() + 0.5
+
+
 def _losses(name: str, reduction: str) -> list[losses.SPMLLoss]:
     """R instances of loss ``name``, each with its own state where the loss keeps one."""
     out = []
@@ -76,12 +84,17 @@ def test_a_loss_of_r_problems_equals_its_r_separate_losses(name: str) -> None:
         context = {"index": index} if cls.needs_index else {}
         if name == "em_apl":
             context["pseudo"] = pseudo
+        latent = _latent(shared=False)
+        if cls.needs_latent:
+            context["latent"] = latent
         together = functional_call(fns[0], _stacked(fns), (z, y), context)
         apart = []
         for r, fn in enumerate(fns):
             solo = {"index": index[r]} if cls.needs_index else {}
             if name == "em_apl":
                 solo["pseudo"] = PseudoLabels(pseudo.mask[r], pseudo.target[r])
+            if cls.needs_latent:
+                solo["latent"] = (latent[0][r], latent[1][r])
             apart.append(fn(z[r], y[r], **solo))
         apart = torch.stack(apart)
         assert together.shape == apart.shape, (name, reduction)
@@ -147,3 +160,18 @@ def test_soft_opml_of_r_problems_is_bit_identical_to_its_separate_losses_in_floa
     (g_apart,) = torch.autograd.grad(apart.sum(), z)
     assert torch.equal(g_together, g_apart)
     assert torch.equal(fns[0].trust, aps[0].double().pow(4.0))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mime_of_r_problems_with_one_code_per_row_equals_its_separate_losses(reduction: str) -> None:
+    """The feature-run form of MIME's KL term (one code per row, shared by its classes) batches too."""
+    fns = _losses("mime", reduction)
+    z, y, _, _ = _problems(5)
+    mu, std = _latent(shared=True)
+    mu.requires_grad_()
+    together = functional_call(fns[0], _stacked(fns), (z, y), {"latent": (mu, std)})
+    apart = torch.stack([fn(z[r], y[r], latent=(mu[r], std[r])) for r, fn in enumerate(fns)])
+    assert together.shape == apart.shape and torch.allclose(together, apart, atol=TOL, rtol=0)
+    (g_together,) = torch.autograd.grad(together.sum(), mu)
+    (g_apart,) = torch.autograd.grad(apart.sum(), mu)
+    assert torch.allclose(g_together, g_apart, atol=TOL, rtol=0)

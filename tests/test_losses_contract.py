@@ -27,6 +27,8 @@ ELEMENTWISE = [
 SETWISE = ["zlpr", "opml", "opml_soft"]
 #: batch-wise losses whose regulariser belongs to the whole batch: no "none"
 BATCH_TERM = ["epr", "role"]
+#: losses of the model's latent codes as well as its logits; reduced per entry like the element-wise ones
+LATENT = ["mime"]
 #: a sum of means over different sets of entries: "mean" only
 MEAN_ONLY = ["smile"]
 #: LAC's two stages: losses of two augmented views (and label-wise embeddings), image runs only; a sum of
@@ -70,6 +72,10 @@ def call(fn: losses.SPMLLoss, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if fn.needs_embeddings:
             emb = torch.randn(2, *z.shape, 3, generator=gen, dtype=z.dtype)
             views["embeddings"] = torch.nn.functional.normalize(emb, dim=-1)
+    if fn.needs_latent:  # MIME: Gaussian codes of width 3 per row and class
+        gen = torch.Generator().manual_seed(3)
+        views["latent"] = (torch.randn(*z.shape, 3, generator=gen).to(z.dtype),
+                           torch.rand(*z.shape, 3, generator=gen).to(z.dtype) + 0.5)
     return fn(z, y, pseudo=pseudo, index=index, **views)
 
 
@@ -88,12 +94,14 @@ def close(a: torch.Tensor, b: torch.Tensor | float) -> None:
 
 # --------------------------------------------------------------------------- declarations / registry
 def test_families_cover_every_registered_loss():
-    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + MEAN_ONLY + TWO_VIEWS + ["highrank", "pu_mlc", "crisp"]) == ALL
+    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + MEAN_ONLY + TWO_VIEWS + LATENT + ["highrank", "pu_mlc", "crisp"]) \
+        == ALL
 
 
 def test_capabilities_are_declared_on_the_class():
     expected = {"needs_index": {"role", "smile"}, "corrects_labels": {"ll_cp"}, "needs_class_ap": {"opml_soft"},
-                "needs_class_prior": {"crisp"}, "needs_views": {"plc", "lac"}, "needs_embeddings": {"lac"}}
+                "needs_class_prior": {"crisp"}, "needs_views": {"plc", "lac"}, "needs_embeddings": {"lac"},
+                "needs_latent": {"mime"}}
     cls = {name: type(build(name)) for name in ALL}
     for flag, names in expected.items():
         assert {name for name in ALL if getattr(cls[name], flag)} == names, flag
@@ -111,6 +119,7 @@ def test_hyperparameters_list_only_what_a_user_tunes():
     assert losses.hyperparameters("an") == {}
     assert losses.hyperparameters("em_apl") == {"alpha": 0.1, "beta": 0.9}
     assert losses.hyperparameters("crisp") == {"lam": 0.0, "warmup_epochs": 1}
+    assert losses.hyperparameters("mime") == {"beta": 1e-4, "numerics": "stable"}
 
 
 def test_create_accepts_data_arguments_and_options_and_names_the_valid_ones():
@@ -171,7 +180,7 @@ def test_role_transfer_from_copies_the_estimate():
 
 
 # --------------------------------------------------------------------------- reductions
-@pytest.mark.parametrize("name", ELEMENTWISE)
+@pytest.mark.parametrize("name", ELEMENTWISE + LATENT)
 def test_elementwise_reductions_agree(name):
     z, y = batch(3)
     mean, total, each = (call(build(name, reduction=r), z, y) for r in ("mean", "sum", "none"))

@@ -485,7 +485,7 @@ def test_all_registered_with_defaults():
     }
     assert losses.hyperparameters("hill") == {"lamb": 1.5, "margin": 1.0, "gamma": 2.0}
     assert losses.hyperparameters("focal") == {"gamma": 2.0, "alpha": 0.75}
-    assert losses.hyperparameters("ll_cp") == {"delta_rel": 0.2}
+    assert losses.hyperparameters("ll_cp") == {"delta_rel": 0.2, "record": "gt"}
     assert losses.hyperparameters("em_apl") == {"alpha": 0.1, "beta": 0.9}
     assert losses.hyperparameters("gr")["q2"] == 0.01
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from spmlkit import losses
-from spmlkit.labeling import APL, ClassPriorEstimation, OPMLCorrection
+from spmlkit.labeling import APL, ClassPriorEstimation, ConfidentPositives, OPMLCorrection
 from spmlkit.labels import LabelBatch
 from spmlkit.methods import METHODS, get_method, resolve_hparams
 from spmlkit.training.components import build_components, method_label_matrix
@@ -28,7 +28,8 @@ def test_every_method_builds_the_parts_its_recipe_names_and_its_step_loss_is_the
     assert (comp.algorithm is None) == (method.labeling is None)
     if method.labeling is not None:
         assert isinstance(comp.algorithm, {"apl": APL, "opml_correction": OPMLCorrection,
-                                           "class_prior": ClassPriorEstimation}[method.labeling])
+                                           "class_prior": ClassPriorEstimation,
+                                           "confident_positives": ConfidentPositives}[method.labeling])
     assert comp.penalty == method.weight_penalty
     data = {"num_train": 4, "num_classes": 3, "observed": OBS, "expected_num_pos": 1.75, "seed": 0,
             "features": features}
@@ -48,6 +49,9 @@ def test_every_method_builds_the_parts_its_recipe_names_and_its_step_loss_is_the
         views["strong"] = torch.randn(4, 3, generator=gen, dtype=torch.float64)
         emb = torch.randn(2, 4, 3, 5, generator=gen, dtype=torch.float64)
         views["embeddings"] = torch.nn.functional.normalize(emb, dim=-1) if comp.loss.needs_embeddings else None
+    if comp.loss.needs_latent:  # MIME: a bottleneck model's codes, width 2
+        views["latent"] = (torch.randn(4, 3, 2, generator=gen, dtype=torch.float64),
+                           torch.rand(4, 3, 2, generator=gen, dtype=torch.float64) + 0.5)
     expected = fresh(method.loss, dict(method.loss_kwargs))(z, labels, pseudo=pseudo, index=index, **views)
     for reg, kwargs in method.regularizers:
         expected = expected + fresh(reg, dict(kwargs))(z, labels, pseudo=pseudo, index=index, **views)

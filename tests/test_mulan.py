@@ -106,19 +106,30 @@ def test_mulan_yeast_equals_the_river_copy(home):
     assert mulan.class_names == river.class_names  # the ARFF's order, though yeast.xml lists Class6 before Class4
 
 
-def test_parsed_arrays_are_kept_and_follow_the_files(home, caplog):
+def test_parsed_arrays_are_kept_and_follow_the_files(home, caplog, monkeypatch):
+    """The first load parses the ARFF files and keeps the arrays; a second load reads them
+    without parsing an ARFF file again (the parser is watched); a changed file is parsed again."""
+    from spmlkit.data import arff_reader
+
+    parsed: list[str] = []
+    parse = arff_reader.read_multilabel_arff
+    monkeypatch.setattr(arff_reader, "read_multilabel_arff",
+                        lambda path, *args, **kwargs: parsed.append(str(path)) or parse(path, *args, **kwargs))
     folder = home("flags") / "mulan" / "flags"
     first = load_mulan("flags")
-    assert (folder / "spmlkit-parsed-v1.npz").is_file()
+    assert (folder / "spmlkit-parsed-v1.npz").is_file() and len(parsed) >= 1
+    files_parsed = list(parsed)
     again = load_mulan("flags")
-    np.testing.assert_array_equal(first.X_train, again.X_train)
+    assert parsed == files_parsed, "the second load parsed the ARFF files again instead of reading the kept arrays"
+    for part in ("X_train", "Y_train", "X_test", "Y_test", "class_names", "feature_names"):
+        np.testing.assert_array_equal(getattr(first, part), getattr(again, part))
     # a changed file (one row less) is parsed again, with a warning that it is not MULAN's
     text = (folder / "flags-train.arff").read_text().rstrip("\n").rsplit("\n", 1)[0] + "\n"
     (folder / "flags-train.arff").unlink()
     (folder / "flags-train.arff").write_text(text)
     with caplog.at_level(logging.WARNING):
         changed = load_mulan("flags")
-    assert len(changed.X_train) == 128
+    assert len(changed.X_train) == 128 and len(parsed) > len(files_parsed)
     assert "flags-train.arff differs from MULAN's file" in caplog.text
 
 

@@ -169,10 +169,18 @@ def test_an_interrupted_download_keeps_nothing(server, empty_home):
     assert _left_behind(empty_home) == []
 
 
-def test_no_network_names_the_manual_way(empty_home, monkeypatch, capsys):
-    with socket.socket() as s:  # a port nobody listens on: the connection is refused
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+@pytest.fixture
+def refused_port():
+    """A port the operating system gave a socket that is bound but never listens, held for the
+    whole test: a connection to it is refused, and no other process can start listening there
+    meanwhile (as it could on a port found free, closed, then used)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
+
+
+def test_no_network_names_the_manual_way(empty_home, monkeypatch, capsys, refused_port):
+    port = refused_port
     monkeypatch.setenv("SPMLKIT_MULAN_URL", f"http://127.0.0.1:{port}")
     folder = empty_home / "mulan" / "flags"
     with pytest.raises(DownloadError, match=r"cannot reach http://127\.0\.0\.1:\d+/flags/flags-train\.arff") as caught:

@@ -26,6 +26,28 @@ MOSAIC = {**DATASET_DEFAULTS["digits-mosaic"], "dataset": "digits-mosaic", "mosa
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+def _resident_bytes(field: str) -> int:
+    """This process's resident memory as Linux's ``/proc/self/status`` says it, in bytes (the file
+    counts kB): ``VmRSS`` now, ``VmHWM`` its peak so far. A measure taken independently of
+    :func:`~spmlkit.training.device.peak_memory`, so a unit wrong there cannot hide here."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            value, unit = line.split()[1:3]
+            assert unit == "kB", line
+            return int(value) * 1024
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
+#: how far Linux's two readings of one process's memory (``/proc/self/status`` and ``getrusage``)
+#: may differ: it counts resident pages per thread and adds each thread's count to the process's
+#: lazily (64 pages, 256 KiB, at a time), so readings taken moments apart differ by up to that
+#: per thread (measured here: 49 KB). The unit error this guards against is a factor of 1024.
+SLACK = 16 * 2**20
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/status").is_file(),
+                                reason="reads the process's resident memory from Linux's /proc/self/status")
+
+
 def _lower_bound(result: RunResult, batch_size: int) -> int:
     """Bytes the run must have held at once: its model's parameters and one batch of its inputs."""
     parameters = sum(p.numel() * p.element_size() for p in result.model.parameters())
@@ -42,16 +64,21 @@ def test_a_cpu_run_records_its_process_peak_and_no_gpu_peak(tmp_path: Path) -> N
     assert "peak_gpu_memory_bytes" not in record and result.peak_gpu_memory_bytes is None
 
 
+@needs_proc
 def test_each_run_of_a_batched_group_records_the_groups_peak() -> None:
     configs = [resolve_config({"dataset": "yeast", "method": "an", "subset": 200, "epochs": 2, "device": "cpu",
                                "seed": seed}) for seed in (0, 1)]
+    resident = _resident_bytes("VmRSS")  # the process's peak can only be higher than what it holds now
     results = train_group(configs)
+    high = _resident_bytes("VmHWM")
     peaks = {r.peak_host_memory_bytes for r in results}
     assert len(peaks) == 1  # one group, one process: one peak
     (peak,) = peaks
     features = 200 * 103 * 4  # the float32 rows of the subset the group trains on
     parameters = sum(p.numel() * p.element_size() for r in results for p in r.model.parameters())
     assert isinstance(peak, int) and peak >= features + parameters
+    assert resident - SLACK <= peak <= high + SLACK, \
+        f"the group's peak {peak} bytes is not the process's ({resident}..{high} bytes)"
     assert all("peak_gpu_memory_bytes" not in r.to_record() for r in results)
 
 
@@ -102,17 +129,23 @@ def test_a_cuda_run_records_the_gpu_peak_since_it_started(tmp_path: Path) -> Non
     assert isinstance(record["peak_host_memory_bytes"], int)
 
 
+@needs_proc
 def test_a_sweep_keeps_each_runs_peak_in_the_store(tmp_path: Path) -> None:
     from spmlkit.experiments.sweep import SweepSpec, run_sweep
 
     spec = SweepSpec(name="peak", datasets=["yeast"], methods=["an"], seeds=[0, 1], settings={"epochs": 1},
                      store=str(tmp_path / "results.db"))
     before = peak_memory(torch.device("cpu"))[0]
+    resident = _resident_bytes("VmRSS")
     run_sweep(spec)  # in this process: a run's peak is this process's peak while it trained
-    after = peak_memory(torch.device("cpu"))[0]
+    after, high = peak_memory(torch.device("cpu"))[0], _resident_bytes("VmHWM")
     records = ResultsStore(tmp_path / "results.db").to_dataframe().to_dict("records")
     assert len(records) == 2
     for record in records:
-        assert isinstance(record["peak_host_memory_bytes"], int)
-        assert before <= record["peak_host_memory_bytes"] <= after
+        peak = record["peak_host_memory_bytes"]
+        assert isinstance(peak, int)
+        assert before <= peak <= after
+        # in bytes: between what the process held before the sweep and its peak after, as Linux says
+        assert resident - SLACK <= peak <= high + SLACK, \
+            f"a run's peak {peak} bytes is not the process's ({resident}..{high} bytes)"
         assert "peak_gpu_memory_bytes" not in record or math.isnan(record["peak_gpu_memory_bytes"])

@@ -1,8 +1,10 @@
 """GPU-side speed options on a machine without a GPU: `--decode gpu` refused, the CPU path unchanged,
-the GPU decoder's arithmetic checked on the CPU, `--compile` training, fused Adam."""
+the GPU decoder's arithmetic checked on the CPU, `--compile` training (and recorded), the dtype a
+forward ran in under autocast (recorded), fused Adam."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -137,9 +139,23 @@ def test_a_compiled_run_trains_and_keeps_plain_checkpoints(tmp_path):
     assert result.finished and result.history[0]["train_loss"] == pytest.approx(eager.history[0]["train_loss"],
                                                                                 rel=1e-4)
     assert abs(result.test_map - eager.test_map) <= 0.01
+    # the step really went through torch.compile: --compile was not silently ignored, and says so
+    assert (result.compiled, eager.compiled) == (True, False)
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["compiled"] is True
     from spmlkit.training.checkpoint import load_checkpoint
 
     assert not any(k.startswith("_orig_mod") for k in load_checkpoint(tmp_path / "run" / "best.pt")["model"])
+
+
+def test_a_run_records_the_dtype_its_forward_ran_in(tmp_path):
+    """bf16 autocast (here the CPU's) makes the training forward's logits bfloat16, and the run's
+    record says so; without it they are float32 (docs/architecture.md, "How a run trained")."""
+    bf16 = train(config_from_dict({**MOSAIC, "amp": "bf16", "out": str(tmp_path / "bf16")}))
+    fp32 = train(config_from_dict({**MOSAIC, "amp": "none"}))
+    assert (bf16.forward_dtype, fp32.forward_dtype) == ("bfloat16", "float32")
+    record = json.loads((tmp_path / "bf16" / "result.json").read_text())
+    assert (record["forward_dtype"], record["compiled"], record["processes"], record["group_size"]) == (
+        "bfloat16", False, 1, 1)
 
 
 def test_compile_and_decode_options_reach_the_config():

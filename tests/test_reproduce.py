@@ -14,7 +14,8 @@ import pytest
 from spmlkit.cli import main
 from spmlkit.experiments.presets import PRESETS
 from spmlkit.experiments.published import CRISP_METHODS, published, published_rows
-from spmlkit.experiments.reproduce import ReproducedCell, get_reproduction, reproduction_methods, reproduction_sweeps
+from spmlkit.experiments.reproduce import (ReproducedCell, get_reproduction, images_only_methods, images_only_note,
+                                          reproduction_methods, reproduction_sweeps)
 from spmlkit.methods import METHODS
 
 
@@ -49,15 +50,21 @@ def test_presets_shows_one_papers_targets(capsys):
     out = capsys.readouterr().out
     assert "wan/cub" in out and "14.62 ± 1.30" in out and "pu_mlc" not in out
     assert main(["presets", "--source", "nature"]) == 2
-    assert "--source 'nature': choose one of EM, OPML, GR, PU-MLC, CRISP" in capsys.readouterr().err
+    assert "--source 'nature': choose one of EM, OPML, GR, PU-MLC, CRISP, BoostLU\n" in capsys.readouterr().err
+    assert main(["presets", "--source", "boostlu", "--dataset", "coco2014"]) == 0  # any case
+    out = capsys.readouterr().out
+    assert "boostlu_ll_r/coco2014" in out and "72.89" in out and "73.27" not in out  # BoostLU's own number, not CRISP's
 
 
 def test_the_rows_are_every_registered_method_of_the_tables_in_their_order():
     rep = get_reproduction("crisp-tabular")
     methods = reproduction_methods(rep)
-    assert methods == tuple(m for m in dict.fromkeys(CRISP_METHODS.values()) if m in METHODS and m not in (
-        "plc", "boostlu_ll_r", "boostlu_ll_cp", "boostlu_ll_ct"))  # no tabular row for those
-    assert methods[:7] == ("an", "an_ls", "wan", "epr", "role", "em", "em_apl")
+    assert methods == ("an", "an_ls", "wan", "epr", "role", "em", "em_apl", "smile", "ll_r", "ll_cp", "ll_ct", "crisp")
+    assert set(methods) <= set(METHODS)
+    # CRISP's other methods (its Table 1, on images) are registered too, and train on images only: named, not run
+    assert images_only_methods(rep) == ("plc", "boostlu_ll_r", "boostlu_ll_cp", "boostlu_ll_ct")
+    assert images_only_note(rep) == ("Not run: PLC, BoostLU+LL-R, BoostLU+LL-Cp, BoostLU+LL-Ct, which CRISP compares "
+                                     "on its image sets; they train on images only (`spmlkit methods` says why).")
     specs = reproduction_sweeps(rep, "x.db", datasets=["yeast", "scene"], methods=["an", "em"])
     assert [s.datasets for s in specs] == [["yeast"], ["scene"]]
     for spec in specs:
@@ -78,8 +85,44 @@ def test_a_method_takes_the_hyperparameters_a_paper_published_for_the_set_not_sp
 
     em = next(r for r in expand(specs[0]) if r["method"] == "em")
     assert run_config(em).method.hparams == {}  # the recipe's defaults, not em/yeast's alpha
-    if "smile/scene" in PRESETS:  # SMILE's README values, once smile is a registered method
-        assert published_hparams("smile", "scene") == PRESETS["smile/scene"].config["hparams"] != {}
+    # SMILE's README values for the set, in the sweep of that set only
+    assert published_hparams("smile", "scene") == PRESETS["smile/scene"].config["hparams"] != {}
+    assert PRESETS["smile/scene"].config["hparams"] != PRESETS["smile/yeast"].config["hparams"]
+    yeast, scene = reproduction_sweeps(rep, "x.db", datasets=["yeast", "scene"], methods=["an", "smile"])
+    assert yeast.hparams == {"smile": PRESETS["smile/yeast"].config["hparams"]}
+    assert scene.hparams == {"smile": PRESETS["smile/scene"].config["hparams"]}
+
+
+def test_a_method_with_its_own_network_on_features_trains_it_in_a_sweep_of_its_own():
+    from spmlkit.experiments.sweep import expand, run_config
+    from spmlkit.models import FeatureHead, GaussianBottleneck
+    from spmlkit.training.run_data import build_run_model
+
+    rep = get_reproduction("crisp-tabular")
+    specs = reproduction_sweeps(rep, "x.db", datasets=["yeast", "scene"], methods=["an", "mime"])
+    assert [(s.datasets, s.methods) for s in specs] == [(["yeast"], ["an"]), (["yeast"], ["mime"]),
+                                                        (["scene"], ["an"]), (["scene"], ["mime"])]
+    assert (specs[0].settings["head"], specs[0].settings["hidden"]) == ("mlp", "classes")
+    assert "head" not in specs[1].settings and "hidden" not in specs[1].settings
+    assert specs[1].settings == {k: v for k, v in specs[0].settings.items() if k not in ("head", "hidden")}
+    an, mime = (run_config(expand(s)[0]) for s in specs[:2])
+    assert mime.data.partition == "random" and mime.model.head == "linear" and mime.schedule.epochs == 10
+    assert isinstance(build_run_model(mime, "features", 14, 103), GaussianBottleneck)
+    mlp = build_run_model(an, "features", 14, 103)  # SMILE's MLP: one hidden layer as wide as yeast has labels
+    assert isinstance(mlp, FeatureHead) and [tuple(p.shape) for p in mlp.parameters()] == [(14, 103), (14,), (14, 14),
+                                                                                             (14,)]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_method_that_trains_on_images_only_is_refused_before_anything_is_written(tmp_path: Path, capsys):
+    out = tmp_path / "rep"
+    assert main(["reproduce", "crisp-tabular", "--methods", "an,plc", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "spmlkit reproduce: error: crisp-tabular trains on the features of MULAN's sets, and method 'plc' trains "
+        "on images only: it learns from a weak and a strong augmentation") and err[0].endswith(
+        "; leave it out of the methods")
+    assert not out.exists()
 
 
 def test_z_divides_by_the_published_std_floored_at_half_the_printed_digit():

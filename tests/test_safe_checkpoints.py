@@ -51,9 +51,10 @@ def _one_line_error(capsys) -> str:
 # ------------------------------------------------------------------ what a run writes
 
 
-@pytest.mark.parametrize("method", ["an", "em_apl", "role", "gr", "opml_sp", "ll_cp", "pu_mlc", "crisp"])
+@pytest.mark.parametrize("method", ["an", "em_apl", "role", "gr", "opml_sp", "ll_cp", "pu_mlc", "crisp", "mime"])
 def test_every_method_writes_safe_checkpoints_and_resumes_exactly(tmp_path, method):
-    hp = {"warmup_epochs": 1} if method == "em_apl" else {}
+    # MIME: pseudo-positives from its first epoch on, and a bottleneck drawing from the run's generator
+    hp = {"warmup_epochs": 1} if method == "em_apl" else {"threshold": 0.2, "start_epoch": 1} if method == "mime" else {}
     settings = {"dataset": "yeast", "method": method, "subset": 300, "epochs": 4, "lr": 0.01, "hparams": hp,
                 "device": "cpu"}
     cut = resolve_config({**settings, "out": str(tmp_path / "cut")})

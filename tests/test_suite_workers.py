@@ -14,7 +14,34 @@ from spmlkit.experiments.sweep import processes
 from spmlkit.experiments.sweep.cores import THREADS_ENV, default_jobs, threads_per_run
 
 
-def test_the_mulan_suite_starts_one_single_threaded_worker_per_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+_WAITED: list[bool] = []  # per process: a worker waits for the other one at its first run only
+
+
+def _train_in_a_worker(config, **kwargs):
+    """Stands in for training in a sweep worker: leaves this process's id and torch threads in
+    ``$MARKS/<pid>``, waits at its first run until two processes have (so that two workers are
+    shown to train at once), and returns a result without training."""
+    import time
+    from pathlib import Path
+
+    import torch
+
+    from spmlkit.training import RunResult
+
+    marks = Path(os.environ["MARKS"])
+    (marks / str(os.getpid())).write_text(str(torch.get_num_threads()))
+    deadline = time.monotonic() + 30  # a safety net: the other worker, forked already, marks at once
+    while not _WAITED and len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _WAITED.append(True)
+    return RunResult(config, 1, 0.5, 0.5, [{"epoch": 1, "train_loss": 0.5, "val_map": 0.5}], test_ap=[0.5],
+                     class_names=["a"])
+
+
+def test_the_mulan_suite_starts_one_single_threaded_worker_per_cpu(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from spmlkit.cli import main
+    from spmlkit.experiments.sweep import execute
+
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # 2 usable CPUs
     monkeypatch.delenv(THREADS_ENV, raising=False)
     names = suite_datasets("mulan")
@@ -22,6 +49,19 @@ def test_the_mulan_suite_starts_one_single_threaded_worker_per_cpu(monkeypatch: 
     assert default_jobs(names) == 2 and threads_per_run(2, names) == 1
     aliases = [f"mulan/{n}" for n in names]
     assert default_jobs(aliases) == 2 and threads_per_run(2, aliases) == 1
+    # and the suite's command starts them: its runs train in two worker processes at once, each
+    # with one torch thread (training itself is replaced, and so is the workers' first read of
+    # the sets, which would fetch them: only who trains, and how, is looked at)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("MARKS", str(marks))
+    monkeypatch.setattr(execute, "train", _train_in_a_worker)
+    monkeypatch.setattr(processes, "_warm_up", lambda datasets: None)
+    assert main(["benchmark", "--suite", "mulan", "--methods", "an", "--seeds", "0", "--lrs", "0.01",
+                 "--out", str(tmp_path / "board"), "--quiet"]) == 0
+    workers = {int(p.name): int(p.read_text()) for p in marks.iterdir()}
+    assert os.getpid() not in workers and list(workers.values()) == [1, 1], \
+        f"not one single-threaded worker per CPU: {workers} (pid: torch threads; the sweep is {os.getpid()})"
 
 
 @pytest.fixture

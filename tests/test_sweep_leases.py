@@ -64,21 +64,47 @@ def test_release_and_record_only_touch_the_owners_leases(tmp_path: Path) -> None
     assert [lease["run_id"] for lease in store.leases()] == ["c"]
 
 
-def test_an_expired_lease_may_be_taken_over(tmp_path: Path) -> None:
+class _Clock:
+    """The store's clock (``time.time``), moved by hand: a lease expires when the test says so,
+    not when a busy machine happens to stall the test for longer than a lease."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> _Clock:
+    from spmlkit.experiments import store as store_module
+
+    fake = _Clock()
+    monkeypatch.setattr(store_module, "time", fake)
+    return fake
+
+
+def test_an_expired_lease_may_be_taken_over(tmp_path: Path, clock: _Clock) -> None:
     store = ResultsStore(tmp_path / "s.db")
-    assert store.claim("r1", OTHER, duration=0.2) == CLAIMED
+    assert store.claim("r1", OTHER, duration=60) == CLAIMED
+    clock.advance(59.9)
     assert store.claim("r1", new_owner_id(), duration=60) == HELD
-    time.sleep(0.3)
+    clock.advance(0.2)
     assert store.claim("r1", new_owner_id(), duration=60) == CLAIMED
 
 
-def test_renewal_keeps_a_lease_alive(tmp_path: Path) -> None:
+def test_renewal_keeps_a_lease_alive(tmp_path: Path, clock: _Clock) -> None:
     store = ResultsStore(tmp_path / "s.db")
-    assert store.claim("r1", OTHER, duration=0.3) == CLAIMED
+    assert store.claim("r1", OTHER, duration=60) == CLAIMED
     for _ in range(3):
-        time.sleep(0.15)
-        assert store.renew(OTHER, duration=0.3) == 1
-    assert store.claim("r1", new_owner_id(), duration=60) == HELD
+        clock.advance(40)
+        assert store.renew(OTHER, duration=60) == 1
+    assert store.claim("r1", new_owner_id(), duration=60) == HELD  # 120 s after the claim, renewed 20 s ago
+    clock.advance(61)
+    assert store.claim("r1", new_owner_id(), duration=60) == CLAIMED  # and without renewal it ends
 
 
 def test_the_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path: Path) -> None:
@@ -108,20 +134,37 @@ def test_failures_count_as_finished_unless_recorded_before_a_retry_started(tmp_p
         store.claim("x", me, duration=0)
 
 
-def test_the_heartbeat_renews_the_lease_of_a_run_longer_than_the_lease(tmp_path: Path, monkeypatch) -> None:
+def test_the_heartbeat_renews_the_lease_of_a_run_longer_than_the_lease(tmp_path: Path, monkeypatch,
+                                                                       clock: _Clock) -> None:
+    """The run lasts four times its 60 s lease on the store's clock; each time the clock moves on
+    by 45 s, the run waits for the heartbeat's next renewal (an event, not a sleep), and another
+    sweep's claim then finds the lease held."""
+    import threading
+
     spec = SweepSpec(name="hb", seeds=[0], store=str(tmp_path / "hb.db"))
     store = ResultsStore(spec.store)
     outcomes: list[str] = []
+    renewed = threading.Event()
+    renew = ResultsStore.renew
+
+    def watched_renew(self, owner, *, duration):
+        count = renew(self, owner, duration=duration)
+        renewed.set()
+        return count
 
     def slow_run(run: dict[str, Any], runs_dir: str | None = None) -> dict[str, Any]:
-        for _ in range(10):  # 3 s, three times the lease
-            time.sleep(0.3)
+        for _ in range(6):  # 270 s on the store's clock
+            renewed.clear()
+            clock.advance(45)
+            # a renewal that read the clock before the advance still covers the claim below
+            assert renewed.wait(timeout=60), "the heartbeat did not renew the lease"
             outcomes.append(store.claim(run["run_id"], OTHER, duration=60))
         return _fake_run(run)
 
+    monkeypatch.setattr(ResultsStore, "renew", watched_renew)
     monkeypatch.setattr(local_backend, "execute_run", slow_run)
-    result = run_sweep(spec, lease_seconds=1.0, renew_seconds=0.1)
-    assert result.ran == 1 and outcomes == [HELD] * 10
+    result = run_sweep(spec, lease_seconds=60, renew_seconds=0.01)
+    assert result.ran == 1 and outcomes == [HELD] * 6
     assert store.leases() == []
     (rec,) = store.records()
     assert rec["owner"] == result.owner

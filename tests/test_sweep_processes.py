@@ -46,12 +46,13 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _start(sweep_file: Path, *options: str) -> subprocess.Popen:
+def _start(sweep_file: Path, *options: str, launcher: tuple[str, ...] = ("-m", "spmlkit")) -> subprocess.Popen:
     """``spmlkit sweep`` in a new session; output to files (a pipe would be held open by an
-    orphaned worker, and reading it would hang the test)."""
+    orphaned worker, and reading it would hang the test). ``launcher``: what runs the command
+    line (``python -m spmlkit``, or a script that takes its arguments)."""
     out = sweep_file.with_suffix(f".{len(list(sweep_file.parent.glob('*.out')))}.out")
     with open(out, "w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "spmlkit", "sweep", str(sweep_file), "--quiet", *options],
+        proc = subprocess.Popen([sys.executable, *launcher, "sweep", str(sweep_file), "--quiet", *options],
                                 cwd=sweep_file.parent, env=_env(), stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     proc.output = out  # type: ignore[attr-defined]
@@ -160,11 +161,42 @@ def test_ctrl_c_stops_within_seconds_and_the_sweep_resumes(tmp_path: Path) -> No
     assert len(after) == BUSY_RUNS and all(after[k] == v for k, v in before.items())  # none run twice
 
 
+#: ``spmlkit sweep`` whose first run waits until the other sweep of the test has started one too
+#: (or has ended): the two sweeps then hold runs at the same time however their start-ups are
+#: timed, so each must run part of the grid. argv: the folder where the sweeps leave their marks,
+#: then the command line.
+MEET_THEN_SWEEP = """
+import os, sys, time
+from pathlib import Path
+from spmlkit.experiments.sweep import processes
+marks, me = Path(sys.argv[1]), str(os.getpid())
+train = processes.execute_run
+def meet_first(run, *args, **kwargs):
+    (marks / f"running-{me}").touch()
+    deadline = time.monotonic() + 300  # a safety net only: the other sweep starts in seconds
+    while time.monotonic() < deadline and not any(
+            p.name.split("-", 1)[1] != me for p in marks.iterdir() if p.name.split("-")[0] in ("running", "ended")):
+        time.sleep(0.05)
+    processes.execute_run = train
+    return train(run, *args, **kwargs)
+processes.execute_run = meet_first
+from spmlkit.cli import main
+try:
+    code = main(sys.argv[2:])
+finally:
+    (marks / f"ended-{me}").touch()
+sys.exit(code)
+"""
+
+
 def test_two_sweeps_on_one_store_split_the_grid(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(
         "name: pair\ndatasets: [yeast]\nmethods: [an, em]\nseeds: [0, 1, 2, 3, 4, 5, 6, 7]\nlrs: [0.003]\n"
         "settings: {epochs: 2, subset: 200}\nstore: pair.db\n")
-    procs = [_start(tmp_path / "s.yaml", "--jobs", "1") for _ in range(2)]
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    procs = [_start(tmp_path / "s.yaml", "--jobs", "1", launcher=("-c", MEET_THEN_SWEEP, str(marks)))
+             for _ in range(2)]
     try:
         for proc in procs:
             assert proc.wait(timeout=120) == 0, proc.output.read_text()[-2000:]
@@ -179,6 +211,7 @@ def test_two_sweeps_on_one_store_split_the_grid(tmp_path: Path) -> None:
         ran[proc.pid] = int(match[1])
         assert sum(int(g or 0) for g in match.groups()) == 16, text  # every run: ran, found done, or left
     assert sum(ran.values()) == 16  # together, each run once (each ran all 16 before leases)
+    assert all(ran.values()), f"one sweep ran the whole grid: {ran}"  # both held runs at once: both ran some
     store = ResultsStore(tmp_path / "pair.db")
     records = store.records()
     assert len(records) == 16 and store.leases() == []

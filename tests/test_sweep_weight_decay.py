@@ -40,7 +40,8 @@ def test_a_sweep_file_reads_the_axis_and_refuses_what_cannot_be_one(tmp_path: Pa
     for text, message in (("weight_decays: [-1]", "weight_decays must be numbers >= 0, got -1.0"),
                           ("weight_decays: []", "weight_decays must not be empty"),
                           ("weight_decays: [0.1]\nsettings: {optimisation: {weight_decay: 0.1}}",
-                           "give the weight decay either in settings or as the weight_decays axis, not both")):
+                           "give the weight decay either in settings or as the weight_decays axis, not both"),
+                          ("weight_decays: [0.001, 1e-3]", "weight_decays lists 0.001 twice; give each value once")):
         path.write_text(f"datasets: [yeast]\nmethods: [an]\n{text}\n")
         with pytest.raises(ValueError, match=message):
             load_sweep(path)

@@ -4,6 +4,7 @@ full record, help that answers (issue 23)."""
 
 import io
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def test_train_prints_its_settings_then_one_named_row_per_epoch(tmp_path, capsys
     history = json.loads((out / "result.json").read_text())["history"]
     assert printed[0].startswith("spmlkit train: an on yeast (single_positive), 3 epochs, batch 64, lr 0.003, on cpu ->")
     assert "  data: dataset=yeast subset=300 observation=single_positive val_frac=0.2 val_variant=clean " \
-           "standardize=True" in printed
+           "partition=official standardize=True" in printed
     assert "  schedule: epochs=3 patience=none min_delta=0 stop_drop=none" in printed
     assert not any("backbone" in line for line in printed)  # a feature run's summary has no image settings
     start = printed.index(EpochLines().header())
@@ -236,28 +237,37 @@ def test_config_yaml_holds_only_the_settings_of_the_runs_kind(tmp_path):
 
     assert main(["train", *QUICK, "--method", "an", "--out", str(tmp_path / "f"), "--quiet"]) == 0
     saved = yaml.safe_load((tmp_path / "f" / "config.yaml").read_text())
-    assert set(saved["data"]) == {"dataset", "subset", "observation", "val_frac", "val_variant", "standardize"}
-    assert set(saved["model"]) == {"head", "hidden", "dropout"}
+    assert set(saved["data"]) == {"dataset", "subset", "observation", "val_frac", "val_variant", "partition",
+                                  "standardize"}  # the tabular protocol's partition applies to feature runs
+    assert set(saved["model"]) == {"head", "hidden", "dropout", "bottleneck", "bottleneck_samples"}  # MIME's too
     assert "num_workers" not in saved["machine"] and "linear_init_epochs" not in saved["schedule"]
     assert config_from_dict(saved).to_dict() == config_from_dict(saved, base=RunConfig()).to_dict()
     images = RunConfig(dataset="digits-mosaic").to_dict("images")
     assert "backbone" in images["model"] and "head" not in images["model"] and "standardize" not in images["data"]
+    assert "partition" not in images["data"]
 
 
-def test_sweep_records_carry_versions_command_and_device():
+def test_sweep_records_carry_versions_command_and_device(monkeypatch):
     import platform
+    import sys
 
     import torch
+
+    import spmlkit
 
     from spmlkit.experiments.sweep import SweepSpec, expand
     from spmlkit.experiments.sweep.execute import execute_run
 
     run = expand(SweepSpec(name="t", settings={"epochs": 1, "subset": 200}))[0]
+    # the command as the installed script saw it, with an argument a shell must quote
+    monkeypatch.setattr(sys, "argv", ["/opt/env/bin/spmlkit", "sweep", "my grid.yaml", "--jobs", "2"])
     record = execute_run(run)
     assert record["status"] == "ok", record["error"]
     assert (record["torch_version"], record["python_version"], record["device"]) == (
         torch.__version__, platform.python_version(), "cpu")
-    assert record["command"] == provenance.command_line() and record["started_at"] <= record["finished_at"]
+    assert record["spmlkit_version"] == spmlkit.__version__
+    assert record["command"] == "spmlkit sweep 'my grid.yaml' --jobs 2", record["command"]
+    assert record["started_at"] <= record["finished_at"]
 
 
 # ----------------------------------------------------------------------------- help
@@ -270,11 +280,17 @@ def _options(name):
     return {o: a for a in _subparser(name)._actions for o in a.option_strings if o not in ("-h", "--help")}
 
 
-@pytest.mark.parametrize("command", ["train", "extract", "benchmark", "sweep", "report", "predict", "prepare",
-                                     "export", "presets", "methods", "losses"])
+def _commands():
+    return sorted(next(a for a in build_parser()._subparsers._group_actions if a.dest == "command").choices)
+
+
+@pytest.mark.parametrize("command", _commands())
 def test_every_option_says_what_it_does(command):
-    missing = sorted(o for o, a in _options(command).items() if not a.help)
-    assert not missing, f"spmlkit {command}: options without help: {missing}"
+    """Every option of every command has help in words: at least two words of two letters or
+    more, not empty and not a placeholder such as "?" or "TODO"."""
+    unsaid = sorted(o for o, a in _options(command).items()
+                    if len(re.findall(r"[A-Za-z]{2,}", a.help or "")) < 2 or "TODO" in (a.help or ""))
+    assert not unsaid, f"spmlkit {command}: options whose help says nothing: {unsaid}"
 
 
 def test_every_train_option_that_takes_a_value_names_its_default():
@@ -282,8 +298,9 @@ def test_every_train_option_that_takes_a_value_names_its_default():
 
     options = _options("train")
     takes_value = {o: a for o, a in options.items() if a.nargs != 0 and o != "--debug"}
-    no_default = sorted(o for o, a in takes_value.items() if "default" not in a.help)
-    assert not no_default, no_default
+    # "default: VALUE" names it ("default: none" included); "no default" or a bare "default" does not
+    no_default = sorted(o for o, a in takes_value.items() if not re.search(r"\bdefault: \S", a.help or ""))
+    assert not no_default, f"spmlkit train options whose help names no default: {no_default}"
     assert f"default: {FEATURE_DEFAULTS['lr']:g} on feature datasets, 1e-05 on images" in options["--lr"].help
     assert "default: 20 on feature datasets, 10 on images" in options["--epochs"].help
     assert "default: 64 on feature datasets, 8 on images" in options["--batch-size"].help

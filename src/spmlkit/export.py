@@ -36,8 +36,9 @@ import torch
 from torch import nn
 
 from .errors import InputError, user_input
-from .io import atomic_write_bytes, atomic_write_json
-from .predict import decision_threshold, load_model, transform_spec, validation_thresholds
+from .io import atomic_write_bytes, atomic_write_json, check_outputs, inputs_kept
+from .predict import (decision_threshold, feature_width, load_model, method_threshold, run_inputs, transform_spec,
+                      validation_thresholds)
 from .training.config import saved_settings
 
 __all__ = ["FORMATS", "TOLERANCE", "ExportResult", "Probabilities", "export_model", "default_out"]
@@ -103,10 +104,13 @@ def export_model(checkpoint: str | Path, format: str, out: str | Path | None = N
         if out_path.is_dir():
             raise ValueError(f"--out {out_path} is a folder; give the file to write, e.g. "
                              f"{out_path / default_out(Path(), format).name}")
-        results = validation_thresholds(path.parent)
+        sidecar_path = out_path.with_name(out_path.name + ".json")
+        check_outputs([out_path, sidecar_path], run_inputs(path), "a file of the run this export reads")
+        results = validation_thresholds(path.parent, num_classes=len(ckpt["class_names"]))  # the sidecar names each
+        method = method_threshold(path, ckpt)
         decision = decision_threshold(path, ckpt, threshold)
     net = Probabilities(model).eval()
-    shape = _input_shape(ckpt)
+    shape = _input_shape(path, ckpt)
     traced_with = _batch(shape, 2, seed=0)
     with warnings.catch_warnings():
         # the TorchScript-based tools warn that they are deprecated and that shape checks
@@ -121,10 +125,10 @@ def export_model(checkpoint: str | Path, format: str, out: str | Path | None = N
         raise RuntimeError(f"the {format} export of {path} gives probabilities {diff:.2e} away from the PyTorch "
                            f"model's (more than {TOLERANCE:g}); nothing was written. The network does not trace "
                            "faithfully; export the other format, or report the backbone to spmlkit")
-    sidecar = _sidecar(format, out_path, path, ckpt, results, check, decision)
-    sidecar_path = out_path.with_name(out_path.name + ".json")
-    atomic_write_bytes(out_path, data)
-    atomic_write_json(sidecar_path, sidecar)
+    sidecar = _sidecar(format, out_path, path, ckpt, {"method": method, **results}, check, decision)
+    with inputs_kept(run_inputs(path), "a file of the run this export reads"):
+        atomic_write_bytes(out_path, data)
+        atomic_write_json(sidecar_path, sidecar)
     return ExportResult(out_path, sidecar_path, sidecar, diff)
 
 
@@ -191,12 +195,12 @@ def _input_name(ckpt: dict[str, Any]) -> str:
     return "features" if transform_spec(ckpt).get("kind") == "features" else "images"
 
 
-def _input_shape(ckpt: dict[str, Any]) -> tuple[int, ...]:
-    """One example's shape: ``(3, S, S)`` for images, ``(D,)`` for features (D from the weights)."""
+def _input_shape(path: Path, ckpt: dict[str, Any]) -> tuple[int, ...]:
+    """One example's shape: ``(3, S, S)`` for images, ``(D,)`` for features (the network's input width,
+    :func:`~spmlkit.predict.feature_width`)."""
     spec = transform_spec(ckpt)
     if spec.get("kind") == "features":
-        widths = [v.shape[1] for k, v in ckpt["model"].items() if k.endswith("weight") and getattr(v, "ndim", 0) == 2]
-        return (int(spec.get("dim") or widths[0]),)
+        return (feature_width(path, ckpt),)
     return (int(spec.get("channels", 3)), int(spec["size"]), int(spec["size"]))
 
 
@@ -210,11 +214,11 @@ def _sidecar(fmt: str, out: Path, path: Path, ckpt: dict[str, Any], selected: di
 
     cfg, names = saved_settings(ckpt["config"]), list(ckpt["class_names"])
     threshold, source = decision
-    thresholds: dict[str, Any] = {"method": float(ckpt.get("threshold", 0.5))}
+    thresholds: dict[str, Any] = {"method": selected["method"]}
     if "val_global" in selected:
         thresholds["val_global"] = selected["val_global"]
         thresholds["val_global_note"] = "one threshold for every class, maximising overall F1 on the validation split"
-    if "val_class" in selected and len(selected["val_class"]) == len(names):
+    if "val_class" in selected:  # one per class, checked when read
         thresholds["val_class"] = dict(zip(names, selected["val_class"]))
     return {
         "spmlkit_version": __version__,
@@ -228,7 +232,7 @@ def _sidecar(fmt: str, out: Path, path: Path, ckpt: dict[str, Any], selected: di
         "epoch": ckpt.get("epoch"),
         "val_map": ckpt.get("val_map"),
         "class_names": names,
-        "input": _input_description(ckpt),
+        "input": _input_description(path, ckpt),
         "output": {
             "name": "probabilities", "shape": ["batch", len(names)], "dtype": "float32",
             "meaning": "per-class probabilities in the order of class_names: the sigmoid is applied inside the "
@@ -243,7 +247,7 @@ def _sidecar(fmt: str, out: Path, path: Path, ckpt: dict[str, Any], selected: di
     }
 
 
-def _input_description(ckpt: dict[str, Any]) -> dict[str, Any]:
+def _input_description(path: Path, ckpt: dict[str, Any]) -> dict[str, Any]:
     """How to turn an image (or a feature row) into the model's input, as the run did in evaluation."""
     from .data.images import IMAGENET_MEAN, IMAGENET_STD
 
@@ -251,7 +255,7 @@ def _input_description(ckpt: dict[str, Any]) -> dict[str, Any]:
     kind = spec.get("kind")
     if kind == "features":
         standardized = bool(spec.get("standardize", saved_settings(ckpt["config"]).get("standardize", True)))
-        out: dict[str, Any] = {"kind": "features", "name": "features", "shape": ["batch", _input_shape(ckpt)[0]],
+        out: dict[str, Any] = {"kind": "features", "name": "features", "shape": ["batch", _input_shape(path, ckpt)[0]],
                                "dtype": "float32", "standardized": standardized,
                                "transform": {k: v for k, v in spec.items() if k not in ("mean", "std")}}
         if not standardized:

@@ -5,7 +5,9 @@ A *loss* (:mod:`spmlkit.losses`) is a formula; a *method* is what a paper trains
 the ``em_apl`` loss plus the APL algorithm, OPML-SP is soft OPML plus the high-rank
 regulariser plus AP-based correction, the "full labels" reference is BCE trained on the
 complete label matrix. Training loops read a :class:`Method` and never branch on method
-names, so adding a method is adding a recipe here.
+names, so adding a method is adding a recipe here. A recipe may also change the image model's
+head (``head``: BoostLU's boosted class activation maps, :data:`HEADS`); such a method needs a
+backbone's spatial map and so trains on images only (``images_only``).
 
 Hyperparameters: a method's loss hyperparameters default to the loss's own defaults (one
 source of truth, :func:`spmlkit.losses.hyperparameters`); ``loss_kwargs`` only records where
@@ -27,7 +29,8 @@ from typing import Any
 from . import losses
 from .names import BUILTIN, REGISTRY, NameTaken, Registry, origin_of
 
-__all__ = ["Method", "METHODS", "get_method", "register", "resolve_hparams", "ResolvedMethod"]
+__all__ = ["HEADS", "Method", "METHODS", "bottleneck_width", "cam_boost", "get_method", "register", "resolve_hparams",
+           "ResolvedMethod"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class Method:
     #: complete truth, oracle reference), "1p_alln" (one positive plus every true negative)
     labels: str = "observed"
     loss_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: between-epoch label-state algorithm: None, "apl", "opml_correction" or "class_prior"
+    #: between-epoch label-state algorithm: None, "apl", "opml_correction", "class_prior" or "confident_positives"
     labeling: str | None = None
     labeling_kwargs: dict[str, Any] = field(default_factory=dict)
     #: extra regularising losses added to the main loss: (loss name, kwargs)
@@ -62,6 +65,16 @@ class Method:
     #: why the method has no meaning on a feature dataset ("" when it has one): such runs are refused
     #: in one line, and ``spmlkit methods`` shows the reason
     images_only: str = ""
+    #: what the method changes in the image model's head: None, or "boostlu" (BoostLU's boosted
+    #: class activation maps, docs/methods.md, "boostlu_ll_r"), whose alpha is the knob
+    #: ``boost_alpha`` (:data:`HEADS`). Such a head needs a spatial map, so the recipe also says
+    #: ``images_only``
+    head: str | None = None
+    #: the width of the Gaussian bottleneck the method's model classifies through (MIME: 256), used
+    #: unless a run sets ``bottleneck`` itself; 0: none (docs/methods.md, "mime")
+    bottleneck: int = 0
+    #: what of the method a feature run goes without, and why ("" when nothing): `spmlkit methods` shows it
+    features_without: str = ""
 
     @property
     def sees_more_labels(self) -> bool:
@@ -74,6 +87,28 @@ class Method:
 
 def _m(*args: Any, **kwargs: Any) -> Method:
     return Method(*args, **kwargs)
+
+
+#: the heads a recipe may name (Method.head): what each does and needs of the backbone, in the
+#: words of every refusal; and its knob with the knob's default
+HEADS: dict[str, dict[str, Any]] = {
+    "boostlu": {"does": "BoostLU boosts class activation maps",
+                "needs": "a convolutional backbone's spatial feature map [B, D, h, w]",
+                "knob": "boost_alpha", "default": 5.0},
+}
+
+
+def cam_boost(resolved: ResolvedMethod) -> float | None:
+    """BoostLU's alpha of a resolved method (its ``boost_alpha`` knob, else the default), or None
+    for a method whose head is the plain one."""
+    head = resolved.method.head
+    if head != "boostlu":
+        return None
+    value = resolved.knobs.get(HEADS[head]["knob"], HEADS[head]["default"])
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and value < float("inf")):
+        raise ValueError(f"method {resolved.method.name!r}: boost_alpha (BoostLU's alpha) must be a positive number, "
+                         f"got {value!r}")
+    return float(value)
 
 
 #: every method by name: the method family of the one registry (spmlkit.names)
@@ -97,6 +132,8 @@ def register(method: Method) -> Method:
         raise TypeError(f"methods.register takes a spmlkit.methods.Method, got {type(method).__name__}")
     if method.labels not in _LABELS:
         raise ValueError(f"method {method.name!r}: labels must be one of {', '.join(_LABELS)}, got {method.labels!r}")
+    if isinstance(method.bottleneck, bool) or not isinstance(method.bottleneck, int) or method.bottleneck < 0:
+        raise ValueError(f"method {method.name!r}: bottleneck must be an integer >= 0 (0: none), got {method.bottleneck!r}")
     for loss in (method.loss, *(name for name, _ in method.regularizers)):
         losses.loss_class(loss)  # an unknown loss: one line naming the closest
     if method.labeling is not None:
@@ -115,6 +152,10 @@ _LAC = "Xie, Xiao, Huang, NeurIPS 2022 (LAC)"
 _TWO_VIEWS = ("it learns from a weak and a strong augmentation of each image (flip vs cutout, RandAugment, colour "
               "jitter); a row of fixed features has no augmentations to be consistent across")
 _EM = "Zhou et al., ECCV 2022"
+_BOOSTLU = "Kim et al., CVPR 2023"
+#: why BoostLU's methods need images (docs/methods.md, "boostlu_ll_r")
+_BOOSTED_CAMS = (f"{HEADS['boostlu']['does']}, which need {HEADS['boostlu']['needs']}; pooled features have "
+                 "none")
 for _recipe in [
         _m("bce", "bce", "full labels (oracle reference): BCE on the complete label matrix", _COLE, labels="full"),
         _m("iun", "iun", "one positive + all negatives (1P & all N) with BCE", _COLE, labels="1p_alln"),
@@ -155,6 +196,18 @@ for _recipe in [
            images_only=_TWO_VIEWS),
         _m("lac", "lac", "LAC stage 2: PLC + label-aware contrast of label-wise embeddings over a memory queue", _LAC,
            images_only=_TWO_VIEWS),
+        _m("boostlu_ll_r", "ll_r", "BoostLU (boosted class activation maps) + large-loss rejection", _BOOSTLU,
+           head="boostlu", images_only=_BOOSTED_CAMS),
+        _m("boostlu_ll_ct", "ll_ct", "BoostLU (boosted class activation maps) + large-loss temporary correction",
+           _BOOSTLU, head="boostlu", images_only=_BOOSTED_CAMS),
+        # the BoostLU code records every entry it corrects (loss >= lambda), the LL code those above lambda
+        _m("boostlu_ll_cp", "ll_cp", "BoostLU (boosted class activation maps) + large-loss permanent correction",
+           _BOOSTLU, head="boostlu", images_only=_BOOSTED_CAMS, loss_kwargs={"record": "ge"}),
+        _m("mime", "mime", "Gaussian bottleneck before the classifier (KL-regularised) + confident predictions "
+           "become positive pseudo-labels", "Liu, Xu, Lv, Geng, ICML 2023 (MIME)", labeling="confident_positives",
+           bottleneck=256,
+           features_without="the label-query transformer (a feature row has no feature map for class queries to "
+                            "read): the bottleneck reads the row, one code per row"),
     ]:
     register(_recipe)
 
@@ -183,7 +236,16 @@ REGISTRY.loss.subscribe(_method_of_loss)
 #: method-level knobs that are not loss or label-algorithm hyperparameters
 _METHOD_KNOBS = {"penalty": "weight of the L1/L2 parameter penalty (l1r, l2r)",
                  "highrank_lam": "weight of the high-rank regulariser (opml_sp)",
-                 "mixup_weight": "weight of PU-MLC's mixup consistency term (pu_mlc)"}
+                 "mixup_weight": "weight of PU-MLC's mixup consistency term (pu_mlc)",
+                 "boost_alpha": "BoostLU's factor on the positive class activation scores (boostlu_*)"}
+
+
+def bottleneck_width(method: str | Method, value: int | None) -> int:
+    """The bottleneck width a run's model has: ``value`` (the run's ``bottleneck`` setting) when set,
+    else the method's own (:attr:`Method.bottleneck`; 0 means none)."""
+    if value is not None:
+        return int(value)
+    return (get_method(method) if isinstance(method, str) else method).bottleneck
 
 
 def get_method(name: str) -> Method:
@@ -223,7 +285,7 @@ def resolve_hparams(method: str | Method, overrides: dict[str, Any] | None = Non
     knob_valid = {
         k for k in _METHOD_KNOBS
         if (k == "penalty" and m.weight_penalty) or (k == "highrank_lam" and m.regularizers)
-        or (k == "mixup_weight" and m.mixup)
+        or (k == "mixup_weight" and m.mixup) or (m.head is not None and k == HEADS[m.head]["knob"])
     }
     loss_kwargs, lab_kwargs, knobs = dict(m.loss_kwargs), dict(m.labeling_kwargs), {}
     for key, value in overrides.items():

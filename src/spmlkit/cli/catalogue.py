@@ -28,8 +28,9 @@ def run_methods(args: argparse.Namespace) -> int:
     for col in ("method", "loss", "labels", "label-state algorithm", "description", "paper", "on features"):
         table.add_column(col)
     for m in METHODS.values():
-        table.add_row(m.name, m.loss, m.labels, m.labeling or "", m.description, m.paper,
-                      f"no: {m.images_only}" if m.images_only else "yes")
+        on_features = (f"no: {m.images_only}" if m.images_only else
+                       f"yes, without {m.features_without}" if m.features_without else "yes")
+        table.add_row(m.name, m.loss, m.labels, m.labeling or "", m.description, m.paper, on_features)
     console().print(table)
     return 0
 

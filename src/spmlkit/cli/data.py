@@ -314,20 +314,25 @@ def run_predict(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from ..errors import user_input
-    from ..predict import find_images, predict_images
+    from ..io import check_outputs, inputs_kept
+    from ..predict import Predictions, find_images, predict_images, run_inputs
 
     screen = console()
     with user_input():
         if args.threshold is not None and not 0 <= args.threshold <= 1:
             raise ValueError(f"--threshold must be a probability in [0, 1], got {args.threshold}")
-        total = len(find_images(args.images))
+        images = find_images(args.images)
+        total = len(images)
+        outputs = Predictions.files(args.out)
+        check_outputs(outputs, images, "an image this command reads")  # before the first image is scored
+        check_outputs(outputs, run_inputs(args.checkpoint), "a file of the run this command reads")
     with Progress(console=screen, disable=args.quiet) as progress:
         task = progress.add_task("predicting", total=total)
         with user_input():
             preds = predict_images(args.checkpoint, args.images, batch_size=args.batch_size,
                                    threshold=args.threshold, device=args.device,
                                    on_batch=lambda n: progress.advance(task, n))
-    with user_input():
+    with user_input(), inputs_kept([*images, *run_inputs(args.checkpoint)], "an input of this command"):
         files = preds.write(args.out)
     screen.print(f"scored {len(preds.images)} images ({len(preds.class_names)} classes, threshold "
                  f"{preds.threshold:g} {THRESHOLD_SOURCES[preds.threshold_source]}) -> {', '.join(map(str, files))}")

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 __all__ = ["add_parsers"]
 
 _FORMATS = ("md", "tex", "csv")
+#: one meaning of --retry-failed for sweep and benchmark
+_RETRY_HELP = ("run the grid's runs recorded as failed again, once their cause is fixed (a broken data set mended, "
+               "a missing one copied in) (default: off: a recorded failure counts as finished and its error is "
+               "printed again)")
 
 
 def add_parsers(sub: Any) -> None:
@@ -83,6 +87,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--out", default="spmlkit-results/benchmark",
                    help="output folder: results.db (finished runs are reused) and the tables (with several data "
                         "sets: one folder per data set and the leaderboard) (default spmlkit-results/benchmark)")
+    p.add_argument("--retry-failed", action="store_true", help=_RETRY_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_benchmark)
 
@@ -99,8 +104,7 @@ def add_parsers(sub: Any) -> None:
                         "many as the cluster's CPUs hold)")
     p.add_argument("--store", help="results database (default: the sweep file's `store`, results.db beside it)")
     p.add_argument("--max-runs", type=positive_int, help="stop after this many runs (resume later)")
-    p.add_argument("--retry-failed", action="store_true",
-                   help="run recorded failures again (default: a recorded failure counts as finished)")
+    p.add_argument("--retry-failed", action="store_true", help=_RETRY_HELP)
     p.add_argument("--backend", choices=("process", "ray"), default="process",
                    help="process: worker processes on this machine (default); ray: one Ray task per run, on this "
                         "machine or a Ray cluster (pip install \"spmlkit[ray]\")")
@@ -128,7 +132,8 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("presets", help="list the presets and the published numbers they target")
     p.add_argument("--dataset", help="only presets of this dataset (default: all)")
     p.add_argument("--source", help="show each preset's published number from this paper (EM, OPML, GR, PU-MLC, "
-                                    "CRISP), leaving out presets it has none for (default: the preset's own source)")
+                                    "CRISP, BoostLU), leaving out presets it has none for (default: the preset's own "
+                                    "source)")
     p.set_defaults(func=run_presets)
 
 
@@ -159,17 +164,26 @@ class _SweepProgress:
         self.progress.update(self.task, advance=1,
                              description=f"{rec['method']:>8} lr={rec['lr']:g} seed={rec['seed']}")
 
+    def on_wait(self, held: int) -> None:
+        """Runs of a benchmark's grid that another live sweep holds: said when their number changes,
+        while the benchmark waits for them before writing its tables."""
+        if held != getattr(self, "_waiting", None):
+            self._waiting = held
+            print_whole_words(self.screen, f"waiting for {held} run(s) of this grid that another sweep or benchmark "
+                                           "is training, so the tables hold every run", markup=False)
+
     def on_skip(self, run: dict[str, Any], reason: str) -> None:
         """A run another sweep finished or holds: not ours to run, so it counts as done here."""
         self.progress.update(self.task, advance=1)
 
-    def print_failures(self) -> None:
+    def print_failures(self, records: list[dict[str, Any]] | None = None, label: str = "failed") -> None:
         """One line per error: runs that failed with the same first line (a setting that fails a whole
-        method, weights that cannot be had) are one line naming them all, not one line each."""
+        method, weights that cannot be had) are one line naming them all, not one line each.
+        ``records``: other failed records than this start's (the ones recorded before it)."""
         from rich.markup import escape
 
         by_error: dict[str, list[dict[str, Any]]] = {}
-        for rec in self.failures:
+        for rec in self.failures if records is None else records:
             by_error.setdefault(rec["error"].splitlines()[0], []).append(rec)
         for error, recs in by_error.items():
             if len(recs) == 1:
@@ -181,7 +195,23 @@ class _SweepProgress:
 
                 what = (f"{len(recs)} runs ({values('method')}; lr={values('lr', '{:g}')}; "
                         f"seed={values('seed')})")
-            self.screen.print(f"[red]failed[/red] {escape(what)}: {escape(error)}")
+            self.screen.print(f"[red]{label}[/red] {escape(what)}: {escape(error)}")
+
+    def print_earlier_failures(self, runs: Any) -> int:
+        """Print the failed records of ``runs`` (the grid's records in the store) that this start did
+        not run: a recorded failure counts as finished, so without this a table that leaves them out
+        would give no reason. Returns how many of the grid's runs are failed, earlier or now."""
+        if runs.empty:
+            return 0
+        failed = runs[runs["status"] == "failed"]
+        now = {rec["run_id"] for rec in self.failures}
+        earlier = [rec for rec in failed.to_dict("records") if rec["run_id"] not in now]
+        if earlier:
+            self.print_failures(earlier, label="failed in an earlier start")
+            print_whole_words(self.screen, f"{len(earlier)} run(s) of this grid failed in an earlier start and "
+                                           "count as finished; fix the cause, then run again with --retry-failed "
+                                           "to run them again", markup=False)
+        return len(failed)
 
 
 #: settings a benchmark's --config file may not hold: the grid sets them, each from its own option
@@ -220,13 +250,17 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
     plugins = tuple(merged_plugins(plugin_refs(args), settings.pop("plugins", None), where=f"config file {args.config}"))
     load_plugins(plugins)  # a --config file's too, before its methods are looked up
     notes = []
-    methods = tuple(args.methods) if args.methods else tuple(METHODS)
+    methods = tuple(args.methods) if args.methods else bm.default_methods(datasets)
     own = [d for d in datasets if labels_held(d).labels == "observed"]
     if own and not args.methods:  # nothing to compare the references with: they need the truth
         references = [m for m in methods if get_method(m).labels != "observed"]
         methods = tuple(m for m in methods if m not in references)
         notes.append(f"left out {', '.join(references)}: references that train on full labels, which "
                      f"{', '.join(own)} {'does' if len(own) == 1 else 'do'} not have (--methods names them)")
+    image_only = [m for m in METHODS if METHODS[m].images_only and m not in methods]
+    if image_only and not args.methods:  # default_methods leaves them out where a data set is features
+        notes.append(f"left out {', '.join(image_only)}: methods that train on images only (`spmlkit methods` says "
+                     "why); a benchmark of images alone includes them")
     specs = bm.one_source([bm.BenchmarkSpec(
         dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs), observation=chosen["observation"],
         epochs=chosen["epochs"], batch_size=chosen["batch_size"], head=chosen["head"], val_variant=chosen["val"],
@@ -250,44 +284,68 @@ def _other_kind_notes(spec: Any) -> list[str]:
             for (kind, datasets), names in grouped.items()]
 
 
+def _refuse_repeated_options(args: argparse.Namespace) -> None:
+    """``--methods an,an``, ``--seeds 0,0``, ``--lrs 0.001,1e-3``: a value given twice would train one
+    grid point twice under one id, a table row twice, "mean ± std over 2 seeds" of one seed. Refused
+    in one line naming the option (docs/bad-input.md)."""
+    from ..experiments.sweep.spec import first_repeated, repeat_words
+
+    for option, values in (("--methods", args.methods), ("--seeds", args.seeds), ("--lrs", args.lrs)):
+        pair = first_repeated(values or ())
+        if pair is not None:
+            raise ValueError(f"{option} {repeat_words(*pair)} (numbers compare by value); give each value once")
+
+
 def run_benchmark(args: argparse.Namespace) -> int:
+    import contextlib
+
     from ..errors import InputError, user_input
     from ..experiments import benchmark as bm
+    from ..experiments.benchmark_hold import hold_out_folder
     from ..experiments.sweep.cores import default_jobs
 
-    with user_input():
-        specs, notes = _benchmark_specs(args)
-        datasets = [spec.dataset for spec in specs]
-        if len(specs) > 1:  # a refusal here leaves no output folder behind
-            bm.dataset_folders(datasets, args.out)
-        if args.rank_references and len(specs) == 1:
-            raise ValueError("--rank-references ranks methods across data sets; give several --dataset or a --suite")
-        out = _output_folder(args.out)
-    screen = console()
-    for line in notes:
-        print_whole_words(screen, f"note: {line}", markup=False)
-    t0 = time.perf_counter()
-    jobs = args.jobs if args.jobs is not None else default_jobs(datasets)  # a typed --jobs is used as given
-    if len(specs) > 1:
-        return _run_suite(args, specs, out, jobs, screen, t0)
-    spec = specs[0]
-    tracker = _SweepProgress(screen, f"benchmark {spec.dataset} ({spec.observation_used})", args.quiet,
-                             str(out / bm.STORE_NAME), jobs)
-    with tracker.progress:
-        result = bm.run_benchmark(spec, out, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start)
-    tracker.print_failures()
-    runs = bm.benchmark_runs(spec, result.store)
-    if runs.empty or not (runs["status"] == "ok").any():
-        raise InputError(f"every run of the benchmark failed ({len(runs)} runs); the first error is above. "
-                         f"Earlier tables in {out} are left as they were")
-    rows, agg = bm.summarize(runs, spec.methods)
-    paths = bm.write_outputs(out, spec, runs, rows, agg)
-    _print_benchmark_table(screen, spec, rows)
-    print_whole_words(screen, bm.hyperparameter_source(spec), markup=False)
-    print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
-                              f"{result.skipped} finished runs reused from {result.store})")
-    _print_next(screen, result.store, out)
-    return 1 if tracker.failures else 0
+    with contextlib.ExitStack() as held:
+        with user_input():
+            _refuse_repeated_options(args)
+            specs, notes = _benchmark_specs(args)
+            datasets = [spec.dataset for spec in specs]
+            if len(specs) > 1:  # a refusal here leaves no output folder behind
+                bm.dataset_folders(datasets, args.out)
+            if args.rank_references and len(specs) == 1:
+                raise ValueError("--rank-references ranks methods across data sets; give several --dataset or a "
+                                 "--suite")
+            out = _output_folder(args.out)
+            # one grid's tables per folder at a time (experiments/benchmark_hold.py)
+            held.enter_context(hold_out_folder(out, bm.grid_of(specs, out / bm.STORE_NAME)))
+        screen = console()
+        for line in notes:
+            print_whole_words(screen, f"note: {line}", markup=False)
+        t0 = time.perf_counter()
+        jobs = args.jobs if args.jobs is not None else default_jobs(datasets)  # a typed --jobs is used as given
+        if len(specs) > 1:
+            return _run_suite(args, specs, out, jobs, screen, t0)
+        spec = specs[0]
+        tracker = _SweepProgress(screen, f"benchmark {spec.dataset} ({spec.observation_used})", args.quiet,
+                                 str(out / bm.STORE_NAME), jobs)
+        with tracker.progress:
+            result = bm.run_benchmark(spec, out, jobs=jobs, retry_failed=args.retry_failed,
+                                      on_result=tracker.on_result, on_start=tracker.on_start,
+                                      on_wait=tracker.on_wait)
+        tracker.print_failures()
+        runs = bm.benchmark_runs(spec, result.store)
+        failed = tracker.print_earlier_failures(runs)
+        if runs.empty or not (runs["status"] == "ok").any():
+            raise InputError(f"every run of the benchmark failed ({len(runs)} runs; their errors are above). Earlier "
+                             f"tables in {out} are left as they were")
+        rows, agg = bm.summarize(runs, spec.methods)
+        paths = bm.write_outputs(out, spec, runs, rows, agg)
+        _print_benchmark_table(screen, spec, rows)
+        print_whole_words(screen, bm.hyperparameter_source(spec), markup=False)
+        print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  "
+                                  f"({time.perf_counter() - t0:.1f} s; {result.skipped} finished runs reused from "
+                                  f"{result.store})")
+        _print_next(screen, result.store, out)
+        return 1 if failed else 0  # a table without some of its runs is not a clean finish
 
 
 def _print_next(screen: Any, store: Path, out: Path) -> None:
@@ -333,6 +391,7 @@ def _print_benchmark_table(screen: Any, spec: Any, rows: list[dict[str, Any]]) -
 
 def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int, screen: Any, t0: float) -> int:
     """Several data sets: one sweep, a table per data set in its folder, the leaderboard in ``out``."""
+    import pandas as pd
     from rich.table import Table
 
     from ..errors import InputError
@@ -345,8 +404,10 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
                              str(out / bm.STORE_NAME), jobs)
     hyperparameters = bm.hyperparameter_source(specs[0], [s.dataset for s in specs])
     with tracker.progress:
-        result = bm.run_benchmarks(specs, out, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start)
+        result = bm.run_benchmarks(specs, out, jobs=jobs, retry_failed=args.retry_failed,
+                                   on_result=tracker.on_result, on_start=tracker.on_start, on_wait=tracker.on_wait)
     tracker.print_failures()
+    failed = tracker.print_earlier_failures(pd.concat([bm.benchmark_runs(spec, result.store) for spec in specs]))
     title = (f"Leaderboard over {', '.join(s.dataset for s in specs)} ({specs[0].observation_used}): test mAP (%), "
              f"lr selected on validation, mean over {len(specs[0].seeds)} seeds")
     try:
@@ -373,7 +434,7 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
                               f"{', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                               f"{result.skipped} finished runs reused from {result.store})")
     _print_next(screen, result.store, out)
-    return 1 if tracker.failures else 0
+    return 1 if failed else 0
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -407,8 +468,11 @@ def run_sweep(args: argparse.Namespace) -> int:
     if stopped is not None:
         return stopped
     held = f", {result.held} left to the other sweep(s) holding them" if result.held else ""
+    before = (f" ({result.failed_before} of them recorded as failed: --retry-failed runs them again)"
+              if result.failed_before else "")
     print_whole_words(screen, f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} "
-                              f"finished{held}; store: {result.store}. Next: `spmlkit report --store {result.store}`")
+                              f"finished{before}{held}; store: {result.store}. Next: `spmlkit report --store "
+                              f"{result.store}`")
     if result.ran and result.failed == result.ran:
         raise InputError(f"every one of the {result.ran} runs failed (the errors are listed above); fix the "
                          f"settings in {args.config}, then run again with --retry-failed")
@@ -503,27 +567,33 @@ def run_report(args: argparse.Namespace) -> int:
     from ..experiments.plots import make_all_figures
     from ..experiments.report_files import write_tables
     from ..experiments.report_folder import open_report_folder
+    from ..io import inputs_kept
 
+    store = Path(args.store)
+    # the store and SQLite's files beside it: no file the report writes may replace them
+    kept = [store, *(store.with_name(store.name + end) for end in ("-wal", "-shm", "-journal"))]
     with user_input():
         bad = sorted(set(args.formats) - set(_FORMATS))
         if bad:
             raise ValueError(f"--formats: unknown format(s) {', '.join(bad)}; choose from {', '.join(_FORMATS)}")
-        ok = _finished_runs(Path(args.store))
-        folder = open_report_folder(args.out, overwrite=args.overwrite)
+        ok = _finished_runs(store)
+        folder = open_report_folder(args.out, overwrite=args.overwrite,
+                                    inputs={"--store": store, **{f"the store's {p.name}": p for p in kept[1:]}})
         out = folder.path
     screen = console()
     for line in plugin_version_notes(ok):
         screen.print(f"note: {line}", markup=False, soft_wrap=True)
-    written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
-    for title, markdown in tables:
-        screen.print(f"[bold]{title}[/bold]")
-        screen.print(markdown)
-    if not args.no_figures:
-        def note(line: str) -> None:  # a figure the runs cannot feed: said in one line, the report goes on
-            screen.print(f"note: {line}", markup=False, soft_wrap=True)
+    with inputs_kept(kept, "the results store this report reads"):
+        written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
+        for title, markdown in tables:
+            screen.print(f"[bold]{title}[/bold]")
+            screen.print(markdown)
+        if not args.no_figures:
+            def note(line: str) -> None:  # a figure the runs cannot feed: said in one line, the report goes on
+                screen.print(f"note: {line}", markup=False, soft_wrap=True)
 
-        written += make_all_figures(ok, out / "figures", on_skip=note)
-    removed = folder.finish(written)
+            written += make_all_figures(ok, out / "figures", on_skip=note)
+        removed = folder.finish(written)
     gone = f"; removed {len(removed)} file(s) of the previous report that this one does not write" if removed else ""
     screen.print(f"wrote {len(written)} files to {out}{gone}")
     return 0

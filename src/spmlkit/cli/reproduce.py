@@ -25,7 +25,8 @@ def add_parsers(sub: Any) -> None:
                    help="comma-separated data sets of the experiment (default: all it has that spmlkit reads; "
                         "crisp-tabular: yeast,scene,corel5k,delicious)")
     p.add_argument("--methods", type=csv_list(str),
-                   help="comma-separated methods (default: every method of the tables that spmlkit has)")
+                   help="comma-separated methods (default: every method of the tables that spmlkit has and that "
+                        "trains on features; another feature method gets a row without published numbers)")
     p.add_argument("--trials", type=positive_int, help="trials, each its own random partition (default: the paper's, 5)")
     p.add_argument("--epochs", type=positive_int, help="epochs of every run (default: the paper's, 10)")
     p.add_argument("--subset", type=positive_int, metavar="N",
@@ -44,15 +45,13 @@ def run_reproduce(args: argparse.Namespace) -> int:
     from ..errors import InputError, user_input
     from ..experiments import reproduce as rp
     from ..experiments.sweep.cores import default_jobs
-    from ..methods import get_method
     from .experiments import _SweepProgress, stoppable_sweep
 
     with user_input():
         rep = rp.get_reproduction(args.name)
         datasets = tuple(args.datasets) if args.datasets else tuple(rep.datasets)
         methods = tuple(args.methods) if args.methods else rp.reproduction_methods(rep)
-        for method in methods:
-            get_method(method)
+        rp.check_methods(rep, methods)  # before the output folder is made
         out = _output_folder(Path(args.out or Path("spmlkit-results") / "reproduce" / rep.name))
         specs = rp.reproduction_sweeps(rep, out / rp.STORE_NAME, datasets=datasets, methods=methods,
                                        trials=args.trials, epochs=args.epochs, subset=args.subset)
@@ -71,6 +70,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
                          f"Earlier tables in {out} are left as they were")
     paths = rp.write_reproduction(out, rep, specs, cells)
     _print_tables(screen, rep, cells)
+    if rp.images_only_note(rep):
+        print_whole_words(screen, rp.images_only_note(rep))
     print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                               f"{sum(r.skipped for r in results)} finished runs reused from {out / rp.STORE_NAME})")
     return 1 if tracker.failures else 0
@@ -120,7 +121,7 @@ def _print_tables(screen: Any, rep: Any, cells: list) -> None:
             table.add_row(next(iter(row.values())).label, *values)
         screen.print(table)
     trials = max(c.trials for c in cells)
-    print_whole_words(screen, f"ours: mean ± std over {trials} trials of the configuration with the best mean validation "
-                              "mAP, in the papers' metric convention (SMILE's code); z = (ours − published) / "
-                              "published std. Agreement means |z| within the spread of trials, not equality: the papers' "
+    print_whole_words(screen, f"ours: mean ± std over {trials} trial{'s' if trials != 1 else ''} of the configuration "
+                              "with the best mean validation mAP, in the papers' metric convention (SMILE's code); "
+                              "z = (ours − published) / published std. Agreement means |z| within the spread of trials, not equality: the papers' "
                               "partitions are random and unpublished (docs/reproductions.md)")

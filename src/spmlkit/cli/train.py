@@ -22,6 +22,7 @@ _OPTIONS = {
     "pretrained": "pretrained", "lgconv": "lgconv", "head": "head", "subset": "subset", "features": "dataset",
     "batch_statistics": "batch_statistics", "decode": "decode", "compile": "compile", "loggers": "loggers",
     "deterministic": "deterministic", "image_head": "image_head", "init_weights": "init_weights",
+    "bottleneck": "bottleneck",
 }
 
 
@@ -81,7 +82,7 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                        help="add PU-MLC's local-global convolutions (default: off)")
     model.add_argument("--image-head", choices=("linear", "label_query"),
                        help="the classifier: linear (pooling + one linear layer, the SPML papers') or label_query "
-                            "(the LAC code's label-query transformer; plc and lac presets use it) "
+                            "(the LAC and MIME code's label-query transformer; the plc, lac and mime presets use it) "
                             f"(default: {_default('image_head')})")
     model.add_argument("--image-size", type=int, metavar="PIXELS",
                        help=f"images are resized to PIXELS x PIXELS (default: {_default('image_size')})")
@@ -114,6 +115,9 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                              f"{_default('val_frac')})")
     method.add_argument("--head", choices=("linear", "mlp"),
                         help=f"feature datasets: the network on the features (default: {_default('head')})")
+    method.add_argument("--bottleneck", type=int, metavar="WIDTH",
+                        help="width of MIME's Gaussian bottleneck before the classifier, 0 for none (default: the "
+                             "method's own: 256 for mime, none for the others)")
     method.add_argument("--batch-statistics", choices=("global", "process"),
                         help="under torchrun: loss statistics over the whole global batch or each process's slice "
                              "(default: the method's; PU-MLC: process)")
@@ -127,8 +131,8 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                      help="stop after N epochs without a validation gain, 0 for EM's rule (default: train every epoch)")
     opt.add_argument("--stop-drop", type=float, metavar="DROP",
                      help="stop when validation mAP falls this far below the best, e.g. 0.02 as GR (default: never)")
-    opt.add_argument("--optimizer", choices=("adam", "adamw", "sgd"),
-                     help=f"the optimiser (default: {_default('optimizer')})")
+    opt.add_argument("--optimizer", choices=("adam", "adamw", "adamax", "sgd"),
+                     help=f"the optimiser (default: {_default('optimizer')}; adamw is the LAC code's, adamax MIME's)")
     opt.add_argument("--init-weights", metavar="CHECKPOINT",
                      help="start from an earlier run's weights (its best.pt), e.g. lac from a plc run (default: none)")
     opt.add_argument("--head-lr-mult", type=float, metavar="FACTOR",
@@ -196,7 +200,7 @@ def resolve_from_args(args: argparse.Namespace):
         config = resolve_config(values, preset=args.preset, file_values=file_values,
                                 file_name=f"config file {args.config}", resume_values=resume_values)
         if config.output.out is None:
-            config.output.out = str(Path("runs") / Path(config.data.dataset).name / config.method.name
+            config.output.out = str(Path("runs") / _folder_name(config.data.dataset) / config.method.name
                                     / f"seed{config.optimisation.seed}")
         return config
 
@@ -235,6 +239,15 @@ def _cost(res: Any) -> str:
 def _bytes(n: int) -> str:
     """Decimal units, one decimal from a gigabyte on: 734 MB, 1.2 GB."""
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def _folder_name(dataset: str) -> str:
+    """The default run folder's data-set part: a named set's name, a folder's own name as it resolves
+    (``--dataset ..`` is the parent's name, never ``..``), as a plain file name (spmlkit/file_names.py)."""
+    from ..data.registry import DATASETS
+    from ..file_names import file_stem
+
+    return file_stem(Path(dataset).name if dataset in DATASETS else Path(dataset).expanduser().resolve().name or "root")
 
 
 def f1_summary(test_metrics: dict[str, Any], method_threshold: float) -> str:

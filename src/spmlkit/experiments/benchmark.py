@@ -27,6 +27,7 @@ than the methods compared are shown beside the ranks, not ranked (docs/leaderboa
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -34,20 +35,23 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..file_names import file_stem, identified_stem
 from ..io import atomic_write_json, atomic_write_text
 from ..methods import METHODS, get_method
 from ..output_dir import MARKER
 from ..protocol import Observation
 from . import report
 from .benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS
+from .benchmark_hold import WAIT_SECONDS, grid_digest, sweep_until_none_held
 from .leaderboard import Leaderboard, build_leaderboard, scores_from_tables, spread_from_tables, write_leaderboard
 from .presets import PRESETS, RECIPE_DEFAULTS, check_hparams_from
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
+from .sweep.spec import first_repeated, repeat_words
 
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
-           "dataset_folders", "labels_measured", "measured_on", "one_source", "hyperparameter_source",
-           "reference_methods", "gap_note", "table_title", "DEFAULT_LRS", "DEFAULT_SEEDS"]
+           "dataset_folders", "grid_of", "labels_measured", "measured_on", "one_source", "hyperparameter_source",
+           "reference_methods", "default_methods", "gap_note", "table_title", "DEFAULT_LRS", "DEFAULT_SEEDS"]
 
 STORE_NAME = "results.db"
 #: what a benchmark of several data sets keeps in ``<out>`` itself beside the data sets' folders
@@ -70,9 +74,9 @@ class BenchmarkSpec:
     """
 
     dataset: str = "yeast"
-    #: by default every method that has a meaning on every data set: the two-view methods of LAC (plc,
-    #: lac) train on images only (docs/methods.md, "plc") and are named when a benchmark of images wants them
-    methods: tuple[str, ...] = tuple(m for m in METHODS if not METHODS[m].images_only)
+    #: None: every registered method that has a meaning on the data set (:func:`default_methods`, read
+    #: when the spec is made, so a plug-in's methods are in it)
+    methods: tuple[str, ...] | None = None
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     lrs: tuple[float, ...] = DEFAULT_LRS
     observation: str | None = None  # None: the data set's own (presets.default_observation)
@@ -99,12 +103,18 @@ class BenchmarkSpec:
     def __post_init__(self) -> None:
         from ..plugins import is_file_reference, load_plugins
 
-        if not self.seeds or not self.lrs or not self.methods:
-            raise ValueError("a benchmark needs at least one method, one seed and one lr")
         # absolute, so that a worker started elsewhere (a Ray node) finds the same files
         self.plugins = tuple(str(Path(ref).expanduser().absolute()) if is_file_reference(ref) else ref
                              for ref in self.plugins)
         load_plugins(self.plugins)
+        if self.methods is None:
+            self.methods = default_methods([self.dataset])
+        if not self.seeds or not self.lrs or not self.methods:
+            raise ValueError("a benchmark needs at least one method, one seed and one lr")
+        for axis in ("methods", "seeds", "lrs"):  # one grid point twice: docs/sweep-files.md
+            pair = first_repeated(getattr(self, axis))
+            if pair is not None:
+                raise ValueError(f"the benchmark's {axis} {repeat_words(*pair)}; give each value once")
         for m in self.methods:
             get_method(m)
         if self.observation is not None:
@@ -131,13 +141,24 @@ class BenchmarkSpec:
         settings: dict[str, Any] = {"epochs": self.epochs, "head": self.head, **(self.settings or {})}
         if self.subset is not None:
             settings["subset"] = self.subset
-        return SweepSpec(name=f"benchmark-{self.dataset}", datasets=[self.dataset], methods=list(self.methods),
+        return SweepSpec(name=f"benchmark-{file_stem(self.dataset)}", datasets=[self.dataset], methods=list(self.methods),
                          seeds=list(self.seeds), lrs=list(self.lrs),
                          batch_sizes=None if self.batch_size is None else [self.batch_size],
                          observations=None if self.observation is None else [self.observation],
                          hparams=dict(self.hparams or {}), settings=settings, val_variant=self.val_variant,
                          store=str(store), plugins=list(self.plugins), hparams_from=self.hparams_from,
                          weight_decays=None if self.weight_decays is None else list(self.weight_decays))
+
+
+def default_methods(datasets: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Every registered method (built-in or a plug-in's) that has a meaning on each of ``datasets``:
+    a method that learns from image augmentations or activation maps (``Method.images_only``) is
+    left out when any of them is a feature set, where every run of it would be refused
+    (docs/methods.md, "Two views of each image"); a benchmark of images includes it."""
+    from ..data.registry import is_feature_dataset
+
+    features = any(is_feature_dataset(d) for d in datasets)
+    return tuple(m for m in METHODS if not (features and METHODS[m].images_only))
 
 
 def labels_measured(spec: BenchmarkSpec) -> dict[str, str | None]:
@@ -160,12 +181,25 @@ def measured_on(spec: BenchmarkSpec) -> str:
     return f"{test}; lr selected on {val}"
 
 
-def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1,
+def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1, retry_failed: bool = False,
                   on_result: Callable[[dict[str, Any]], None] | None = None,
-                  on_start: Callable[[int, int], None] | None = None) -> SweepResult:
-    """Run every unfinished (method, lr, seed) of ``spec`` into ``<out_dir>/results.db``."""
+                  on_start: Callable[[int, int], None] | None = None,
+                  on_wait: Callable[[int], None] | None = None, wait_seconds: float = WAIT_SECONDS) -> SweepResult:
+    """Run every unfinished (method, lr, seed) of ``spec`` into ``<out_dir>/results.db``; a run
+    recorded as failed counts as finished unless ``retry_failed`` (as in a sweep). Runs another
+    live sweep holds are waited for (:func:`~spmlkit.experiments.benchmark_hold.sweep_until_none_held`),
+    so the tables written next hold every run of the grid."""
     store = Path(out_dir) / STORE_NAME
-    return run_sweep(spec.sweep(store), jobs=jobs, on_result=on_result, on_start=on_start)
+    return sweep_until_none_held(
+        lambda first: run_sweep(spec.sweep(store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
+                                on_start=on_start if first else None),
+        on_wait, wait_seconds)
+
+
+def grid_of(specs: Sequence[BenchmarkSpec], store: str | Path) -> str:
+    """The digest of the runs of ``specs`` (:func:`~spmlkit.experiments.benchmark_hold.grid_digest`): two
+    benchmarks of one grid share an output folder, two of different grids do not at once."""
+    return grid_digest(r["run_id"] for spec in specs for r in expand(spec.sweep(store)))
 
 
 def benchmark_runs(spec: BenchmarkSpec, store: str | Path) -> pd.DataFrame:
@@ -280,32 +314,39 @@ def table_title(spec: BenchmarkSpec) -> str:
 
 
 def dataset_folders(datasets: Sequence[str], out_dir: str | Path) -> dict[str, Path]:
-    """Each data set's output folder: ``<out>/<name>`` (a feature folder's last path part).
+    """Each data set's output folder: ``<out>/<name>``, always directly inside ``<out>``.
 
-    A data set named twice (under one name or two: ``emotions`` and ``mulan/emotions``), two
-    folders with the same last part, or a folder named as a file the benchmark keeps in
-    ``<out>`` (its ``results.db``, the leaderboard) would write one output over another, or fail
-    after every run trained: each is the user's to fix, and refused before any run (ValueError).
+    ``<name>`` is a named data set's own name (``yeast``; ``emotions`` for ``mulan/emotions``) or
+    the name of a feature folder as it resolves (``ff/myfeats/sub/..`` is ``myfeats``, ``.`` the
+    working folder's name: never ``.`` or ``..``), written by :func:`~spmlkit.file_names.file_stem`
+    (a name that is not plain gets its digest, so none leaves ``<out>`` or is too long). Two data
+    sets whose names would share a folder (``a/feats`` and ``b/feats``) each get the digest form
+    of the whole data set's identity, so neither replaces the other's tables, whichever comes
+    first. A data set named twice (under one name or two: ``emotions`` and ``mulan/emotions``)
+    or a folder named as a file the benchmark keeps in ``<out>`` (its ``results.db``, the
+    leaderboard) is the user's to fix, and refused before any run (ValueError).
     """
-    from ..data.registry import same_data
+    from ..data.registry import DATASETS, same_data
 
-    folders: dict[str, Path] = {}
+    named: dict[str, tuple[str, str]] = {}  # data set -> (its folder name's stem, its identity)
     for ds in datasets:
-        if ds in folders:
+        if ds in named:
             raise ValueError(f"--dataset {ds} is given twice; name each data set once")
-        same = next(((other, why) for other in folders if (why := same_data(other, ds))), None)
+        same = next(((other, why) for other in named if (why := same_data(other, ds))), None)
         if same is not None:
             raise ValueError(f"--dataset {same[0]} and --dataset {ds} are the same data set ({same[1]}); name it once")
-        folder = Path(out_dir) / Path(ds).name
-        if folder.name in OWN_FILES:
-            raise ValueError(f"the tables of data set {ds} would go to {folder}, which is the benchmark's own "
-                             f"{folder.name}; give the feature folder another name (or a link to it)")
-        clash = next((other for other, f in folders.items() if f == folder), None)
-        if clash is not None:
-            raise ValueError(f"data sets {clash} and {ds} would both write their tables to {folder}; give the "
-                             "feature folders distinct names")
-        folders[ds] = folder
-    return folders
+        if ds in DATASETS:
+            stem, identity = Path(ds).name, f"named:{ds}"
+        else:
+            where = Path(ds).expanduser().resolve()
+            stem, identity = where.name or "root", f"folder:{where}"
+        if stem in OWN_FILES:
+            raise ValueError(f"the tables of data set {ds} would go to {Path(out_dir) / stem}, which is the "
+                             f"benchmark's own {stem}; give the feature folder another name (or a link to it)")
+        named[ds] = (file_stem(stem), identity)
+    shared = Counter(name for name, _ in named.values())
+    return {ds: Path(out_dir) / (name if shared[name] == 1 else identified_stem(name, identity))
+            for ds, (name, identity) in named.items()}
 
 
 def one_source(specs: Sequence[BenchmarkSpec]) -> list[BenchmarkSpec]:
@@ -342,16 +383,20 @@ def suite_sweep(specs: Sequence[BenchmarkSpec], store: str | Path) -> SweepSpec:
     return replace(first.sweep(store), name="benchmark-suite", datasets=[s.dataset for s in specs])
 
 
-def run_benchmarks(specs: Sequence[BenchmarkSpec], out_dir: str | Path, *, jobs: int = 1,
+def run_benchmarks(specs: Sequence[BenchmarkSpec], out_dir: str | Path, *, jobs: int = 1, retry_failed: bool = False,
                    on_result: Callable[[dict[str, Any]], None] | None = None,
-                   on_start: Callable[[int, int], None] | None = None) -> SweepResult:
+                   on_start: Callable[[int, int], None] | None = None,
+                   on_wait: Callable[[int], None] | None = None, wait_seconds: float = WAIT_SECONDS) -> SweepResult:
     """Run every unfinished (data set, method, lr, seed) of ``specs`` into ``<out_dir>/results.db``,
     as one sweep: workers move on to the next data set's runs without waiting for a table.
     Hyperparameters come from one source across the data sets (:func:`one_source`)."""
     specs = one_source(specs)
     dataset_folders([s.dataset for s in specs], out_dir)  # a clash is refused before any run
     store = Path(out_dir) / STORE_NAME
-    return run_sweep(suite_sweep(specs, store), jobs=jobs, on_result=on_result, on_start=on_start)
+    return sweep_until_none_held(
+        lambda first: run_sweep(suite_sweep(specs, store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
+                                on_start=on_start if first else None),
+        on_wait, wait_seconds)
 
 
 def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], store: str | Path, *,

@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.path import Path as MarkerPath
 
 from ..io import atomic_write_bytes
+from .figure_text import finish, short_labels
 from .published import display_name
 
 __all__ = ["critical_difference_figure", "save_png", "tie_groups", "DPI", "WIDTH_INCHES"]
@@ -48,18 +49,26 @@ def critical_difference_figure(average_rank: pd.Series, p_values: pd.DataFrame, 
     k = len(average_rank)
     if k < 2:
         raise ValueError(f"a critical-difference diagram needs at least 2 methods, got {k}")
-    names = {m: display_name(str(m)) for m in average_rank.index}
-    ranks = average_rank.rename(index=names)
-    p_values = p_values.rename(index=names, columns=names)
+    # scikit-posthocs groups the methods in Python sets and draws each group's bar by iterating
+    # one: with names (strings, whose hashes change with every process) the bars' order and
+    # stacking changed between two renders of one store. It draws numbers here (an int hashes to
+    # itself), and the labels get their names afterwards: the same store, the same bytes.
+    names = dict(enumerate(short_labels([display_name(str(m)) for m in average_rank.index])))
+    number = {m: i for i, m in enumerate(average_rank.index)}
+    ranks = average_rank.rename(index=number)
+    p_values = p_values.rename(index=number, columns=number)
     fig = Figure(figsize=(WIDTH_INCHES, 3.0))
     FigureCanvasAgg(fig)
     ax = fig.add_axes((0.2, 0.05, 0.6, 0.8))  # placed by _fit once everything is drawn
     drawn = sp.critical_difference_diagram(
-        ranks, p_values, alpha=alpha, ax=ax,
-        label_fmt_left="{label} ({rank:.2f})", label_fmt_right="({rank:.2f}) {label}",
+        ranks, p_values, alpha=alpha, ax=ax, label_fmt_left="L{label}", label_fmt_right="R{label}",
         label_props={"fontsize": _FONT_SIZE}, elbow_props={"linewidth": 1},
         crossbar_props={"linewidth": 3, "alpha": 0.7}, text_h_margin=0.02 * max(k - 1, 1))
-    _split_tied_dots(ax, ranks, drawn)
+    for text in drawn["labels"]:
+        side, i = text.get_text()[0], int(text.get_text()[1:])
+        rank = f"({ranks[i]:.2f})"
+        text.set_text(f"{names[i]} {rank}" if side == "L" else f"{rank} {names[i]}")
+    _split_tied_dots(ax, ranks.rename(index=names), drawn)
     # scikit-posthocs stacks crossbars one unit apart below the axis, then one label per unit below
     # them; the figure gets a fixed height per unit, so 2 and 30 methods read at the same type size
     bottom = min(text.get_position()[1] for text in drawn["labels"]) - 0.8
@@ -80,6 +89,7 @@ def critical_difference_figure(average_rank: pd.Series, p_values: pd.DataFrame, 
     elif cd is not None:  # wider than the whole axis: no two methods can differ
         ax.text(1, cd_y, f"CD = {cd:.2f} (wider than the rank axis)", va="center", ha="left", fontsize=_FONT_SIZE)
     ax.set_title(title, fontsize=_FONT_SIZE + 1)
+    finish(fig)  # right-to-left names in reading order before the texts are measured
     _fit(fig, ax)
     return fig
 
@@ -110,7 +120,7 @@ def _split_tied_dots(ax: Any, ranks: pd.Series, drawn: dict[str, list]) -> None:
     for marker, label in zip(drawn["markers"], drawn["labels"]):
         name = next(n for n in ranks.index if label.get_text() in (f"{n} ({ranks[n]:.2f})", f"({ranks[n]:.2f}) {n}"))
         by_method[name] = (marker, label)
-    for group in {tuple(g) for g in tied.values()}:
+    for group in sorted({tuple(g) for g in tied.values()}):  # a fixed order: the same bytes every time
         size = by_method[group[0]][0].get_sizes()[0]
         for i, name in enumerate(group):
             marker, label = by_method[name]
@@ -156,5 +166,5 @@ def save_png(fig: Figure, path: str | Path) -> Path:
     import io
 
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI)
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})  # no version: the same bytes anywhere
     return atomic_write_bytes(path, buffer.getvalue())

@@ -30,11 +30,11 @@ import hashlib
 import io
 import math
 import os
-import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
@@ -43,8 +43,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from ..file_names import UniqueNames
 from ..io import atomic_write_bytes
 from .figure_layout import DPI, LINE_STYLES, bottom_panels, grid_shape, method_groups, new_figure, panel_grid
+from . import figure_text
 from .published import DATASET_LABELS, METHOD_LABELS, display_name
 from .report import select_and_aggregate
 
@@ -97,6 +99,10 @@ METHOD_COLORS: dict[str, str] = {
     "smile": "#637939",  # SMILE: olive
     "plc": "#3182bd",  # LAC's stages: steel blues
     "lac": "#6baed6",
+    "boostlu_ll_r": "#1b9e77",  # BoostLU + large loss: teals
+    "boostlu_ll_ct": "#66c2a5",
+    "boostlu_ll_cp": "#00574a",
+    "mime": "#393b79",  # MIME: indigo
 }
 
 _POS_STYLE = {"alpha": 0.45}
@@ -132,15 +138,32 @@ def method_color(name: str) -> str:
     return "#{:02x}{:02x}{:02x}".format(round(r * 255), round(g * 255), round(b * 255))
 
 
+def _shown(method: str) -> str:
+    """A method's name as figures show it: the papers' name, drawable and bounded (:mod:`.figure_text`)."""
+    return figure_text.name(display_name(method))
+
+
+#: what a saved figure records about itself: nothing that changes between two renders of one store
+#: (matplotlib writes its version as the PNG's and SVG's "Software" and the SVG's creation date)
+_METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None}, "pdf": {"CreationDate": None,
+                                                                                      "Creator": None,
+                                                                                      "Producer": None}}
+
+
 def save(fig: Figure, path_without_ext: str | os.PathLike, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
     """Write ``fig`` as ``<path>.<fmt>`` for each format (parent folders are created), each
     file atomically (:func:`~spmlkit.io.atomic_write_bytes`): a report stopped half-way
-    leaves whole figures, never a truncated PNG."""
+    leaves whole figures, never a truncated PNG. The same store gives the same bytes: no date
+    or version is written into the file, and the SVG's ids come from a fixed seed
+    (docs/figures.md, "The same bytes")."""
+    figure_text.finish(fig)
     base = Path(path_without_ext)
     out = []
     for fmt in formats:
         buffer = io.BytesIO()
-        fig.savefig(buffer, format=fmt, dpi=DPI)  # constrained layout already fits the labels
+        with matplotlib.rc_context({"svg.hashsalt": "spmlkit"}):
+            # constrained layout already fits the labels
+            fig.savefig(buffer, format=fmt, dpi=DPI, metadata=_METADATA.get(fmt))
         out.append(atomic_write_bytes(base.with_name(f"{base.name}.{fmt}"), buffer.getvalue()))
     return out
 
@@ -171,7 +194,8 @@ def _context(records: Sequence[Record]) -> str:
         )
     ds = next(iter(datasets), None)
     obs = sorted({str(r.get("observation")) for r in records if r.get("observation")})
-    label = DATASET_LABELS.get(ds, str(ds)) if ds else ""
+    label = figure_text.name(DATASET_LABELS.get(ds, str(ds))) if ds else ""
+    obs = [figure_text.name(o) for o in obs]
     return ", ".join([label] + obs) if label else ", ".join(obs)
 
 
@@ -260,10 +284,11 @@ def _finite_mean(values: np.ndarray) -> float:
 
 
 def _class_names(records: Sequence[Record], num_classes: int) -> list[str]:
+    """The classes' names as figures show them (:mod:`.figure_text`), or ``class i``."""
     for r in records:
         names = r.get("class_names")
         if names and len(names) == num_classes:
-            return [str(n) for n in names]
+            return figure_text.short_labels([str(n) for n in names])
     return [f"class {i}" for i in range(num_classes)]
 
 
@@ -315,10 +340,23 @@ def _plot_band(ax: Axes, frame: pd.DataFrame, method: str, scale: float = 1.0, *
     m = stats["mean"].to_numpy() * scale
     s = stats["std"].fillna(0.0).to_numpy() * scale
     color = kw.pop("color", method_color(method))
-    label = kw.pop("label", display_name(method))
+    label = kw.pop("label", _shown(method))
     ax.plot(x, m, color=color, label=label, marker="o" if len(x) < 15 else None, ms=3, **kw)
     if (stats["count"] > 1).any():
         ax.fill_between(x, m - s, m + s, color=color, alpha=0.18, linewidth=0)
+
+
+#: inches one character of a title takes at most, on average (DejaVu Sans at the title's 12 points)
+_TITLE_CHAR_INCHES = 0.11
+
+
+def _suptitle(fig: Figure, title: str) -> None:
+    """The figure's title, its lines broken between words to fit the figure's width: a data set's
+    name in the title of a narrow figure was cut off at both edges."""
+    import textwrap
+
+    width = max(20, int(fig.get_figwidth() / _TITLE_CHAR_INCHES))
+    fig.suptitle("\n".join(textwrap.fill(line, width, break_long_words=True) for line in title.split("\n")))
 
 
 def _legend_beside(ax: Axes, **kw: Any) -> None:
@@ -361,7 +399,7 @@ def _epoch_figure(methods: Sequence[str], panels: Sequence[_EpochPanel], title: 
                 _plot_band(ax, panel.frame, m, scale=panel.scale, linestyle=LINE_STYLES[i % len(LINE_STYLES)])
             if several and _REFERENCE not in group and _REFERENCE in methods:
                 _plot_band(ax, panel.frame, _REFERENCE, scale=panel.scale, linestyle=":", linewidth=1.0,
-                           label=f"{display_name(_REFERENCE)} (reference)")
+                           label=f"{_shown(_REFERENCE)} (reference)")
             ax.set_ylabel(panel.ylabel, fontsize="small")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         _legend_beside(row[-1])
@@ -369,7 +407,7 @@ def _epoch_figure(methods: Sequence[str], panels: Sequence[_EpochPanel], title: 
         ax.set_title(panel.title)
     for ax in axes[-1]:
         ax.set_xlabel("epoch")
-    fig.suptitle(title)
+    _suptitle(fig, title)
     return fig
 
 
@@ -404,7 +442,7 @@ def plot_unobserved_densities(
         ax.stairs(_density(pos, bins), bins, fill=True, color=method_color(method), **_POS_STYLE)
         ax.stairs(_density(neg, bins), bins, color=_NEG_COLOR, linestyle="--", linewidth=1.2)
         w = [float(r["analysis"]["wasserstein"]) for r in runs if _finite(r["analysis"].get("wasserstein"))]
-        ax.set_title(display_name(method) + (f"\nW1 = {np.mean(w):.3f}" if w and class_index is None else ""),
+        ax.set_title(_shown(method) + (f"\nW1 = {np.mean(w):.3f}" if w and class_index is None else ""),
                      fontsize="medium")
         ax.set_xlim(0.0, 1.0)
         if log_y:
@@ -419,7 +457,7 @@ def plot_unobserved_densities(
     if class_index is not None:
         names = _class_names(recs, len(recs[0]["analysis"]["hist_pos"]))
         which = f"class '{names[class_index]}'"
-    fig.suptitle(f"Predictions on unobserved training labels{' ' if ncols > 2 else chr(10)}({which}; {context})")
+    _suptitle(fig, f"Predictions on unobserved training labels{' ' if ncols > 2 else chr(10)}({which}; {context})")
     return fig
 
 
@@ -460,7 +498,7 @@ def plot_wasserstein_vs_an(records_method: Sequence[Record], records_an: Sequenc
         ax = fig.subplots()
         for method, w, ok, above in series:
             ax.scatter(w_an[ok], w[ok], s=18, color=method_color(method), alpha=0.85,
-                       label=f"{display_name(method)} ({above}/{int(ok.sum())} classes above)")
+                       label=f"{_shown(method)} ({above}/{int(ok.sum())} classes above)")
         frame(ax)
         ax.set_xlabel("Wasserstein distance, AN")
         ax.set_ylabel("Wasserstein distance, method")
@@ -472,10 +510,10 @@ def plot_wasserstein_vs_an(records_method: Sequence[Record], records_an: Sequenc
     for ax, (method, w, ok, above) in zip(panel_grid(fig, len(series), ncols, sharex=True, sharey=True), series):
         ax.scatter(w_an[ok], w[ok], s=10, color=method_color(method), alpha=0.85)
         frame(ax)
-        ax.set_title(f"{display_name(method)}\n{above}/{int(ok.sum())} classes above", fontsize="medium")
+        ax.set_title(f"{_shown(method)}\n{above}/{int(ok.sum())} classes above", fontsize="medium")
     fig.supxlabel("Wasserstein distance, AN")
     fig.supylabel("Wasserstein distance, method (dotted: equal distance)")
-    fig.suptitle(title)
+    _suptitle(fig, title)
     return fig
 
 
@@ -500,8 +538,9 @@ def plot_classwise_ap_gain(records_method: Sequence[Record], records_an: Sequenc
     with_names = ap_an.size <= _MAX_CLASS_TICKS
     if len(gains) > _SHARED_AXES_MAX:
         fig = _ap_gain_heatmap(gains, names, with_names)
-    else:
-        fig = new_figure(width=0.16 * ap_an.size + 3.0, height=(3.2 if with_names else 2.4) * len(gains) + 0.6)
+    else:  # room under each panel for its longest class name, written downwards at 6 or 8 points
+        names_inches = max(3.2, 2.4 + 0.075 * max(map(len, names))) if with_names else 2.4
+        fig = new_figure(width=0.16 * ap_an.size + 3.0, height=names_inches * len(gains) + 0.6)
         axes = panel_grid(fig, len(gains), 1)
         for ax, (method, gain) in zip(axes, gains.items()):
             order = np.argsort(-np.nan_to_num(gain, nan=-np.inf), kind="stable")
@@ -511,9 +550,9 @@ def plot_classwise_ap_gain(records_method: Sequence[Record], records_an: Sequenc
                 ax.set_xticks(np.arange(gain.size))
                 ax.set_xticklabels([names[i] for i in order], rotation=90, fontsize=6 if gain.size > 30 else 8)
             ax.set_ylabel("AP gain (AP points)", fontsize="small")
-            ax.set_title(f"{display_name(method)} vs AN (mean gain {_finite_mean(gain):+.2f})", fontsize="medium")
+            ax.set_title(f"{_shown(method)} vs AN (mean gain {_finite_mean(gain):+.2f})", fontsize="medium")
         axes[-1].set_xlabel(f"class (sorted by gain; {ap_an.size} classes)")
-    fig.suptitle(f"Class-wise test AP gain over AN ({context})")
+    _suptitle(fig, f"Class-wise test AP gain over AN ({context})")
     return fig
 
 
@@ -565,7 +604,7 @@ def _ap_gain_heatmap(gains: dict[str, np.ndarray], names: Sequence[str], with_na
     image = ax.imshow(matrix[:, order], aspect="auto", cmap="RdBu", norm=Normalize(-span, span),
                       interpolation="nearest")
     ax.set_yticks(np.arange(len(order_rows)))
-    ax.set_yticklabels([f"{display_name(m)}{' (reference)' if _is_reference(m) else ''} ({_finite_mean(gains[m]):+.2f})"
+    ax.set_yticklabels([f"{_shown(m)}{' (reference)' if _is_reference(m) else ''} ({_finite_mean(gains[m]):+.2f})"
                         for m in order_rows], fontsize=7)
     if len(compared) < len(order_rows):
         ax.axhline(len(compared) - 0.5, color="black", linewidth=1.2)
@@ -697,7 +736,7 @@ def plot_sensitivity(df: pd.DataFrame, param: str, *, metric: str = "test_map") 
     panels: list[tuple[str, pd.DataFrame, list[str]]] = []
     for key, part in agg.groupby(facets, sort=False) if facets else [((), agg)]:
         key = key if isinstance(key, tuple) else (key,)
-        label = ", ".join(str(DATASET_LABELS.get(v, v)) for v in key)
+        label = ", ".join(figure_text.name(DATASET_LABELS.get(v, v)) for v in key)
         ordered = _ordered_methods(part["method"])
         groups = method_groups(ordered)
         first = 1
@@ -720,7 +759,7 @@ def plot_sensitivity(df: pd.DataFrame, param: str, *, metric: str = "test_map") 
             sub = part[part["method"] == method].sort_values(col)
             ax.errorbar(sub[col].to_numpy(dtype=float), sub["mean"].to_numpy(dtype=float),
                         yerr=sub["std"].to_numpy(dtype=float), color=method_color(method), capsize=3, marker="o",
-                        ms=4, linestyle=LINE_STYLES[i % len(LINE_STYLES)], label=display_name(method))
+                        ms=4, linestyle=LINE_STYLES[i % len(LINE_STYLES)], label=_shown(method))
         if log_x:
             ax.set_xscale("log")
         ax.set_title(label, fontsize="medium")
@@ -734,9 +773,9 @@ def plot_sensitivity(df: pd.DataFrame, param: str, *, metric: str = "test_map") 
         fig.supxlabel(unit + (" (log scale)" if log_x else ""))
         fig.supylabel(f"{what} (%)")
     context = ", ".join(
-        str(DATASET_LABELS.get(agg[c].iloc[0], agg[c].iloc[0])) for c in facet_cols if c not in facets
+        figure_text.name(DATASET_LABELS.get(agg[c].iloc[0], agg[c].iloc[0])) for c in facet_cols if c not in facets
     )
-    fig.suptitle(f"Sensitivity to {pretty}" + (f" ({context})" if context else ""))
+    _suptitle(fig, f"Sensitivity to {pretty}" + (f" ({context})" if context else ""))
     return fig
 
 
@@ -747,10 +786,6 @@ def _analysis(record: Record, key: str) -> Any:
     """``record["analysis"][key]``, or None when the run has no analysis."""
     a = record.get("analysis")
     return a.get(key) if isinstance(a, dict) else None
-
-
-def _slug(*parts: Any) -> str:
-    return "_".join(re.sub(r"[^A-Za-z0-9._]+", "-", str(p)).strip("-") for p in parts if p not in (None, ""))
 
 
 def _as_frame(source: Any) -> pd.DataFrame:
@@ -824,8 +859,10 @@ def make_all_figures(
     chosen = {rid for ids in agg["run_ids"] for rid in ids}
     records = [r for r in ok.to_dict("records") if r["run_id"] in chosen]
 
+    names = UniqueNames()  # one file per figure: user-chosen names never share a file (spmlkit/file_names.py)
+
     def emit(fig: Figure, *name: Any) -> None:
-        files.extend(save(fig, out / _slug(*name), formats))
+        files.extend(save(fig, out / names.name(*name), formats))
 
     groups: dict[tuple[str, str], list[Record]] = {}
     for r in records:

@@ -17,8 +17,12 @@ Sources, by short name:
   coverage, Hamming loss and one-error on six MULAN-style sets under the tabular protocol:
   random 80/10/10 partitions, 5 trials, SMILE's metric code; docs/protocol.md, "The tabular
   protocol" and "Metric conventions"). Its Table 1 rows are the targets of the image presets of the
-  methods spmlkit has (``crisp``, ``plc``, ``wan``, ``epr``, and the others beside their own papers'). Its
-  numbers have three decimals.
+  methods spmlkit has (``crisp``, ``plc``, ``boostlu_*``, ``wan``, ``epr``, and the others beside
+  their own papers'). Its numbers have three decimals.
+- ``BoostLU``: Kim et al., "Bridging the Gap between Model Explanations in Partially Annotated
+  Multi-label Classification", CVPR 2023, Table 1 (single positive label, ResNet-50): its own
+  LL-R / LL-Ct / LL-Cp runs and each with BoostLU (means only; the rows it copies from EM
+  Table 1 are left out).
 
 Each row names its ``metric``: ``map`` rows are mAP in percent, as printed (mean over runs,
 and the std where printed); the tabular rows of CRISP (``ranking_loss``, ``example_ap``,
@@ -26,7 +30,7 @@ and the std where printed); the tabular rows of CRISP (``ranking_loss``, ``examp
 (coverage divided by the number of labels). Method
 and dataset names are spmlkit's (:data:`METHOD_LABELS` maps them back to the papers'
 labels); methods that spmlkit does not implement keep a lower-case form of the paper's name
-(``mime``, ``sarb``, ``boostlu_ll_r``, ...), and so do data sets spmlkit cannot read (CRISP's
+(``sarb``, ``mle``, ...), and so do data sets spmlkit cannot read (CRISP's
 ``image`` and ``mirflickr``). Observations use spmlkit's text form
 (:class:`spmlkit.protocol.Observation`): ``single_positive``, ``full``, ``ratio=0.1``.
 Note that ``bce`` and ``iun`` rows of the SPML tables are the references "All P. & All N."
@@ -118,6 +122,10 @@ METHOD_LABELS: dict[str, str] = {
     "smile": "SMILE",
     "plc": "PLC",
     "lac": "LAC",
+    "boostlu_ll_r": "BoostLU+LL-R",
+    "boostlu_ll_ct": "BoostLU+LL-Ct",
+    "boostlu_ll_cp": "BoostLU+LL-Cp",
+    "mime": "MIME",
 }
 
 #: spmlkit dataset name -> label used in the papers; the order is the canonical column order
@@ -202,6 +210,16 @@ _GR_T2 = {
     "smile": ((87.31, 0.15), (70.43, 0.21), (47.24, 0.17), (18.61, 0.14)),
     "mime": ((89.20, 0.16), (72.92, 0.26), (48.74, 0.43), (21.89, 0.35)),
     "gr": ((89.83, 0.12), (73.17, 0.36), (49.08, 0.04), (21.64, 0.32)),
+}
+#: BoostLU Table 1 (single positive label): the paper's own large-loss runs, each without and with
+#: BoostLU; means only (no stds printed)
+_BOOSTLU_T1 = {
+    "ll_r": ((88.27, None), (70.70, None), (48.76, None), (19.56, None)),
+    "boostlu_ll_r": ((89.29, None), (72.89, None), (49.59, None), (19.80, None)),
+    "ll_ct": ((87.79, None), (70.29, None), (48.08, None), (19.06, None)),
+    "boostlu_ll_ct": ((88.61, None), (71.78, None), (48.37, None), (19.25, None)),
+    "ll_cp": ((87.44, None), (70.27, None), (47.92, None), (19.21, None)),
+    "boostlu_ll_cp": ((87.81, None), (71.41, None), (48.61, None), (19.34, None)),
 }
 #: PU-MLC Table I: mAP at known-label ratios 10%..90% (ratio=0.1 .. ratio=0.9)
 _PU_T1 = {
@@ -376,6 +394,7 @@ def _build() -> tuple[PublishedRow, ...]:
     rows += _rows4("GR Table 2", _SP, _GR_T2)
     rows += _pu_mlc_rows()
     rows += _crisp_rows()
+    rows += _rows4("BoostLU Table 1", _SP, _BOOSTLU_T1)
     return tuple(rows)
 
 
@@ -383,7 +402,7 @@ def _build() -> tuple[PublishedRow, ...]:
 PUBLISHED_ROWS: tuple[PublishedRow, ...] = _build()
 
 #: paper short names, in the order of this module's docstring
-SOURCES: tuple[str, ...] = ("EM", "OPML", "GR", "PU-MLC", "CRISP")
+SOURCES: tuple[str, ...] = ("EM", "OPML", "GR", "PU-MLC", "CRISP", "BoostLU")
 
 
 def _matches_source(row: PublishedRow, source: str) -> bool:
@@ -427,8 +446,8 @@ def published(
     Args:
         method: spmlkit method name (``em_apl``, ``an_ls``, ...).
         dataset: spmlkit dataset name (``voc2012``, ``coco2014``, ``nuswide``, ``cub``, ``voc2007``).
-        source: keep one paper (``"EM"``, ``"OPML"``, ``"GR"``, ``"PU-MLC"``, ``"CRISP"``) or one
-            table (``"OPML Table V"``).
+        source: keep one paper (``"EM"``, ``"OPML"``, ``"GR"``, ``"PU-MLC"``, ``"CRISP"``, ``"BoostLU"``) or one table
+            (``"OPML Table V"``).
         observation: keep one setting (``"single_positive"``, ``"full"``, ``"ratio=0.3"``).
 
     Returns:

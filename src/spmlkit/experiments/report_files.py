@@ -8,6 +8,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from ..file_names import file_stem
 from ..io import atomic_write_text
 from . import report
 
@@ -23,7 +24,7 @@ def write_tables(ok: pd.DataFrame, out: Path, *, metric: str = "test_map", refer
     several = agg["observation"].nunique() > 1
     for observation, part in agg.groupby("observation", sort=True):
         table = report.paper_table(part, reference=reference)
-        stem = out / (f"table_{_slug(observation)}" if several else "table")
+        stem = out / (file_stem("table", observation) if several else "table")
         runs = ok[ok["observation"] == observation]
         title = (f"{metric} (%){_test_labels(runs, metric)}, mean ± std over seeds, configuration selected on "
                  f"validation mAP ({_val_labels(runs)}); {observation}")
@@ -62,7 +63,3 @@ def _test_labels(runs: pd.DataFrame, metric: str) -> str:
     if not runs[metric].notna().any():
         return " (no labelled test list: no number on full labels)"
     return " on the test lists' full labels"
-
-
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in str(text)).strip("_")

@@ -16,6 +16,10 @@ replace that person's work without a word, so (docs/figures.md, "The report fold
 - A folder that :mod:`spmlkit.output_dir` marks as another kind of spmlkit output (a run, a
   prepared or feature dataset, a benchmark) is refused, ``--overwrite`` or not: a report there
   would mix with that output, as any two kinds would.
+- A folder where the report would write over a file it reads (the results store named
+  ``table.csv`` in ``--out``, or a link to it there) is refused, ``--overwrite`` or not: the
+  files are compared (device and inode), not their names, and the report's writes stay
+  guarded by :func:`spmlkit.io.inputs_kept` while it runs.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..io import atomic_write_json
+from ..io import atomic_write_json, kept_input, same_file
 from ..output_dir import output_kind
 
 __all__ = ["MARKER", "ReportFolder", "open_report_folder"]
@@ -38,7 +42,8 @@ MARKER = ".spmlkit-report.json"
 #: what the marker says it is, so a JSON file of the same name that is not ours is no marker
 _KIND = "spmlkit report"
 #: names a report writes at the top of its folder (tables per observation: table_<obs>.*)
-_REPORT_NAME = re.compile(r"(table(_[A-Za-z0-9_]+)?\.(md|tex|csv)|selected_configs\.csv|thresholds\.(csv|md)|figures)")
+_REPORT_NAME = re.compile(r"(table(_[A-Za-z0-9._~-]+)?\.(md|tex|csv)|selected_configs\.csv|thresholds\.(csv|md)"
+                          r"|figures)")
 
 
 @dataclass
@@ -57,7 +62,8 @@ class ReportFolder:
         removed = []
         for name in sorted(set(self.previous) - set(now)):
             stale = (root / name).resolve()
-            if stale.is_relative_to(root) and stale.is_file():  # a hand-edited marker reaches nothing outside
+            # a hand-edited marker reaches nothing outside, and a file the report reads stays
+            if stale.is_relative_to(root) and stale.is_file() and kept_input(stale) is None:
                 stale.unlink()
                 removed.append(name)
         _write_marker(self.path, now)
@@ -81,12 +87,46 @@ def _write_marker(folder: Path, files: list[str]) -> None:
                                         "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": files})
 
 
-def open_report_folder(path: str | Path, *, overwrite: bool = False) -> ReportFolder:
+def _report_files_there(out: Path) -> list[Path]:
+    """The files in ``out`` that a report may write: its names at the top, anything under figures/."""
+    if not out.is_dir():
+        return []
+    found = [p for p in out.iterdir() if _REPORT_NAME.fullmatch(p.name) and p.name != "figures"]
+    if (out / "figures").is_dir():
+        found += [p for p in (out / "figures").rglob("*")]
+    return [p for p in found if p.is_file()]
+
+
+def _check_inputs(out: Path, inputs: dict[str, Path]) -> None:
+    """Refuse ``out`` where the report would write over one of ``inputs`` (option -> file): the
+    input is there under a name the report writes (or below figures/), or one of the report's
+    files in ``out`` is the input itself (a link, a hard link)."""
+    root = out.resolve()
+    for option, given in inputs.items():
+        if not given.exists():
+            continue
+        real = given.resolve()
+        named = (real.parent == root and _REPORT_NAME.fullmatch(real.name)) or real.is_relative_to(root / "figures")
+        if named:
+            raise ValueError(f"{option} {given} is {real}, a file the report writes in --out {out}: the report would "
+                             f"replace it (and everything it holds), --overwrite or not; give another --out, or move "
+                             f"it out of {out}")
+        link = next((p for p in _report_files_there(out) if same_file(p, given)), None)
+        if link is not None:
+            raise ValueError(f"{link}, a file the report writes in --out {out}, is {option} {given} itself (a link to "
+                             "it): the report would replace it, --overwrite or not; give another --out, or remove "
+                             "that link")
+
+
+def open_report_folder(path: str | Path, *, overwrite: bool = False, inputs: dict[str, Path] | None = None
+                       ) -> ReportFolder:
     """Check ``path`` as a report's output folder, create and mark it; see the module's
-    docstring for what is refused. Raises ``ValueError`` (a user error) with one line."""
+    docstring for what is refused. ``inputs`` (option -> file, ``{"--store": ...}``) are the files
+    the report reads, which no output may replace. Raises ``ValueError`` (a user error) with one line."""
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is an existing file; give a folder")
+    _check_inputs(out, inputs or {})
     other = output_kind(out) if out.is_dir() else None
     if other is not None:
         raise ValueError(f"--out {out} holds spmlkit's {other} output, not a report: a report there would mix with "

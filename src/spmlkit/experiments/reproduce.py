@@ -4,9 +4,12 @@
 Class-Priors Help Single-Positive Multi-Label Learning?", arXiv 2309.13886, Tables 2, 8, 9, 10 and
 11) on the four of its six data sets that spmlkit can read, for every method of those tables that
 spmlkit has (a method registered later, such as ``smile`` or ``crisp``, gets its row by being
-registered): the papers' protocol (docs/protocol.md, "The tabular protocol") as one sweep per data
-set of methods x trials x lr x weight decay x batch size into one results store, so an interrupted
-reproduction resumes and a finished run is never trained twice. Each method trains with the
+registered; one that trains on images only is left out, and named): the papers' protocol
+(docs/protocol.md, "The tabular protocol") as one sweep per data set of methods x trials x lr x
+weight decay x batch size into one results store, so an interrupted reproduction resumes and a
+finished run is never trained twice. A method whose network on features is its own (MIME's
+Gaussian bottleneck, when ``--methods`` names it) trains that network instead of SMILE's MLP, in a
+sweep of its own. Each method trains with the
 hyperparameters published for that set where a preset holds them (SMILE's README values), else
 with its recipe's defaults: spmlkit's own tuned presets (``em/yeast``, ...) belong to its own
 protocol and are not applied.
@@ -36,13 +39,13 @@ import pandas as pd
 
 from ..io import atomic_write_json, atomic_write_text
 from .presets import PRESETS, RECIPE_DEFAULTS, TABULAR_PROTOCOL
-from .published import CRISP_METHODS, published_rows
+from .published import CRISP_METHODS, display_name, published_rows
 from .report import select_and_aggregate
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
 
 __all__ = ["Reproduction", "REPRODUCTIONS", "ReproducedCell", "get_reproduction", "reproduction_methods",
-           "reproduction_sweeps", "published_hparams", "run_reproduction", "summarize_reproduction",
+           "images_only_methods", "images_only_note", "check_methods", "reproduction_sweeps", "published_hparams", "run_reproduction", "summarize_reproduction",
            "write_reproduction", "STD_FLOOR"]
 
 STORE_NAME = "results.db"
@@ -103,6 +106,43 @@ def reproduction_methods(rep: Reproduction) -> tuple[str, ...]:
                  if m in published and m in METHODS and not METHODS[m].images_only)
 
 
+def images_only_methods(rep: Reproduction) -> tuple[str, ...]:
+    """Methods the paper compares (on its image sets) that spmlkit has but that train on images only,
+    so a reproduction on features leaves them out (``Method.images_only`` says why)."""
+    from ..methods import METHODS
+
+    return tuple(m for m in dict.fromkeys(rep.method_labels.values()) if m in METHODS and METHODS[m].images_only)
+
+
+def images_only_note(rep: Reproduction) -> str:
+    """One sentence naming the paper's methods that no feature reproduction can train ("" if none)."""
+    left_out = images_only_methods(rep)
+    if not left_out:
+        return ""
+    return (f"Not run: {', '.join(display_name(m) for m in left_out)}, which {rep.source} compares on its image sets; "
+            "they train on images only (`spmlkit methods` says why).")
+
+
+def check_methods(rep: Reproduction, methods: Sequence[str]) -> None:
+    """ValueError (one line) for a method the reproduction cannot train: unknown, or images only."""
+    from ..methods import get_method
+
+    for name in methods:
+        method = get_method(name)
+        if method.images_only:
+            raise ValueError(f"{rep.name} trains on the features of MULAN's sets, and method {name!r} trains on "
+                             f"images only: {method.images_only}; leave it out of the methods")
+
+
+def _own_network(method: str) -> bool:
+    """Whether ``method``'s network on features is its own (MIME's Gaussian bottleneck over the row,
+    docs/methods.md, "mime"): SMILE's MLP would be a second network before it, so such a method trains
+    its own in the protocol's partitions, grid and epochs."""
+    from ..methods import bottleneck_width
+
+    return bottleneck_width(method, None) > 0
+
+
 def _dataset_argument(rep: Reproduction, dataset: str) -> str:
     if dataset not in rep.datasets:
         raise ValueError(f"{rep.name} has no data set {dataset!r}; choose from {', '.join(rep.datasets)}")
@@ -127,24 +167,31 @@ def reproduction_sweeps(rep: Reproduction, store: str | Path, *, datasets: Seque
                         ) -> list[SweepSpec]:
     """The reproduction as one sweep per data set, all into ``store``: trial t is seed t (it draws
     the partition, the observed positives, the initial weights and the batch order); each method's
-    hyperparameters are :func:`published_hparams` (one set per data set, hence a sweep each).
-    ``epochs`` and ``subset`` (the first N rows of each whole set) change the paper's protocol, for
-    quick checks."""
+    hyperparameters are :func:`published_hparams` (one set per data set, hence a sweep each). The
+    methods that train their own network on features (:func:`_own_network`) get a sweep of their own
+    per data set, without the MLP's settings. ``epochs`` and ``subset`` (the first N rows of each
+    whole set) change the paper's protocol, for quick checks."""
+    check_methods(rep, methods)
     settings = dict(rep.settings)
     if epochs is not None:
         settings["epochs"] = epochs
     if subset is not None:
         settings["subset"] = subset
+    own_settings = {k: v for k, v in settings.items() if k not in ("head", "hidden")}
     specs = []
     for name in datasets:
         dataset = _dataset_argument(rep, name)
-        hparams = {m: hp for m in methods if (hp := published_hparams(m, dataset))}
-        specs.append(SweepSpec(
-            name=f"reproduce-{rep.name}", datasets=[dataset], methods=list(methods),
-            seeds=list(range(rep.trials if trials is None else trials)), lrs=list(rep.lrs),
-            batch_sizes=list(rep.batch_sizes), observations=["single_positive"], hparams=hparams, settings=settings,
-            val_variant="clean", store=str(store), weight_decays=list(rep.weight_decays),
-            hparams_from=RECIPE_DEFAULTS))
+        for group, group_settings in (([m for m in methods if not _own_network(m)], settings),
+                                      ([m for m in methods if _own_network(m)], own_settings)):
+            if not group:
+                continue
+            hparams = {m: hp for m in group if (hp := published_hparams(m, dataset))}
+            specs.append(SweepSpec(
+                name=f"reproduce-{rep.name}", datasets=[dataset], methods=group,
+                seeds=list(range(rep.trials if trials is None else trials)), lrs=list(rep.lrs),
+                batch_sizes=list(rep.batch_sizes), observations=["single_positive"], hparams=hparams,
+                settings=dict(group_settings), val_variant="clean", store=str(store),
+                weight_decays=list(rep.weight_decays), hparams_from=RECIPE_DEFAULTS))
     return specs
 
 
@@ -217,7 +264,7 @@ def summarize_reproduction(rep: Reproduction, specs: Sequence[SweepSpec], store:
     runs = _runs(store, specs)
     if runs.empty:
         return []
-    labels = {m: label for label, m in rep.method_labels.items()}
+    labels = {m: label for label, m in rep.method_labels.items()}  # else spmlkit's label (display_name)
     published_names = {arg: name for name, arg in rep.datasets.items()}
     cells = []
     agg = select_and_aggregate(runs, by=("dataset", "method"), config_keys=("lr", "batch_size", "weight_decay"),
@@ -232,7 +279,7 @@ def summarize_reproduction(rep: Reproduction, specs: Sequence[SweepSpec], store:
             ours = chosen[f"test.smile.{metric}" + ("@0.5" if metric == "hamming_loss" else "")].to_numpy(float)
             theirs = published_rows(row["method"], dataset, source=table)
             cells.append(ReproducedCell(
-                table=table, metric=metric, method=row["method"], label=labels.get(row["method"], row["method"]),
+                table=table, metric=metric, method=row["method"], label=labels.get(row["method"], display_name(row["method"])),
                 dataset=dataset, ours=float(ours.mean()), ours_std=float(ours.std()), trials=len(ours),
                 ours_spmlkit=float(chosen[f"test.{METRICS[metric][2]}"].to_numpy(float).mean()),
                 published=theirs[0].mean if theirs else None, published_std=theirs[0].std if theirs else None,
@@ -285,7 +332,7 @@ def write_reproduction(out_dir: str | Path, rep: Reproduction, specs: Sequence[S
     intro = (f"# {rep.name}\n\n{rep.description}.\n\nValues in the papers' metric convention (SMILE's code: coverage "
              "divided by the number of labels, Hamming loss at p > 0.5; docs/protocol.md, \"Metric conventions\"); "
              f"configuration chosen per method and data set on mean validation mAP over {len(specs[0].seeds)} "
-             "trials.\n")
+             "trials." + (f" {note}" if (note := images_only_note(rep)) else "") + "\n")
     body = "\n\n".join(t for t in (table_markdown(rep, cells, table) for table in rep.tables) if t)
     atomic_write_text(paths["markdown"], intro + "\n" + body + "\n")
     frame = pd.DataFrame([{**{k: v for k, v in asdict(c).items() if k != "config"}, **c.config, "z": c.z}

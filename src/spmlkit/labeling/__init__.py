@@ -1,4 +1,5 @@
-"""Between-epoch label-state algorithms (APL, LL-Cp, OPML correction, SPLC) and CRISP's class-prior estimation."""
+"""Between-epoch label-state algorithms (APL, LL-Cp, OPML correction, SPLC, MIME's confident positives) and CRISP's
+class-prior estimation."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from ..signatures import init_defaults
 from .apl import APL
 from .base import LabelingAlgorithm
 from .class_prior import ClassPriorEstimation
+from .confident_positives import ConfidentPositives
 from .opml_correction import OPMLCorrection
 
-__all__ = ["ALGORITHMS", "APL", "ClassPriorEstimation", "LabelingAlgorithm", "OPMLCorrection", "create",
-           "hyperparameters", "register"]
+__all__ = ["ALGORITHMS", "APL", "ClassPriorEstimation", "ConfidentPositives", "LabelingAlgorithm", "OPMLCorrection",
+           "create", "hyperparameters", "register"]
 
 #: between-epoch algorithms by the name method recipes use (spmlkit.methods); the labeling family
 #: of the one registry (spmlkit.names)
@@ -36,6 +38,7 @@ def register(name: str) -> Callable[[type[LabelingAlgorithm]], type[LabelingAlgo
 register("apl")(APL)
 register("opml_correction")(OPMLCorrection)
 register("class_prior")(ClassPriorEstimation)
+register("confident_positives")(ConfidentPositives)
 
 
 def hyperparameters(name: str) -> dict[str, Any]:

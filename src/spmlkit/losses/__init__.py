@@ -9,7 +9,8 @@ Families (one module each): ``elementwise`` (the L1/L2/L3, k(p), v(p) spine of d
 "The element-wise view": AN, LS, EM, GR, Hill, SPLC, LL, ...), ``setwise`` (ZLPR, OPML over a row's labels),
 ``batchwise`` (EPR, high-rank, PU-MLC over a batch), ``role`` (ROLE's label estimator), ``crisp``
 (CRISP's risk with estimated class priors), ``smile`` (SMILE's label-enhancement networks over the
-k-NN graph of ``graph``) and ``consistency`` (LAC's two views: PLC and the label-aware contrast).
+k-NN graph of ``graph``), ``consistency`` (LAC's two views: PLC and the label-aware contrast) and ``mime``
+(AN plus the KL term of MIME's Gaussian bottleneck).
 """
 
 from .base import (
@@ -24,7 +25,7 @@ from .base import (
     loss_class,
     register,
 )
-from . import elementwise, setwise, batchwise, role, crisp, smile, consistency  # noqa: F401  (modules register their losses)
+from . import elementwise, setwise, batchwise, role, crisp, smile, consistency, mime  # noqa: F401  (modules register their losses)
 from .batchwise import high_rank_regularizer, pu_mixup_consistency
 from .role import RoleEstimator
 

@@ -11,8 +11,8 @@ Every loss is an ``nn.Module`` called as ``fn(logits, labels, **context)``:
 * optional keyword context that only some methods read, so the training loop can pass the
   same context to every loss without knowing which one runs:
   ``pseudo`` (:class:`PseudoLabels`, the soft pseudo-negatives of APL), ``index`` (long
-  ``[B]`` dataset indices, for ROLE's per-example estimator). Subclasses receive them as
-  one :class:`LossContext`.
+  ``[B]`` dataset indices, for ROLE's per-example estimator), ``latent`` (the model's Gaussian
+  codes ``(μ, σ)``, for MIME's KL term). Subclasses receive them as one :class:`LossContext`.
 
 What a loss needs from the loop beyond that (``index``, label corrections, the class AP,
 extra optimiser groups, checkpoint state) is declared by :class:`SPMLLoss` class attributes
@@ -92,6 +92,8 @@ class LossContext:
     #: label-wise embeddings ``[2, B, C, D]`` of the weak and the strong view (read by losses with
     #: ``needs_embeddings``)
     embeddings: Tensor | None = None
+    #: the model's Gaussian codes ``(μ, σ)``, each ``[B, C, w]`` (read by losses with ``needs_latent``)
+    latent: tuple[Tensor, Tensor] | None = None
 
 
 class SPMLLoss(nn.Module):
@@ -124,6 +126,9 @@ class SPMLLoss(nn.Module):
     #: True for losses of label-wise embeddings (LAC): the model must produce one embedding per
     #: (row, class) of each view (:class:`~spmlkit.models.LabelQueryNet`), passed as ``embeddings=``
     needs_embeddings: ClassVar[bool] = False
+    #: True for losses of the model's latent codes (MIME's KL term): the model must have a Gaussian
+    #: bottleneck (:class:`~spmlkit.models.GaussianBottleneck`), whose ``(μ, σ)`` the step passes as ``latent=``
+    needs_latent: ClassVar[bool] = False
     #: constructor arguments that describe the data rather than the method; the trainer fills
     #: them, and they are never listed as hyperparameters
     data_arguments: ClassVar[tuple[str, ...]] = ()
@@ -206,10 +211,11 @@ class SPMLLoss(nn.Module):
         index: Tensor | None = None,
         strong: Tensor | None = None,
         embeddings: Tensor | None = None,
+        latent: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         _check_inputs(self.name or type(self).__name__, logits, labels, values=self.validate_args)
         labels = labels.to(dtype=logits.dtype)
-        return self.loss(logits, labels, LossContext(pseudo, index, strong, embeddings))
+        return self.loss(logits, labels, LossContext(pseudo, index, strong, embeddings, latent))
 
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         """The formula, on inputs :meth:`forward` has already checked."""

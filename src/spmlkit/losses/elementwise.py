@@ -636,13 +636,22 @@ class LLCp(_LargeLoss):
     """LL-Cp: as LL-Ct with the constant rate ``delta_rel / 100`` from epoch 2, and permanent.
 
     :meth:`corrections` (bool ``[B, C]``, detached) marks the unobserved entries whose loss is
-    strictly above lambda; the trainer writes them to the label state as corrected positives
-    (``corrects_labels``). The step's own loss uses ``>= lambda`` like LL-Ct, matching the LL
-    code's two comparisons (docs/protocol.md, "LL-Cp that silently runs as LL-Ct").
+    strictly above lambda (``record="gt"``); the trainer writes them to the label state as
+    corrected positives (``corrects_labels``). The step's own loss uses ``>= lambda`` like LL-Ct,
+    matching the LL code's two comparisons (docs/protocol.md, "LL-Cp that silently runs as
+    LL-Ct"). ``record="ge"`` records the entries the step corrected, lambda's own included, as
+    the BoostLU code does (docs/methods.md, "boostlu_ll_cp").
     """
 
     action = "correct"
     corrects_labels = True
+
+    def __init__(self, delta_rel: float = 0.2, record: str = "gt", **options: Unpack[LossOptions]) -> None:
+        super().__init__(delta_rel, **options)
+        if record not in ("gt", "ge"):
+            raise ValueError(f"loss 'll_cp': record must be 'gt' (loss > lambda, the LL code) or 'ge' "
+                             f"(loss >= lambda, the BoostLU code), got {record!r}")
+        self.record = record
 
     @property
     def rate(self) -> float:
@@ -651,6 +660,8 @@ class LLCp(_LargeLoss):
     def corrections(self, logits: Tensor, labels: Tensor) -> Tensor:
         """The detached bool ``[B, C]`` mask of the entries this step corrects for good."""
         neg, selected, threshold = self._select(logits, labels.to(logits.dtype))
+        if self.record == "ge":
+            return selected
         return selected & (neg.detach() > threshold[..., None, None])
 
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:

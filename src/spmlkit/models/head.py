@@ -12,10 +12,15 @@ Two training phases of the papers are supported directly:
   BatchNorm statistics stay those of the pretrained network and :meth:`SPMLNet.features` can
   be cached once;
 * LL and GR train the head with a 10x learning rate: :meth:`SPMLNet.param_groups`.
+
+With ``cam_boost=alpha`` the head is BoostLU's instead (:mod:`spmlkit.models.cam`): the linear
+layer is applied at every location of the feature map, the positive scores are multiplied by
+``alpha``, and the boosted maps are averaged. The parameters are the same ``nn.Linear``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,9 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .backbones import create_backbone
+from .cam import boosted_logits
 from .lgconv import convert_lgconv
 
-__all__ = ["FeatureHead", "SPMLNet", "build_model", "global_average_pool"]
+__all__ = ["FeatureHead", "SPMLNet", "backbone_and_head_groups", "build_model", "global_average_pool"]
 
 
 def global_average_pool(features: torch.Tensor) -> torch.Tensor:
@@ -57,6 +63,9 @@ class SPMLNet(nn.Module):
             see :func:`global_average_pool`).
         feat_dim: channels of the backbone output.
         num_classes: number of labels ``C``.
+        cam_boost: None (the plain head), or BoostLU's ``alpha``: the logits are then
+            :func:`~spmlkit.models.cam.boosted_logits` of the backbone's map, which must be
+            ``[B, feat_dim, h, w]``.
     """
 
     #: whether R copies of this model may train as one batched model (docs/architecture.md, "Many
@@ -64,11 +73,16 @@ class SPMLNet(nn.Module):
     #: update in place, and an image run's input pipeline and device are its own
     batchable = False
 
-    def __init__(self, backbone: nn.Module, feat_dim: int, num_classes: int) -> None:
+    def __init__(self, backbone: nn.Module, feat_dim: int, num_classes: int, cam_boost: float | None = None) -> None:
         super().__init__()
         for label, value in (("feat_dim", feat_dim), ("num_classes", num_classes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be a positive int, got {value!r}")
+        if cam_boost is not None and (isinstance(cam_boost, bool) or not isinstance(cam_boost, (int, float))
+                                      or not (cam_boost > 0 and math.isfinite(cam_boost))):
+            raise ValueError(f"cam_boost (BoostLU's alpha) must be a positive number, got {cam_boost!r}")
+        #: BoostLU's alpha, or None for the plain head (module docstring)
+        self.cam_boost = None if cam_boost is None else float(cam_boost)
         self.backbone = backbone
         self.head = nn.Linear(feat_dim, num_classes)
         self.feat_dim = feat_dim
@@ -81,7 +95,8 @@ class SPMLNet(nn.Module):
         return self._backbone_frozen
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """Pooled backbone features ``[B, feat_dim]`` (what LinearInit caches)."""
+        """Pooled backbone features ``[B, feat_dim]`` (what LinearInit caches). With ``cam_boost``
+        the logits are not ``head(features(x))``: BoostLU acts before the pooling."""
         if x.ndim != 4:
             raise ValueError(f"expected images [B, channels, H, W], got shape {tuple(x.shape)}")
         pooled = global_average_pool(self.backbone(x))
@@ -93,8 +108,13 @@ class SPMLNet(nn.Module):
         return pooled
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, num_classes]``."""
-        return self.head(self.features(x))
+        """Logits ``[B, num_classes]``: of the pooled features, or with ``cam_boost`` of the boosted
+        class activation maps."""
+        if self.cam_boost is None:
+            return self.head(self.features(x))
+        if x.ndim != 4:
+            raise ValueError(f"expected images [B, channels, H, W], got shape {tuple(x.shape)}")
+        return boosted_logits(self.backbone(x), self.head.weight, self.head.bias, self.cam_boost)
 
     def freeze_backbone(self, flag: bool = True) -> SPMLNet:
         """Freeze (``flag=True``) or unfreeze the backbone.
@@ -124,18 +144,24 @@ class SPMLNet(nn.Module):
         so build a fresh optimiser after :meth:`freeze_backbone` changes, as LinearInit's
         phase 2 does. Each group carries a ``"name"`` (``"backbone"`` / ``"head"``).
         """
-        for label, value in (("lr", lr), ("head_lr_mult", head_lr_mult)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise ValueError(f"{label} must be a positive number, got {value!r}")
-        groups = []
-        for name, module, group_lr in (
-            ("backbone", self.backbone, float(lr)),
-            ("head", self.head, float(lr) * float(head_lr_mult)),
-        ):
-            params = [p for p in module.parameters() if p.requires_grad]
-            if params:
-                groups.append({"params": params, "lr": group_lr, "name": name})
-        return groups
+        return backbone_and_head_groups(self.backbone, self.head, lr, head_lr_mult)
+
+
+def backbone_and_head_groups(backbone: nn.Module, head: nn.Module, lr: float, head_lr_mult: float = 1.0
+                             ) -> list[dict[str, Any]]:
+    """Optimiser groups of an image model: the backbone at ``lr``, everything after it at ``lr *
+    head_lr_mult`` (named ``"backbone"`` and ``"head"``), trainable parameters only; a part with none
+    gives no group. Every image model's ``param_groups`` (:class:`SPMLNet`, the label-query and the
+    bottleneck networks) is this."""
+    for label, value in (("lr", lr), ("head_lr_mult", head_lr_mult)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ValueError(f"{label} must be a positive number, got {value!r}")
+    groups = []
+    for name, module, group_lr in (("backbone", backbone, float(lr)), ("head", head, float(lr) * float(head_lr_mult))):
+        params = [p for p in module.parameters() if p.requires_grad]
+        if params:
+            groups.append({"params": params, "lr": group_lr, "name": name})
+    return groups
 
 
 def build_model(
@@ -145,19 +171,21 @@ def build_model(
     pretrained: bool = False,
     lgconv: bool = False,
     lgconv_options: Mapping[str, Any] | None = None,
+    cam_boost: float | None = None,
 ) -> SPMLNet:
     """Backbone by name (:func:`~spmlkit.models.backbones.create_backbone`) + GAP + linear head.
 
     ``lgconv=True`` converts every eligible 3x3 convolution of the backbone to PU-MLC's
     local-global convolution (:func:`~spmlkit.models.lgconv.convert_lgconv`, options from
     ``lgconv_options``) before the head is attached, so the head is never touched.
+    ``cam_boost=alpha``: BoostLU's head (:class:`SPMLNet`).
     """
     if lgconv_options and not lgconv:
         raise ValueError("lgconv_options given but lgconv=False; set lgconv=True to use them")
     body, feat_dim = create_backbone(backbone, pretrained=pretrained)
     if lgconv:
         body = convert_lgconv(body, **dict(lgconv_options or {}))
-    return SPMLNet(body, feat_dim, num_classes)
+    return SPMLNet(body, feat_dim, num_classes, cam_boost=cam_boost)
 
 
 def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .head import backbone_and_head_groups
+
 __all__ = ["LabelQueryHead", "LabelQueryNet", "sine_positions"]
 
 
@@ -177,10 +179,4 @@ class LabelQueryNet(nn.Module):
 
     def param_groups(self, lr: float, head_lr_mult: float = 1.0) -> list[dict[str, Any]]:
         """Backbone at ``lr``, head at ``lr * head_lr_mult``; trainable parameters only."""
-        groups = []
-        for name, module, group_lr in (("backbone", self.backbone, float(lr)),
-                                       ("head", self.head, float(lr) * float(head_lr_mult))):
-            params = [p for p in module.parameters() if p.requires_grad]
-            if params:
-                groups.append({"params": params, "lr": group_lr, "name": name})
-        return groups
+        return backbone_and_head_groups(self.backbone, self.head, lr, head_lr_mult)

@@ -70,6 +70,8 @@ class BatchedSteps:
             raise ValueError("BatchedSteps is for two runs or more; a single run calls its RunStep")
         self.steps = steps
         self.template = steps[0]
+        for step in steps:  # recorded as the runs' group size (docs/architecture.md, "How a run trained")
+            step.group_size = max(step.group_size, len(steps))
         self._own: list[tuple[nn.Module, str, Tensor]] = []  # the template's tensors while swapped out
         self._entered = False
 
@@ -107,13 +109,15 @@ class BatchedSteps:
             for p in params:
                 p.data = p.data.clone()
 
-    def losses(self, x: Tensor, batch: LabelBatch, mixing: Mixing | None) -> tuple[Tensor, Tensor | None]:
+    def losses(self, x: Tensor, batch: LabelBatch, mixing: Mixing | None, noise: Tensor | None = None
+               ) -> tuple[Tensor, Tensor | None]:
         """``(loss [R], corrections [R, B, C] or None)`` of one step: run r's inputs are ``x[r]``,
         its labels row r of ``batch`` (:class:`~spmlkit.labels.RunLabels`), its draws row r of
-        ``mixing`` (the runs' permutations ``[R, B/2]`` and lambdas ``[R]``)."""
+        ``mixing`` (the runs' permutations ``[R, B/2]`` and lambdas ``[R]``) and of ``noise`` (a
+        bottleneck model's draws, ``[R, B, C, w]``)."""
         if not self._entered:
             raise RuntimeError("BatchedSteps.losses is called inside `with BatchedSteps(...)`")
-        return self.template(x, batch.index, batch.labels, batch.pseudo.mask, batch.pseudo.target, mixing)
+        return self.template(x, batch.index, batch.labels, batch.pseudo.mask, batch.pseudo.target, mixing, noise)
 
 
 def _contiguous_rows(grad: Tensor) -> Tensor:

@@ -131,17 +131,20 @@ class MethodComponents:
     def training_loss(self, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, logits: torch.Tensor,
                       batch: LabelBatch, mixing: Mixing | None,
                       parameters: Callable[[], Iterable[torch.Tensor]], *, strong: torch.Tensor | None = None,
-                      embeddings: torch.Tensor | None = None) -> torch.Tensor:
+                      embeddings: torch.Tensor | None = None,
+                      latent: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """The method's loss of one step. ``forward`` maps inputs to logits (PU-MLC's mixup term
         needs an extra forward pass, with ``mixing`` from :meth:`draw_mixing`); ``parameters``
         gives the model's trainable weights (L1/L2 penalties). ``strong`` and ``embeddings``: the
         strong view's logits and both views' label-wise embeddings (LAC/PLC; ``logits`` are then
-        the weak view's)."""
+        the weak view's); ``latent``: the model's Gaussian codes for a loss that ``needs_latent`` (MIME)."""
         device = logits.device
         labels = batch.labels.to(device)
         pseudo = losses.PseudoLabels(batch.pseudo.mask.to(device), batch.pseudo.target.to(device))
         index = batch.index.to(device)
         views = {} if strong is None else {"strong": strong, "embeddings": embeddings}
+        if self.loss.needs_latent:
+            views["latent"] = latent
         value = self.loss(logits, labels, pseudo=pseudo, index=index, **views)
         for reg in self.regularizers:
             value = value + reg(logits, labels, pseudo=pseudo, index=index, **views)

@@ -101,13 +101,18 @@ class ModelConfig:
     pretrained: bool = _images(True)
     lgconv: bool = _images(False)  # PU-MLC's local-global convolutions
     #: image runs' classifier: linear (global average pooling + one linear layer, the SPML papers') |
-    #: label_query (the LAC code's label-query transformer, one embedding per class; docs/methods.md, "lac")
+    #: label_query (the LAC and MIME code's label-query transformer, one embedding per class; docs/methods.md,
+    #: "lac"; with a bottleneck, the bottleneck classifies each class's embedding, docs/methods.md, "mime")
     image_head: str = _images("linear")
     head: str = _features("linear")  # feature runs: linear | mlp
     #: the MLP's hidden width: a number, or "classes" for as many units as the data set has labels
     #: (SMILE's MLP, which the tabular protocol trains; docs/protocol.md, "The tabular protocol")
     hidden: int | str = _features(256)
     dropout: float = _features(0.0)
+    #: width of a Gaussian bottleneck before the classifier (MIME's; docs/methods.md, "mime"): None takes
+    #: the method's own (256 for mime, none for every other method), 0 none
+    bottleneck: int | None = None
+    bottleneck_samples: int = 10  # the bottleneck's draws averaged per step (MIME's code: 10)
 
     def __post_init__(self) -> None:
         _choice("head", self.head, ("linear", "mlp"))
@@ -119,6 +124,11 @@ class ModelConfig:
                 raise ValueError(f"hidden must be a positive integer or 'classes' (one unit per label), "
                                  f"got {self.hidden!r}") from None
         _non_negative("dropout", self.dropout)
+        if self.bottleneck is not None and (isinstance(self.bottleneck, bool) or not isinstance(self.bottleneck, int)
+                                            or self.bottleneck < 0):
+            raise ValueError(f"bottleneck must be an integer >= 0 (0: none) or null (the method's own), "
+                             f"got {self.bottleneck!r}")
+        _positive_int("bottleneck_samples", self.bottleneck_samples)
 
 
 @dataclass
@@ -152,7 +162,7 @@ class MethodConfig:
 class OptimisationConfig:
     """How the model is optimised: the optimiser, its step, the batch, the seed."""
 
-    optimizer: str = "adam"  # adam | adamw (decoupled weight decay, the LAC code's) | sgd
+    optimizer: str = "adam"  # adam | adamw (decoupled weight decay, the LAC code's) | adamax (MIME's code) | sgd
     lr: float = 1e-5
     head_lr_mult: float = _images(1.0)
     weight_decay: float = 0.0
@@ -163,7 +173,7 @@ class OptimisationConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _choice("optimizer", self.optimizer, ("adam", "adamw", "sgd"))
+        _choice("optimizer", self.optimizer, ("adam", "adamw", "adamax", "sgd"))
         _positive_number("lr", self.lr)
         _positive_int("batch_size", self.batch_size)
         _non_negative("weight_decay", self.weight_decay)
@@ -441,6 +451,21 @@ def _schedule_stays_at_or_below_lr(recipe: RecipeConfig) -> None:
     if recipe.step_gamma > 1:
         raise ValueError(f"step_gamma must be at most 1, got {recipe.step_gamma!r}: the step schedule multiplies the lr "
                          "by it every step_epochs epochs, and lr is the highest lr it reaches")
+
+
+def check_min_lr(config: RunConfig) -> None:
+    """The cosine schedule ends at ``min_lr``: above the lr it would climb, and the lr set is the
+    highest a schedule reaches (docs/protocol.md, "Runs that diverge"). Checked on a whole
+    configuration (the lr and ``min_lr`` may come from different layers: a config file's
+    ``min_lr`` beside a typed ``--lr``), by :func:`spmlkit.experiments.presets.resolve_config` and
+    when a run is planned; ValueError saying why."""
+    recipe, opt = config.recipe, config.optimisation
+    lowest = opt.lr * min(1.0, opt.head_lr_mult)  # a head may train at a lower lr than the backbone
+    if recipe.lr_schedule == "cosine" and recipe.min_lr > lowest:
+        raise ValueError(f"min_lr {recipe.min_lr:g} is above the lr {lowest:g}"
+                         + (" (lr x head_lr_mult)" if lowest < opt.lr else "")
+                         + ": the cosine schedule would climb from the lr to min_lr, and the lr set is the highest "
+                         "a schedule reaches; make min_lr at most the lr (0 by default)")
 
 
 def _check_recipe(config: RunConfig) -> None:

@@ -123,6 +123,9 @@ class Run:
     step: RunStep | None = None
     #: the run's schedule, EMA and BatchNorm freeze (:class:`~spmlkit.training.recipe.Recipe`), or None
     recipe: Any = None
+    #: a bottleneck model's draws for a step of B rows, ``(generator, B) -> tensor``, from the run's own
+    #: generator (MIME's ``ε̄``, :meth:`~spmlkit.models.GaussianBottleneck.draw_noise`); None for other models
+    noise: Callable[[torch.Generator, int], torch.Tensor] | None = None
 
 
 @dataclass
@@ -238,13 +241,15 @@ def _train_steps(group: Group, runs: list[Run], labels: RunLabels, batched: Batc
         rows = idx if (group.global_batch or not dist.enabled) else idx[:, dist.shard(size)]
         batch = labels.batch(rows, group.device)
         mixing = _mixing([run.components.draw_mixing(run.generator, size) for run in runs], group.device)
+        noise = _noise(runs, size, dist, group.device)
         if batched is None:
             loss, corrections = runs[0].step(x[0], *_on(group.device, rows[0], batch.labels[0], batch.pseudo.mask[0],
                                                        batch.pseudo.target[0]),
-                                             None if mixing is None else (mixing[0][0], mixing[1][0]))
+                                             None if mixing is None else (mixing[0][0], mixing[1][0]),
+                                             None if noise is None else noise[0])
             losses, corrections = loss[None], None if corrections is None else corrections[None]
         else:
-            losses, corrections = batched.losses(x, _batch_on(batch, group.device), mixing)
+            losses, corrections = batched.losses(x, _batch_on(batch, group.device), mixing, noise)
         _backward_and_step(group, losses.sum())
         for run in runs:
             if run.recipe is not None:  # the schedule's next lr, the EMA's update
@@ -270,6 +275,18 @@ def _mixing(draws: list[Mixing | None], device: torch.device | str) -> Mixing | 
     if draws[0] is None:
         return None
     return _on(device, torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws]))
+
+
+def _noise(runs: list[Run], size: int, dist: Distributed, device: torch.device | str) -> torch.Tensor | None:
+    """The runs' bottleneck draws for a step of ``size`` rows (``[R, B, ...]``), each from its own
+    generator after its mixup draws, sent to ``device`` in one copy; under torch.distributed this
+    process's rows of them. None for models that draw nothing."""
+    if runs[0].noise is None:
+        return None
+    draws = torch.stack([run.noise(run.generator, size) for run in runs])
+    if dist.enabled:
+        draws = draws[:, dist.shard(size)]
+    return to_device(draws, device)
 
 
 def _batch_on(batch: LabelBatch, device: torch.device | str) -> LabelBatch:

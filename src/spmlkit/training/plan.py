@@ -32,11 +32,12 @@ import torch
 from torch import nn
 
 from ..labels import validate_observed
-from ..methods import Method, ResolvedMethod, resolve_hparams
+from ..methods import Method, ResolvedMethod, bottleneck_width, resolve_hparams
 from .components import MethodComponents, build_components, expected_positives, method_label_matrix
 from .config import RecipeConfig, RunConfig
 from .device import resolve_device
 from .distributed import Distributed
+from .model_check import check_model
 from .recipe import check_recipe
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
 
@@ -82,6 +83,12 @@ class RunPlan:
     def kind(self) -> str:
         """"features" or "images"."""
         return self.data.kind
+
+    @property
+    def bottleneck(self) -> int:
+        """The width of the model's Gaussian bottleneck (MIME's), 0 for none: the run's ``bottleneck``
+        setting, or the method's own."""
+        return bottleneck_width(self.method, self.config.model.bottleneck)
 
     @property
     def components_needs_views(self) -> bool:
@@ -185,9 +192,7 @@ def _check_method_fits(config: RunConfig, method: Method, kind: str, dist: Distr
     """Refuse, in one line, a method on data or a model it cannot train with (docs/methods.md, "plc")."""
     from .. import losses
 
-    if kind == "features" and method.images_only:
-        raise ValueError(f"method {method.name!r} has no meaning on a feature dataset ({config.data.dataset!r}): "
-                         f"{method.images_only}; train it on an image dataset")
+    check_model(config, kind)  # images only (LAC's views, BoostLU's maps); BoostLU's spatial map; MIME's bottleneck
     loss = losses.loss_class(method.loss)
     if loss.needs_embeddings and config.model.image_head != "label_query":
         raise ValueError(f"method {method.name!r} contrasts label-wise embeddings, which the {config.model.image_head} "

@@ -34,6 +34,8 @@ which spmlkit does not imitate (docs/protocol.md, "PU-MLC code differs from the 
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -45,14 +47,15 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from .. import metrics
 from ..models.parts import freeze_batchnorm, part_parameters, train_only
-from .config import RecipeConfig, RunConfig
+from .config import RecipeConfig, RunConfig, check_min_lr
 
 if TYPE_CHECKING:
     from .distributed import Distributed
     from .loop import Group, Run
     from .run_data import RunData
 
-__all__ = ["Recipe", "build_scheduler", "check_recipe", "global_batch_size", "prepare_parts", "steps_per_epoch"]
+__all__ = ["Recipe", "build_scheduler", "check_parts", "check_recipe", "global_batch_size", "prepare_parts",
+           "steps_per_epoch"]
 
 
 def global_batch_size(config: RunConfig, dist: Distributed) -> int:
@@ -87,17 +90,48 @@ def check_recipe(config: RunConfig, data: RunData, train_rows: int, dist: Distri
         raise ValueError(f"crop_scale {recipe.crop_scale} differs from this dataset's image size "
                          f"{config.data.image_size}; it is generated in memory and has no files to read at another "
                          f"size: set crop_scale to {config.data.image_size}")
-    if recipe.train_only is not None:
-        from .config import config_from_dict
+    check_min_lr(config)
+    check_parts(config, data.kind)
 
-        plain = config_from_dict({"pretrained": False}, base=config) if data.kind == "images" else config
-        try:
-            with torch.device("meta"):
-                model = data.build_model(plain)
-        except (NotImplementedError, RuntimeError):  # a network whose construction reads values: build it for real
-            model = data.build_model(plain)
-        for name in recipe.train_only:
-            part_parameters(model, name)
+
+def check_parts(config: RunConfig, kind: str) -> None:
+    """Refuse (ValueError naming the valid names) a ``train_only`` name the run's model does not have.
+
+    Needs no data: which parts a model has depends on its kind and its settings (``"features"``: a
+    head; ``"images"``: the backbone, LgConv, the image head), never on the feature width or the
+    class count, so a stand-in is built on the meta device (no memory, no weights read) with one
+    input and one class (:func:`~spmlkit.training.run_data.build_run_model`, as the run builds its
+    own). A sweep's dry run and its start check every run's names this way before any run trains,
+    as a run's plan does; the same model settings are built once per process."""
+    if config.recipe.train_only is None:
+        return
+    from .config import config_from_dict
+
+    plain = config_from_dict({"pretrained": False}, base=config) if kind == "images" else config
+    key = json.dumps({"kind": kind, "method": plain.method.name, **plain.to_dict(kind)["model"],
+                      **plain.to_dict(kind)["recipe"]}, sort_keys=True, default=str)
+    _check_part_names(key, plain, kind)
+
+
+@functools.lru_cache(maxsize=64)
+def _checked(key: str) -> list[Any]:
+    return []
+
+
+def _check_part_names(key: str, config: RunConfig, kind: str) -> None:
+    done = _checked(key)
+    if done:
+        return
+    from .run_data import build_run_model
+
+    try:
+        with torch.device("meta"):
+            stand_in = build_run_model(config, kind, 1, 1)
+    except (NotImplementedError, RuntimeError):  # a network whose construction reads values: build it for real
+        stand_in = build_run_model(config, kind, 1, 1)
+    for name in config.recipe.train_only or ():
+        part_parameters(stand_in, name)
+    done.append(True)  # checked: the next run of these settings builds nothing
 
 
 def prepare_parts(config: RunConfig, model: nn.Module) -> None:

@@ -41,6 +41,15 @@ class RunResult:
     #: process's peak resident set, the GPU's is None off CUDA; None where not measured
     peak_host_memory_bytes: int | None = None
     peak_gpu_memory_bytes: int | None = None
+    #: how the run trained, as its training step saw it (docs/architecture.md, "How a run trained"):
+    #: the processes of its torch.distributed group (1: a plain run), the most runs whose steps it
+    #: took together as one batched group (1: alone), whether its training forward went through
+    #: torch.compile, and the dtype of that forward's logits (bfloat16 under bf16 autocast; None
+    #: when it took no step, as a resumed run that had already finished)
+    processes: int = 1
+    group_size: int = 1
+    compiled: bool = False
+    forward_dtype: str | None = None
     out: Path | None = None
     #: where the numbers came from (:func:`~spmlkit.training.provenance.run_provenance`): versions,
     #: command line, device, start and end times, the project's git commit when there is one
@@ -69,13 +78,15 @@ class RunResult:
 
         A peak memory that was not measured is left out rather than written as null, so a run
         off CUDA has no ``peak_gpu_memory_bytes`` key, and a record written before these keys
-        existed reads the same as one of a run that did not measure them."""
-        peaks = {"peak_host_memory_bytes": self.peak_host_memory_bytes,
-                 "peak_gpu_memory_bytes": self.peak_gpu_memory_bytes}
+        existed reads the same as one of a run that did not measure them; so is a
+        ``forward_dtype`` of a run that took no step."""
+        optional = {"peak_host_memory_bytes": self.peak_host_memory_bytes,
+                    "peak_gpu_memory_bytes": self.peak_gpu_memory_bytes, "forward_dtype": self.forward_dtype}
         return {"config": self.config.to_dict(), "best_epoch": self.best_epoch, "val_map": self.val_map,
                 "test_map": self.test_map, **self.labels_measured(), "test_metrics": self.test_metrics,
                 "test_ap": self.test_ap,
                 "history": self.history, "analysis": self.analysis, "class_names": self.class_names,
                 "seconds": self.seconds, "images_per_second": self.images_per_second,
                 "stopped_early": self.stopped_early, "finished": self.finished, "resumed_from": self.resumed_from,
-                **{k: v for k, v in peaks.items() if v is not None}, **self.provenance}
+                "processes": self.processes, "group_size": self.group_size, "compiled": self.compiled,
+                **{k: v for k, v in optional.items() if v is not None}, **self.provenance}

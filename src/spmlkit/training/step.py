@@ -51,6 +51,13 @@ class RunStep(nn.Module):
         self.dist = dist or Distributed()
         self.global_batch = global_batch
         self.autocast = autocast
+        # what the run's record says of its training (docs/architecture.md, "How a run trained"),
+        # seen where it happens: the dtype the forward's logits came out in (None before a step),
+        # whether that forward called torch.compile's wrapper (which keeps the module it compiled
+        # as ``_orig_mod``), and the most runs whose steps this one took together (set by BatchedSteps)
+        self.forward_dtype: torch.dtype | None = None
+        self.compiled = False
+        self.group_size = 1
 
     def _trainable(self) -> list[torch.Tensor]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -62,19 +69,38 @@ class RunStep(nn.Module):
             return self.model(inputs)
         return self.dist.gather_rows(self.model(inputs[self.dist.shard(len(inputs))]).float(), len(inputs))
 
+    def _model_arguments(self, noise: torch.Tensor | None) -> dict[str, Any]:
+        """The forward's keywords beside the inputs: a model with a Gaussian bottleneck gets its step's
+        draws ``noise``, and is asked for its codes when the loss reads them (docs/methods.md, "mime")."""
+        kwargs: dict[str, Any] = {} if noise is None else {"noise": noise}
+        if self.components.loss.needs_latent:
+            kwargs["latent"] = True
+        return kwargs
+
     def forward(self, x: torch.Tensor, index: torch.Tensor, labels: torch.Tensor, pseudo_mask: torch.Tensor,
-                pseudo_target: torch.Tensor, mixing: Mixing | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                pseudo_target: torch.Tensor, mixing: Mixing | None = None, noise: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x``: this process's inputs; ``index``, ``labels``, ``pseudo_*``: the rows the loss sees
-        (the whole global batch in global mode, this process's slice otherwise). With R runs'
-        stacked weights swapped in, ``self.model`` is all R models and its parameters are the
-        stacked ones (the L1/L2 penalties then take one norm per run)."""
+        (the whole global batch in global mode, this process's slice otherwise); ``noise``: the draws
+        of a bottleneck model for the rows of ``x``. With R runs' stacked weights swapped in,
+        ``self.model`` is all R models and its parameters are the stacked ones (the L1/L2 penalties
+        then take one norm per run)."""
         train_model = self.model if self._wrapped[0] is None else self._wrapped[0]
         loss = self.components.loss
         embed = loss.needs_embeddings  # LAC: the label-wise embeddings come out of the same forward
         forward = self.model.embed if embed else train_model
         with self.autocast() if self.autocast is not None else contextlib.nullcontext():
-            out = forward(x)
-        logits, embeddings = (out[0].float(), out[1].float()) if embed else (out.float(), None)
+            out = forward(x, **self._model_arguments(noise))
+        # what the run's record says it trained in: the dtype of the logits, the compiled forward or not
+        self.forward_dtype = (out[0] if embed or loss.needs_latent else out).dtype
+        self.compiled = hasattr(forward, "_orig_mod")
+        latent = None
+        if embed:
+            logits, embeddings = out[0].float(), out[1].float()
+        elif loss.needs_latent:  # MIME: the bottleneck's codes come out of the same forward
+            logits, embeddings, latent = out[0].float(), None, (out[1][0].float(), out[1][1].float())
+        else:
+            logits, embeddings = out.float(), None
         strong = None
         if loss.needs_views:  # x holds each row's weak view, then its strong view (one forward, as the LAC code)
             rows = len(index)
@@ -83,9 +109,11 @@ class RunStep(nn.Module):
                 embeddings = embeddings.view(2, rows, *embeddings.shape[1:])
         if self.global_batch and self.dist.enabled:  # the loss of the whole global batch
             logits = self.dist.gather_rows(logits, len(index))
+            if latent is not None:
+                latent = (self.dist.gather_rows(latent[0], len(index)), self.dist.gather_rows(latent[1], len(index)))
             if self.components.method.mixup:
                 x = self.dist.gather_rows(x, len(index))
         batch = LabelBatch(labels, PseudoLabels(pseudo_mask, pseudo_target), index)
         value = self.components.training_loss(self._mixup_forward, x, logits, batch, mixing, self._trainable,
-                                              strong=strong, embeddings=embeddings)
+                                              strong=strong, embeddings=embeddings, latent=latent)
         return value, self.components.corrections(logits, batch)

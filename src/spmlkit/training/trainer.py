@@ -99,7 +99,7 @@ def train(
             if run_dir is not None and dist.is_main:
                 run_dir.discard_unstarted()
             raise
-        result.seconds = time.perf_counter() - t0
+        result.seconds, result.processes = time.perf_counter() - t0, dist.world_size
         result.provenance = run_provenance(plan.device, started_at, utc_now())
         result.peak_host_memory_bytes, result.peak_gpu_memory_bytes = peak_memory(plan.device)
         if run_dir is not None and result.finished and dist.is_main:
@@ -160,7 +160,8 @@ def _build_run(plan: RunPlan, source: DataSource) -> Run:
     state = LabelState(plan.train_labels)
     components = plan.build_components(features=lambda: source.train_features(model))
     return Run(model, components, state, torch.Generator().manual_seed(config.optimisation.seed),
-               StoppingRule(config.schedule.patience, config.schedule.min_delta, config.schedule.stop_drop))
+               StoppingRule(config.schedule.patience, config.schedule.min_delta, config.schedule.stop_drop),
+               noise=model.draw_noise if plan.bottleneck else None)
 
 
 def _param_groups(config: RunConfig, run: Run) -> list[dict[str, Any]]:
@@ -241,7 +242,7 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
         ls = run.loop
         return RunResult(config, ls.best_epoch, ls.best_val_map, float("nan"), ls.history, finished=False,
                          resumed_from=resumed_from, images_per_second=_throughput(ls.history), out=_out(run_dir),
-                         class_names=list(plan.data.class_names))
+                         class_names=list(plan.data.class_names), **_how_trained(group, run))
     finally:
         loggers.close()
     return _evaluate([plan], group, resumed_from=resumed_from, run_dir=run_dir)[0]
@@ -264,7 +265,8 @@ def _evaluate(plans: list[RunPlan], group: Group, *, resumed_from: int, run_dir:
         if run.loop.diverged is not None:  # a failed run: no test numbers (training/divergence.py)
             results.append(RunResult(run_plan.config, run.loop.best_epoch, run.loop.best_val_map, float("nan"),
                                      run.loop.history, finished=False, class_names=list(data.class_names),
-                                     diverged=divergence_message(run_plan.config, run.loop.diverged, _lr_now(run))))
+                                     diverged=divergence_message(run_plan.config, run.loop.diverged, _lr_now(run)),
+                                     **_how_trained(group, run)))
             continue
         ap: list[float] = []
         evaluation: dict = {}
@@ -280,8 +282,18 @@ def _evaluate(plans: list[RunPlan], group: Group, *, resumed_from: int, run_dir:
             test_metrics={k: v for k, v in evaluation.items() if isinstance(v, float)}, test_ap=ap, analysis=analysis,
             class_names=list(data.class_names), images_per_second=_throughput(ls.history),
             stopped_early=ls.stopped_early, resumed_from=resumed_from, out=_out(run_dir), model=run.model,
-            label_state=run.state))
+            label_state=run.state, **_how_trained(group, run)))
     return results
+
+
+def _how_trained(group: Group, run: Run) -> dict[str, Any]:
+    """What the run's training step saw of its training (docs/architecture.md, "How a run
+    trained"): the runs it stepped with, whether it was compiled, the dtype of its logits. A
+    batched group's forward is its first run's step (:mod:`~spmlkit.training.batched`), so the
+    other runs take their dtype from it."""
+    dtypes = [r.step.forward_dtype for r in (run, *group.runs) if r.step.forward_dtype is not None]
+    dtype = str(dtypes[0]).removeprefix("torch.") if dtypes else None
+    return {"group_size": run.step.group_size, "compiled": run.step.compiled, "forward_dtype": dtype}
 
 
 def _source(plan: RunPlan, dist: Distributed) -> DataSource:
@@ -312,12 +324,14 @@ def _source(plan: RunPlan, dist: Distributed) -> DataSource:
 
 
 def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
-    """SGD, Adam or AdamW over ``groups`` (each run's own groups, with its own learning rate). Adam is
+    """SGD, Adam, AdamW or Adamax over ``groups`` (each run's own groups, with its own learning rate). Adam is
     PyTorch's fused implementation (one kernel for all parameters of a group), on the GPU and the
     CPU alike: on a GPU it spares ResNet-50 some 160 small kernel launches per step, on the CPU a
     group of R feature runs pays one call per learning rate instead of one per tensor."""
     if config.optimisation.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=config.optimisation.lr, momentum=config.optimisation.momentum, weight_decay=config.optimisation.weight_decay)
+    if config.optimisation.optimizer == "adamax":  # MIME's code: torch's Adamax, its defaults (no fused kernel)
+        return torch.optim.Adamax(groups, lr=config.optimisation.lr, weight_decay=config.optimisation.weight_decay)
     params = [p for g in groups for p in g["params"]]
     fused = {"fused": True} if params and all(p.is_floating_point() for p in params) else {}
     kind = torch.optim.AdamW if config.optimisation.optimizer == "adamw" else torch.optim.Adam

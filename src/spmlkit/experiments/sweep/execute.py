@@ -46,6 +46,8 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     the config-file layer. Image runs get a folder of their own (they checkpoint and resume);
     feature runs stay in memory."""
     from ...data.registry import resolve_dataset
+    from ...training.model_check import check_model
+    from ...training.recipe import check_parts
     from ...training.run_data import check_labels
 
     values = {k: run[k] for k in ("dataset", "method", "observation", "seed", "lr", "batch_size", "hparams",
@@ -61,6 +63,8 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
                 if applies_to(k) in (None, kind)}  # another kind's settings: said once by the sweep
     config = resolve_config(values, file_values=settings, file_name=where, hparams_from=run.get("hparams_from"))
     check_labels(config)
+    check_model(config, kind)  # images only (LAC, BoostLU); BoostLU's spatial map
+    check_parts(config, kind)  # train_only names the model's parts: said before any run, dry run included
     if kind == "images":
         config.output.out = str(Path(runs_dir or "runs") / run["run_id"])
     return config
@@ -106,8 +110,8 @@ def execute_run(run: dict[str, Any], runs_dir: str | None = None, threads: int |
     record with its error). ``threads``: torch CPU threads while it trains, restored after, so
     a caller's process keeps its own setting; None leaves them as they are (a backend passes
     :func:`~spmlkit.experiments.sweep.cores.threads_per_run`). The record says it trained
-    alone (``group_size`` 1) and, when the caller knows, why (``alone_reason``; a sweep fills
-    it in from its claims otherwise)."""
+    alone (``group_size`` 1, as its result says) and, when the caller knows, why
+    (``alone_reason``; a sweep fills it in from its claims otherwise)."""
     started, t0 = now(), time.perf_counter()
     try:
         with num_threads(threads):
@@ -132,8 +136,9 @@ def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None,
     (:func:`~spmlkit.training.train_group`) and return each run's record, as
     :func:`execute_run` would. The group shares the steps of its training, nothing else: each
     run is still its own record with its own numbers, equal to its solo run's, and its
-    ``group_size`` says how many trained together. ``seconds`` is the group's time divided
-    among its runs. A group stopped by a bad setting or by memory (:data:`GROUP_FALLBACK`) is
+    ``group_size`` says how many trained together: the number its training step saw
+    (:class:`~spmlkit.training.RunResult`), not the number asked for. ``seconds`` is the
+    group's time divided among its runs. A group stopped by a bad setting or by memory (:data:`GROUP_FALLBACK`) is
     run again one run at a time, so every run gets its own result or its own error, and each
     record says so in ``alone_reason``; anything else is our bug and is raised."""
     from ...training.trainer import train_group
@@ -153,9 +158,9 @@ def execute_runs(runs: list[dict[str, Any]], runs_dir: str | None = None,
     for run, res in zip(runs, results):
         if res.diverged is not None:  # a failed run with its line, as alone
             record = failed_record(run, res.diverged, started, t0)
-            record.update({"group_size": len(runs), "seconds": seconds, "finished_at": finished})
+            record.update({"group_size": res.group_size, "seconds": seconds, "finished_at": finished})
         else:
-            record = record_head(run, started, group_size=len(runs))
+            record = record_head(run, started)
             record.update(_result_fields(res))
             record.update({"status": "ok", "error": None, "seconds": seconds, "finished_at": finished})
         records.append(record)
@@ -202,7 +207,9 @@ def _result_fields(res: Any) -> dict[str, Any]:
     """The keys of a run's record that a :class:`~spmlkit.training.RunResult` fills."""
     record = res.to_record()
     fields = {k: record[k] for k in ("history", "best_epoch", "val_map", "test_map", "val_map_labels",
-                                     "test_map_labels", "test_metrics", "test_ap", "class_names", "analysis")}
+                                     "test_map_labels", "test_metrics", "test_ap", "class_names", "analysis",
+                                     "group_size", "compiled")}
     # measured only where the platform can (docs/architecture.md, "Peak memory")
-    fields.update({k: record[k] for k in ("peak_host_memory_bytes", "peak_gpu_memory_bytes", "device") if k in record})
+    fields.update({k: record[k] for k in ("peak_host_memory_bytes", "peak_gpu_memory_bytes", "device", "forward_dtype")
+                   if k in record})
     return fields

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import user_input
+from ...file_names import file_stem
 from ..store import ResultsStore, new_owner_id
 from .backends import make_executor
 from .claims import LEASE_SECONDS, RENEW_SECONDS, Heartbeat, SweepState
@@ -46,6 +47,9 @@ class SweepResult:
     store: Path
     held: int = 0
     owner: str = ""
+    #: runs of the grid recorded as failed before this call and not run again (no ``retry_failed``):
+    #: counted among ``skipped``
+    failed_before: int = 0
 
 
 class SweepTerminated(KeyboardInterrupt):
@@ -122,7 +126,7 @@ def run_sweep(
                          f"lease ({lease_seconds} s); by default leases last {LEASE_SECONDS:g} s, renewed every "
                          f"{RENEW_SECONDS:g} s")
     store_file = Path(store_path or spec.store)
-    runs_dir = str(store_file.parent / f"{spec.name}-runs")
+    runs_dir = str(store_file.parent / f"{file_stem(spec.name)}-runs")  # a name of the user's stays in that folder
     # an executor that starts in the background overlaps its start-up with the checks below
     # (docs/architecture.md, "The sweep: claims, executors, cores")
     if executor.starts_in_background:
@@ -135,6 +139,7 @@ def run_sweep(
         total = grid_size(spec)
         finished = _finished_ids(spec, store, retry_failed)
         already = len(finished)
+        failed_before = 0 if retry_failed else len(finished - _finished_ids(spec, store, True))
         if on_start:
             on_start(total, already)
         if not executor.starts_in_background:
@@ -153,7 +158,7 @@ def run_sweep(
     finally:
         sweep.give_up()
     return SweepResult(total=total, skipped=already + sweep.found_finished, ran=sweep.ran, failed=sweep.failed,
-                       store=Path(store.path), held=sweep.held, owner=owner)
+                       store=Path(store.path), held=sweep.held, owner=owner, failed_before=failed_before)
 
 
 def _check_settings(spec: SweepSpec) -> None:

@@ -16,13 +16,13 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = ["SweepSpec", "load_sweep", "expand", "iter_runs", "grid_size", "run_id", "group_key", "MAX_GRID_RUNS",
-           "batch_sizes_of", "observations_of"]
+           "batch_sizes_of", "observations_of", "first_repeated", "repeat_words", "value_key"]
 
 #: the most runs one sweep may name. A record takes a few kilobytes of store (its history,
 #: per-class APs, configuration), so 10^8 runs would need hundreds of gigabytes of store and,
@@ -107,11 +107,80 @@ class SweepSpec:
             if _sets_weight_decay(self.settings):
                 raise ValueError(f"sweep {self.name!r}: give the weight decay either in settings or as the "
                                  "weight_decays axis, not both")
+        self._refuse_repeats()
         size = grid_size(self)
         if size > MAX_GRID_RUNS:
             raise ValueError(f"sweep {self.name!r}: the grid has {size:,} runs ({_size_words(self)}), more than the "
                              f"{MAX_GRID_RUNS:,} one sweep may hold; drop values from its lists or split it into "
                              "several sweep files")
+
+    def _refuse_repeats(self) -> None:
+        """A value given twice on an axis (``seeds: [0, 0]``, ``methods: [an, an]``, one data set
+        under two names, ``0.001`` and ``1e-3``) would run one grid point twice under one id: a
+        table row twice, "mean ± std over 2 seeds" of one seed, a count that is not the product
+        of the axes. Refused, naming the axis and the value (docs/sweep-files.md)."""
+        from ...data.registry import same_data
+
+        keys: dict[str, Callable[[Any], Any]] = {"observations": _observation_key}
+        for axis in ("datasets", "methods", "seeds", "lrs", "batch_sizes", "observations", "weight_decays"):
+            pair = first_repeated(getattr(self, axis) or (), keys.get(axis, value_key))
+            if pair is not None:
+                raise ValueError(f"sweep {self.name!r}: {axis} {repeat_words(*pair)}; give each value once")
+        for i, first in enumerate(self.datasets):
+            for second in self.datasets[i + 1:]:
+                why = same_data(first, second)
+                if why is not None:
+                    raise ValueError(f"sweep {self.name!r}: datasets {first} and {second} are the same data set "
+                                     f"({why}); name it once")
+        for method, grid in self.hparams.items():
+            for name, values in grid.items():
+                pair = first_repeated(values, value_key) if isinstance(values, list) else None
+                if pair is not None:
+                    raise ValueError(f"sweep {self.name!r}: hparams.{method}.{name} {repeat_words(*pair)}; give each "
+                                     "value once")
+
+
+def _observation_key(text: str) -> tuple:
+    """What an observation draws: ``single_positive`` and ``pos=1,neg=0`` are one draw (one
+    positive, no negative, the protocol's seed), so they are one value of the axis."""
+    from ...protocol import Observation
+
+    o = Observation.parse(text)
+    if o.kind in ("single_positive", "counts"):
+        pos, neg = (1, 0) if o.kind == "single_positive" else (o.num_pos, o.num_neg)
+        return ("counts", pos, neg, 1200 if o.seed is None else o.seed)
+    if o.kind == "ratio":
+        return ("ratio", o.ratio, 0 if o.seed is None else o.seed)
+    return (o.kind,)
+
+
+def value_key(value: Any) -> Any:
+    """What makes two values of an axis the same value: numbers by value (``0.001`` is ``1e-3``,
+    ``1`` is ``1.0``), but ``true`` is no number; anything else by its JSON form."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        return ("number", float(value))
+    return ("other", json.dumps(value, sort_keys=True, default=str))
+
+
+def first_repeated(values: Iterable[Any], key: Callable[[Any], Any] = value_key) -> tuple[Any, Any] | None:
+    """The first value that repeats an earlier one, as (the earlier, the repeat); None when all differ.
+    One pass with a set, so a list of a million seeds costs a million look-ups."""
+    seen: dict[Any, Any] = {}
+    for value in values:
+        k = key(value)
+        if k in seen:
+            return seen[k], value
+        seen[k] = value
+    return None
+
+
+def repeat_words(first: Any, again: Any) -> str:
+    """``lists 0 twice``, or ``lists 0.001 and 1e-3, the same value`` when written differently."""
+    if str(first) == str(again):
+        return f"lists {first} twice"
+    return f"lists {first} and {again}, the same value"
 
 
 #: the grid axes: a scalar or a list of these, and an example for the error message

@@ -1,0 +1,1 @@
+"""Behaviours broken on purpose to show that their tests notice (docs/mutations.md)."""
