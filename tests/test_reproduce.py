@@ -125,6 +125,30 @@ def test_a_method_that_trains_on_images_only_is_refused_before_anything_is_writt
     assert not out.exists()
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_a_method_of_the_users_gets_its_row_and_every_run_names_its_plugin(tmp_path: Path, capsys):
+    from fixtures.plugins import MY_LOSS, isolated_plugins
+
+    plugin = tmp_path / "my_loss.py"
+    plugin.write_text(MY_LOSS)
+    out = tmp_path / "rep"
+    with isolated_plugins():
+        assert main(["reproduce", "crisp-tabular", "--plugin", str(plugin), "--methods", "an,my_loss", "--datasets",
+                     "yeast", "--trials", "1", "--epochs", "1", "--subset", "200", "--jobs", "2", "--out", str(out),
+                     "--quiet"]) == 0
+    capsys.readouterr()
+    cells = pd.read_csv(out / "crisp-tabular.csv")
+    mine = cells[cells["method"] == "my_loss"]
+    assert len(mine) == 5 and mine["ours"].notna().all() and mine["published"].isna().all() and mine["z"].isna().all()
+    assert "| my_loss | " in (out / "crisp-tabular.md").read_text()
+    assert json.loads((out / "crisp-tabular.json").read_text())["sweeps"][0]["methods"] == ["an", "my_loss"]
+    # each run carries the plug-in by path, so a spawned worker or a Ray task loads it (docs/plugins.md)
+    from spmlkit.experiments.store import ResultsStore
+
+    runs = ResultsStore(out / "results.db").to_dataframe()
+    assert len(runs) == 64 and all(c["plugins"] == [str(plugin)] for c in runs["config"])
+
+
 def test_z_divides_by_the_published_std_floored_at_half_the_printed_digit():
     def cell(ours: float, pub: float | None, std: float | None) -> ReproducedCell:
         return ReproducedCell("CRISP Table 8", "example_ap", "an", "AN", "scene", ours, 0.01, 5, ours, pub, std, {})

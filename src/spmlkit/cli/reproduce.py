@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import console, csv_list, positive_int, print_whole_words
+from ._common import console, csv_list, plugin_refs, positive_int, print_whole_words
 
 __all__ = ["add_parsers"]
 
@@ -54,7 +54,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
         rp.check_methods(rep, methods)  # before the output folder is made
         out = _output_folder(Path(args.out or Path("spmlkit-results") / "reproduce" / rep.name))
         specs = rp.reproduction_sweeps(rep, out / rp.STORE_NAME, datasets=datasets, methods=methods,
-                                       trials=args.trials, epochs=args.epochs, subset=args.subset)
+                                       trials=args.trials, epochs=args.epochs, subset=args.subset,
+                                       plugins=plugin_refs(args))
     screen = console()
     t0 = time.perf_counter()
     jobs = args.jobs if args.jobs is not None else default_jobs([s.datasets[0] for s in specs])  # typed: as given

@@ -163,14 +163,15 @@ def published_hparams(method: str, dataset: str) -> dict[str, Any]:
 
 
 def reproduction_sweeps(rep: Reproduction, store: str | Path, *, datasets: Sequence[str], methods: Sequence[str],
-                        trials: int | None = None, epochs: int | None = None, subset: int | None = None
-                        ) -> list[SweepSpec]:
+                        trials: int | None = None, epochs: int | None = None, subset: int | None = None,
+                        plugins: Sequence[str] = ()) -> list[SweepSpec]:
     """The reproduction as one sweep per data set, all into ``store``: trial t is seed t (it draws
     the partition, the observed positives, the initial weights and the batch order); each method's
     hyperparameters are :func:`published_hparams` (one set per data set, hence a sweep each). The
     methods that train their own network on features (:func:`_own_network`) get a sweep of their own
     per data set, without the MLP's settings. ``epochs`` and ``subset`` (the first N rows of each
-    whole set) change the paper's protocol, for quick checks."""
+    whole set) change the paper's protocol, for quick checks; ``plugins`` are loaded by every run
+    (a method of the user's beside the published ones, docs/plugins.md)."""
     check_methods(rep, methods)
     settings = dict(rep.settings)
     if epochs is not None:
@@ -191,7 +192,7 @@ def reproduction_sweeps(rep: Reproduction, store: str | Path, *, datasets: Seque
                 seeds=list(range(rep.trials if trials is None else trials)), lrs=list(rep.lrs),
                 batch_sizes=list(rep.batch_sizes), observations=["single_positive"], hparams=hparams,
                 settings=dict(group_settings), val_variant="clean", store=str(store),
-                weight_decays=list(rep.weight_decays), hparams_from=RECIPE_DEFAULTS))
+                weight_decays=list(rep.weight_decays), hparams_from=RECIPE_DEFAULTS, plugins=list(plugins)))
     return specs
 
 
