@@ -61,7 +61,7 @@ NOT_RUN = {
     "spmlkit export --checkpoint runs/folder/em_apl/seed0 --format torchscript":
         (None, "needs the image run of docs/your-data.md (a download)"),
     "spmlkit reproduce crisp-tabular --datasets yeast,scene":
-        ("download", "trains 3,840 runs (most of an hour on 2 cores) on yeast and MULAN's scene, which it downloads "
+        ("download", "trains 3,840 runs (half an hour on 2 cores) on yeast and MULAN's scene, which it downloads "
                      "when $SPMLKIT_DATA lacks it; test_reproduce runs the command on 300 rows of yeast"),
     "spmlkit extract --prepared prepared/photos --features-out features/photos":
         ("downloads", "an image run with ImageNet weights: downloads ResNet-50; test_own_data_compared extracts "
