@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What anyone with a GPU runs first: spmlkit's GPU tests and the training-throughput benchmark,
-# one command, a report at the end (meant to take under 9 minutes on one H100).
+# one command, a report at the end (about 6 minutes on one H200, the first it met).
 #
 #     benchmarks/gpu_check.sh OUT
 #

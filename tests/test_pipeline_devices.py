@@ -110,12 +110,46 @@ def test_gpu_decoder_names_an_unreadable_file(tmp_path):
     paths[0].write_bytes(b"\xff\xd8 a truncated JPEG")
     with pytest.raises(UnreadableImageError, match=f"cannot read image {paths[0]}"):
         EncodedImages(paths, ImageTransform(16)).encoded([0, 1])  # no header: the worker names it
-    # a JPEG whose header reads but whose data nvJPEG (and PIL) refuse is named by the decoder
+    # a JPEG cut short (its header reads, its end-of-image marker is gone): nvJPEG would decode it
+    # without a word, so the worker hands it to PIL, which names it
     good = paths[1].read_bytes()
     paths[0].write_bytes(good[: len(good) // 3])
+    with pytest.raises(UnreadableImageError, match=f"cannot read image {paths[0]}"):
+        EncodedImages(paths, ImageTransform(16)).encoded([0, 1])
+    # a whole JPEG the decoder refuses (its quantisation tables taken out: the header still reads)
+    # is named by the decoder, with PIL's message
+    paths[0].write_bytes(_without_segment(good, b"\xff\xdb"))
     items = EncodedImages(paths, ImageTransform(16)).encoded([0, 1])
+    assert [is_jpeg for _, is_jpeg in items] == [True, True]
     with pytest.raises(UnreadableImageError, match=f"cannot read image {paths[0]}"):
         GpuDecoder(ImageTransform(16), CPU)(items, paths)
+
+
+def _without_segment(jpeg: bytes, marker: bytes) -> bytes:
+    """``jpeg`` with every header segment of ``marker`` (two bytes, then a big-endian length) removed."""
+    out, i = bytearray(jpeg[:2]), 2
+    while jpeg[i : i + 2] != b"\xff\xda":  # header segments up to the start of scan
+        length = int.from_bytes(jpeg[i + 2 : i + 4], "big")
+        if jpeg[i : i + 2] != marker:
+            out += jpeg[i : i + 2 + length]
+        i += 2 + length
+    return bytes(out + jpeg[i:])
+
+
+def test_a_jpeg_not_ending_with_its_marker_is_decoded_by_pil_as_on_the_cpu(tmp_path):
+    """Bytes after the end-of-image marker: not nvJPEG's (it cannot tell them from a file cut
+    short), PIL's in the worker, so the pixels are the CPU path's exactly; zero padding stays nvJPEG's."""
+    from spmlkit.data.gpu_decode import ends_whole
+
+    paths = _photos(tmp_path / "img", 3)
+    whole = paths[0].read_bytes()
+    assert ends_whole(whole) and ends_whole(whole + b"\0\0") and not ends_whole(whole[:-1])
+    paths[0].write_bytes(whole + b"a trailer some cameras append")
+    paths[1].write_bytes(paths[1].read_bytes() + b"\0" * 7)
+    transform = ImageTransform(24)
+    items = EncodedImages(paths[:2], transform).encoded([0, 1])
+    assert [is_jpeg for _, is_jpeg in items] == [False, True]
+    assert torch.equal(items[0][0], ImageFileDataset(paths, transform).pixels(np.arange(1))[0])
 
 
 def _compiles() -> bool:

@@ -101,7 +101,7 @@ MUTATIONS: tuple[Mutation, ...] = (
        "bf16 autocast asked for but not used: the forward runs in float32",
        [Edit("src/spmlkit/training/device.py", '    if amp == "none":\n', '    if amp in ("none", "bf16"):\n')],
        ["tests/test_pipeline_devices.py::test_a_run_records_the_dtype_its_forward_ran_in",
-        "tests/test_cuda.py::test_bf16_autocast_is_close_to_fp32"]),
+        "tests/test_cuda.py::test_bf16_autocast_step_is_close_to_fp32s_and_a_bf16_run_learns"]),
     _m("mulan-cache-unread",
        "the parsed MULAN arrays are kept but never read: every load parses the ARFF files again",
        [Edit("src/spmlkit/data/mulan.py", "    arrays = None if changed else _read_parsed(spec, folder / _PARSED)\n",

@@ -10,7 +10,9 @@ normalisation are shared (:mod:`spmlkit.data.images`).
 
 What nvJPEG does not take is decoded by PIL in the worker, exactly as the CPU path does it:
 files that are not JPEGs (PNG, ...) and JPEGs whose colour model nvJPEG's RGB output does not
-cover (CMYK / YCCK, which PIL converts with its own colour rules). A batch nvJPEG refuses as a
+cover (CMYK / YCCK, which PIL converts with its own colour rules), and JPEG files that do not end
+with their end-of-image marker (:func:`ends_whole`: nvJPEG decodes a file cut short without a
+word). A batch nvJPEG refuses as a
 whole is decoded image by image; an image it still refuses is decoded by PIL, which also names
 a broken file.
 
@@ -52,7 +54,7 @@ from ..transfer import to_device
 from .image_decode import MAX_PIXELS, decode_image, header_of
 from .images import ImageTransform, UnreadableImageError
 
-__all__ = ["Encoded", "EncodedImages", "GpuDecoder", "nvjpeg_takes"]
+__all__ = ["Encoded", "EncodedImages", "GpuDecoder", "ends_whole", "nvjpeg_takes"]
 
 #: one loaded image: (uint8 bytes of a JPEG file, True) or (uint8 [S, S, 3] pixels PIL made, False)
 Encoded = tuple[Tensor, bool]
@@ -63,6 +65,20 @@ def nvjpeg_takes(header: object) -> bool:
     not decoded): a baseline or progressive JPEG in YCbCr or grey. CMYK and YCCK JPEGs carry
     colour conversions nvJPEG's RGB output does not apply."""
     return getattr(header, "format", None) == "JPEG" and getattr(header, "mode", None) in ("RGB", "L")
+
+
+def ends_whole(data: bytes) -> bool:
+    """Whether a JPEG file's bytes end with its end-of-image marker (``FF D9``; zero bytes after
+    it are padding some writers leave).
+
+    Why: nvJPEG decodes a file cut short without an error and hands back an image whose missing
+    rows are whatever it filled in (seen on the first H200 run of ``benchmarks/gpu_check.sh``),
+    where PIL refuses it ("image file is truncated") and the CPU path names the file. A file
+    without the marker at its end -- cut short, or with bytes appended after the image -- is
+    therefore decoded by PIL in the worker: a broken one is named as on the CPU, a whole one with
+    a trailer decodes exactly as there.
+    """
+    return data.rstrip(b"\0").endswith(b"\xff\xd9")
 
 
 class EncodedImages:
@@ -84,7 +100,8 @@ class EncodedImages:
         try:
             data = path.read_bytes()
             with header_of(io.BytesIO(data)) as img:  # reads the header only
-                if nvjpeg_takes(img) and img.size[0] * img.size[1] <= MAX_PIXELS:  # larger: decoded reduced by PIL
+                if (nvjpeg_takes(img) and img.size[0] * img.size[1] <= MAX_PIXELS  # larger: decoded reduced by PIL
+                        and ends_whole(data)):
                     return torch.frombuffer(bytearray(data), dtype=torch.uint8), True
             image = decode_image(path, "RGB")  # PIL's way: every mode by its range, memory bounded
         except Exception as exc:  # PIL raises many types for broken files, OSError for missing ones

@@ -180,7 +180,7 @@ class MethodComponents:
         class_ap = None
         if self.needs_class_ap:
             observed_pos = (state.observed == 1).numpy().astype(np.int8)
-            class_ap = metrics.average_precision(probs.numpy(), observed_pos)
+            class_ap = metrics.average_precision(probs.detach().cpu().numpy(), observed_pos)
             if self.loss.needs_class_ap:
                 self.loss.set_class_ap(torch.as_tensor(class_ap, dtype=torch.float32))
             record["train_observed_map"] = float(np.mean(class_ap))

@@ -93,7 +93,9 @@ class FeatureSource:
             idx = perms[:, start : start + self.batch_size]
             rows = self.dist.shard(idx.shape[1])
             mine = idx[:, rows.start : rows.stop]
-            yield torch.index_select(self.X_train, 0, mine.reshape(-1)).view(runs, mine.shape[1], -1), idx
+            # the order is drawn on the CPU (the runs' generators), the features may live on the GPU
+            gathered = torch.index_select(self.X_train, 0, mine.reshape(-1).to(self.X_train.device))
+            yield gathered.view(runs, mine.shape[1], -1), idx
 
     def rows(self, split: str) -> torch.Tensor:
         X = {"train": self.X_train, "val": self.X_val, "test": self.X_test}[split]
