@@ -13,7 +13,7 @@ __all__ = ["add_parsers"]
 
 
 def add_parsers(sub: Any) -> None:
-    from ..experiments.reproduce import REPRODUCTIONS
+    from ..experiments.reproductions import REPRODUCTIONS
 
     names = ", ".join(f"{name} ({rep.description})" for name, rep in REPRODUCTIONS.items())
     p = sub.add_parser("reproduce", help="rerun a published table under its own protocol, beside its numbers",

@@ -30,7 +30,7 @@ were never published, so agreement means ``|z|`` within the spread of trials, no
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -38,8 +38,9 @@ import numpy as np
 import pandas as pd
 
 from ..io import atomic_write_json, atomic_write_text
-from .presets import PRESETS, RECIPE_DEFAULTS, TABULAR_PROTOCOL
-from .published import CRISP_METHODS, display_name, published_rows
+from .presets import PRESETS, RECIPE_DEFAULTS
+from .published import display_name, published_rows
+from .reproductions import REPRODUCTIONS, Reproduction, get_reproduction
 from .report import select_and_aggregate
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
@@ -59,42 +60,6 @@ METRICS: dict[str, tuple[str, bool, str]] = {
     "hamming_loss": ("Hamming loss", False, "hamming_loss@0.5"),
     "one_error": ("One-error", False, "one_error"),
 }
-
-
-@dataclass(frozen=True)
-class Reproduction:
-    """A published experiment as spmlkit reruns it: its tables, data sets, protocol and grid."""
-
-    name: str
-    source: str  # the paper's short name in :mod:`~spmlkit.experiments.published`
-    tables: dict[str, str]  # published table -> metric
-    datasets: dict[str, str]  # the published data set name -> spmlkit's dataset argument
-    method_labels: dict[str, str]  # the paper's row label -> spmlkit method name
-    lrs: tuple[float, ...]
-    weight_decays: tuple[float, ...]
-    batch_sizes: tuple[int, ...]
-    trials: int
-    settings: dict[str, Any] = field(default_factory=dict)  # every run's settings (the protocol)
-    description: str = ""
-
-
-REPRODUCTIONS: dict[str, Reproduction] = {
-    "crisp-tabular": Reproduction(
-        name="crisp-tabular", source="CRISP",
-        tables={"CRISP Table 2": "ranking_loss", "CRISP Table 8": "example_ap", "CRISP Table 9": "coverage",
-                "CRISP Table 10": "hamming_loss", "CRISP Table 11": "one_error"},
-        datasets={"yeast": "yeast", "scene": "scene", "corel5k": "corel5k", "delicious": "delicious"},
-        method_labels=CRISP_METHODS, lrs=(1e-2, 1e-3, 1e-4, 1e-5), weight_decays=(1e-2, 1e-3, 1e-4, 1e-5),
-        batch_sizes=(8, 16), trials=5, settings=dict(TABULAR_PROTOCOL),
-        description="CRISP (arXiv 2309.13886) Tables 2, 8-11: five example-based metrics on the MULAN sets under "
-                    "random 80/10/10 partitions, 5 trials, SMILE's MLP, the papers' lr x weight decay x batch grid"),
-}
-
-
-def get_reproduction(name: str) -> Reproduction:
-    if name not in REPRODUCTIONS:
-        raise ValueError(f"unknown reproduction {name!r}; choose one of {', '.join(REPRODUCTIONS)}")
-    return REPRODUCTIONS[name]
 
 
 def reproduction_methods(rep: Reproduction) -> tuple[str, ...]:
