@@ -262,6 +262,28 @@ def test_sigterm_during_a_download_leaves_no_part_file(server, empty_home):
     assert _nothing_left(empty_home), sorted(str(p) for p in empty_home.rglob("*"))
 
 
+#: a child that receives SIGTERM the instant its temporary file exists, before another line of the
+#: fetch runs: the moment a scheduler's signal can fall between making the file and guarding it
+_TERM_AT_MKSTEMP = """
+import os, signal, tempfile
+made = tempfile.mkstemp
+def mkstemp(*args, **kwargs):
+    answer = made(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return answer
+tempfile.mkstemp = mkstemp
+from spmlkit.data.mulan import load_mulan
+load_mulan('flags')
+"""
+
+
+def test_sigterm_the_moment_the_part_file_exists_leaves_nothing(server, empty_home):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", _TERM_AT_MKSTEMP], env=env, capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr.decode()[-2000:]
+    assert _nothing_left(empty_home), sorted(str(p) for p in empty_home.rglob("*"))
+
+
 def test_a_part_file_left_by_a_killed_process_goes_once_older_than_the_deadline(server, empty_home, monkeypatch):
     """kill -9 leaves a temporary file nobody can remove then; the next fetch of that file removes it once it
     is older than the deadline (no live download can still be writing it), and leaves a younger one alone."""

@@ -29,6 +29,7 @@ the file by hand.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import time
 from pathlib import Path
@@ -96,31 +97,39 @@ def fetch_file(url: str, dest: str | os.PathLike, sha256: str, *, manual: str, s
     dest = Path(dest)
     deadline = download_deadline()
     made = [p for p in reversed(dest.parents) if not p.exists()]  # outermost first
+    # this process's temporary files carry its id, so that a SIGTERM arriving between their making
+    # and the line that would remove them still finds them (and no other process's)
+    mine = f".{dest.name}.{os.getpid()}."
     try:
-        try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            _remove_stale_parts(dest, deadline)
-            _check_room(dest, size, manual)
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-        except OSError as exc:
-            raise DownloadError(f"cannot write into {dest.parent} ({exc.strerror or exc}); choose a writable data "
-                                f"folder with {DATA_ENV}=DIR, or {manual}") from None
-        tmp = Path(tmp_name)
-        try:
-            os.chmod(tmp, new_file_mode())  # a data file is shared like any other (spmlkit.io says why)
-            with _sigterm_cleans_up():
+        # SIGTERM is caught before the temporary file exists, not after: in between, its default
+        # action would end the process and leave the file behind
+        with _sigterm_cleans_up():
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                _remove_stale_parts(dest, deadline)
+                _check_room(dest, size, manual)
+                fd, tmp_name = tempfile.mkstemp(prefix=mine, suffix=".part", dir=dest.parent)
+            except OSError as exc:
+                raise DownloadError(f"cannot write into {dest.parent} ({exc.strerror or exc}); choose a writable "
+                                    f"data folder with {DATA_ENV}=DIR, or {manual}") from None
+            tmp = Path(tmp_name)
+            try:
+                os.chmod(tmp, new_file_mode())  # a data file is shared like any other (spmlkit.io says why)
                 digest, received, announced = _stream(url, fd, timeout, deadline, size, manual)
-            if announced is not None and received != announced:
-                raise DownloadError(f"the download of {url} stopped after {received} of {announced} bytes; nothing "
-                                    f"was kept. Try again, or {manual}")
-            if digest != sha256:
-                raise DownloadError(f"{url} does not have the expected SHA-256 ({digest[:16]}... instead of "
-                                    f"{sha256[:16]}...); nothing was kept. The source or a proxy changed the file: "
-                                    f"{manual} and check it")
-            os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
+                if announced is not None and received != announced:
+                    raise DownloadError(f"the download of {url} stopped after {received} of {announced} bytes; "
+                                        f"nothing was kept. Try again, or {manual}")
+                if digest != sha256:
+                    raise DownloadError(f"{url} does not have the expected SHA-256 ({digest[:16]}... instead of "
+                                        f"{sha256[:16]}...); nothing was kept. The source or a proxy changed the "
+                                        f"file: {manual} and check it")
+                os.replace(tmp, dest)
+            finally:
+                tmp.unlink(missing_ok=True)
     except BaseException as exc:
+        if dest.parent.is_dir():
+            for part in dest.parent.glob(f"{glob.escape(mine)}*.part"):
+                part.unlink(missing_ok=True)
         for folder in reversed(made):  # the folders this fetch made, innermost first, while empty
             try:
                 folder.rmdir()
