@@ -155,7 +155,7 @@ def _show(outcome: Outcome, why: bool = False) -> str:
     for case in outcome.survivors:
         lines.append(f"    passed under the mutation: {case}")
     for case in outcome.wrong_reason:
-        lines.append(f"    failed without saying {m.because!r}: {case}")
+        lines.append(f"    failed without saying {m.because!r}: {case}: {_first_words(outcome.messages[case])}")
     for test in outcome.missing:
         lines.append(f"    not run by pytest: {test}")
     if verdict == "NOT CAUGHT" and not outcome.cases:
