@@ -31,3 +31,26 @@ def test_each_edit_applies_to_this_tree_and_each_test_exists(mutation: Mutation)
         path, _, name = test.partition("::")
         function = name.split("[")[0]
         assert (ROOT / path).is_file() and function in _test_functions(path), f"{mutation.name}: no test {test}"
+
+
+def _outcome(mutation: Mutation, message: str):
+    from mutations.run import Outcome
+
+    case = mutation.tests[0]
+    return Outcome(mutation, cases={case: "failed"}, messages={case: message})
+
+
+def test_a_failure_for_another_reason_runs_the_mutation_once_more_and_the_second_verdict_counts(monkeypatch, capsys):
+    from mutations import run
+
+    mutation = next(m for m in MUTATIONS if m.because)
+    answers = {"other": [_outcome(mutation, "AssertionError: a port was taken"),
+                         _outcome(mutation, f"AssertionError: {mutation.because}")],
+               "twice": [_outcome(mutation, "AssertionError: a port was taken")] * 2}
+    for kind, expected in (("other", 0), ("twice", 1)):
+        queue = list(answers[kind])
+        monkeypatch.setattr(run, "run_one", lambda *args, **kwargs: queue.pop(0))
+        assert run.main([mutation.name]) == expected
+        assert not queue  # run exactly twice
+        printed = capsys.readouterr().out
+        assert "a port was taken" in printed and "run once more" in printed

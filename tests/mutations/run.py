@@ -192,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for mutation in chosen:
         outcome = run_one(mutation, args.python, args.timeout)
+        if outcome.wrong_reason and not outcome.survivors and not outcome.missing:
+            # every test failed, one of them for another reason than the one it should give: a
+            # broken behaviour can upset a test on its way (a timing, a process); the failure is
+            # printed and the mutation run once more, and only its second verdict counts
+            print(_show(outcome, True) + "\n    (run once more: a failure for another reason counts only twice)",
+                  flush=True)
+            outcome = run_one(mutation, args.python, args.timeout)
         print(_show(outcome, args.why), flush=True)
         bad += not outcome.caught and (outcome.checked or bool(outcome.missing) or not outcome.cases)
     print(f"{len(chosen)} mutation(s) in {time.perf_counter() - t0:.0f} s; "
