@@ -19,7 +19,7 @@ import torch
 
 from spmlkit.cli import main
 from spmlkit.experiments import sweep as sweep_module
-from spmlkit.experiments.presets import resolve_config
+from spmlkit.experiments.presets import TABULAR_PROTOCOL, resolve_config
 from spmlkit.experiments.store import ResultsStore
 from spmlkit.experiments.sweep import SweepSpec, execute_runs, expand
 from spmlkit.experiments.sweep.processes import InProcess
@@ -77,7 +77,7 @@ def _assert_equal_runs(batched: RunResult, solo: RunResult, group_size: int) -> 
     ("an", {}), ("em", {}), ("em_apl", {"warmup_epochs": 2}), ("gr", {}), ("epr", {}), ("role", {}),
     ("ll_cp", {"delta_rel": 2.0}), ("l1r", {}), ("l2r", {}), ("zlpr", {}), ("pu_mlc", {}), ("splc", {}),
     ("opml_sp", {"start_epoch": 2, "rho": 0.05}), ("crisp", {"lam": 0.5}),
-    ("mime", {"threshold": 0.2, "start_epoch": 1}),
+    ("mime", {"threshold": 0.2, "start_epoch": 1}), ("smile", {}),
 ])
 def test_batched_runs_equal_their_solo_runs(method: str, hparams: dict) -> None:
     configs = _configs(method, hparams=hparams)
@@ -85,6 +85,20 @@ def test_batched_runs_equal_their_solo_runs(method: str, hparams: dict) -> None:
     for config, result in zip(configs, batched):
         _assert_equal_runs(result, train(config), len(configs))
         assert result.seconds > 0 and result.config is config
+
+
+def test_smile_runs_that_share_their_batches_equal_their_solo_runs_bit_for_bit() -> None:
+    """The tabular protocol's groups (one trial's learning rates and weight decays) draw the same
+    batches, so SMILE's graph network computes each run's rows as a solo run computes them, in its
+    order: on Yeast's shapes every weight and metric is exactly the solo run's (on scene's, PyTorch's
+    batched product of tiny matrices rounds apart: docs/architecture.md, "Many runs at once"). (Runs that differ in seed, above, draw
+    different batches; their rows are computed together, and the sums over rows round apart.)"""
+    base = {**TABULAR_PROTOCOL, **QUICK, "method": "smile", "epochs": 3, "batch_size": 16, "seed": 4}
+    configs = [resolve_config({**base, "lr": lr, "weight_decay": wd}) for lr in (1e-2, 1e-3) for wd in (0.0, 1e-3)]
+    for config, result in zip(configs, train_group(configs)):
+        solo = train(config)
+        assert _assert_equal_runs(result, solo, len(configs)) == 0.0
+        assert result.test_metrics == solo.test_metrics and result.history[-1]["train_loss"] == solo.history[-1]["train_loss"]
 
 
 @pytest.mark.parametrize("values", [

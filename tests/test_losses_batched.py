@@ -9,6 +9,8 @@ term's batched Cholesky)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch.func import functional_call
@@ -16,6 +18,7 @@ from torch.func import functional_call
 from spmlkit import losses
 from spmlkit.losses import PseudoLabels
 from spmlkit.losses.batchwise import draw_pu_mixing, pu_mixup_consistency
+from spmlkit.training.batched import is_data_buffer
 
 R, B, C = 3, 6, 5
 TOL = 1e-12
@@ -44,6 +47,9 @@ def _losses(name: str, reduction: str) -> list[losses.SPMLLoss]:
     out = []
     for r in range(R):
         kwargs = {"num_train": B * 2, "num_classes": C, "seed": r} if "num_train" in losses.data_arguments(name) else {}
+        if name == "smile":  # the data every run shares (its graph), its own initial weights and draws
+            kwargs = {"features": torch.randn(B * 2, 4, generator=torch.Generator().manual_seed(9)),
+                      "num_classes": C, "seed": r}
         if name == "crisp":  # each run its own observed matrix (one positive per row) and its own priors
             kwargs["observed"] = torch.nn.functional.one_hot(torch.arange(r, r + 4 * B) % (C - r), C)
         fn = losses.create(name, reduction=reduction, **kwargs).double()
@@ -59,15 +65,18 @@ def _losses(name: str, reduction: str) -> list[losses.SPMLLoss]:
 
 
 def _stacked(fns: list[losses.SPMLLoss]) -> dict[str, torch.Tensor]:
+    """The R losses' parameters and buffers stacked, as the trainer stacks them (the buffers a module
+    declares as data, SMILE's features and graph, stay the first loss's: every run shares them), and
+    the first loss handed the group (SMILE then draws each problem from its own loss's generator)."""
     states = [dict(fn.named_parameters()) | dict(fn.named_buffers()) for fn in fns]
-    return {k: torch.stack([s[k] for s in states]) for k in states[0]}
+    fns[0].join_group(fns)
+    return {k: torch.stack([s[k] for s in states]) for k in states[0] if not is_data_buffer(fns[0], k)}
 
 
 BATCHABLE = [n for n in sorted(losses.available()) if losses.loss_class(n).batchable]
-#: built-in losses that train one run at a time, and why: SMILE draws from Beta distributions of its
-#: own output, with its run's own generator, inside the step (docs/methods.md, "smile")
-#: LAC's two-view losses train image runs only (one at a time) and keep a memory queue that a step updates
-ALONE = {"smile", "plc", "lac"}
+#: built-in losses that train one run at a time, and why: LAC's two-view losses train image runs only
+#: (one at a time) and keep a memory queue that a step updates
+ALONE = {"plc", "lac"}
 
 
 def test_every_built_in_loss_is_batchable_but_those_that_say_why_not() -> None:
@@ -87,7 +96,9 @@ def test_a_loss_of_r_problems_equals_its_r_separate_losses(name: str) -> None:
         latent = _latent(shared=False)
         if cls.needs_latent:
             context["latent"] = latent
+        fresh = copy.deepcopy(fns)  # SMILE: the separate calls draw what the call of all R drew
         together = functional_call(fns[0], _stacked(fns), (z, y), context)
+        fns = fresh
         apart = []
         for r, fn in enumerate(fns):
             solo = {"index": index[r]} if cls.needs_index else {}

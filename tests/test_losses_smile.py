@@ -282,7 +282,7 @@ def test_one_adam_step_on_the_sum_equals_the_official_two_optimisers():
 # --------------------------------------------------------------------------- the loss contract
 def test_declarations_data_arguments_and_hyperparameters():
     cls = losses.loss_class("smile")
-    assert cls.needs_index and not cls.batchable and cls.reductions == ("mean",)
+    assert cls.needs_index and cls.batchable and cls.reductions == ("mean",)
     assert losses.data_arguments("smile") == ("features", "num_classes", "seed")
     assert losses.hyperparameters("smile") == {"mu": 0.5, "p": 0.5, "bias": True, "rate": 1.0, "gamma": 0.001,
                                                "delta": 1.0, "k": 3}

@@ -1,5 +1,6 @@
 """SMILE through the trainer (docs/methods.md, "smile"): what its graph is built from in a feature
-run and in an image run, that a resumed image run continues exactly, and that it trains alone."""
+run and in an image run, that a resumed image run continues exactly, and that feature runs train in
+batched groups (equal to their solo runs: tests/test_batched.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from spmlkit.training import RunConfig, train
 from spmlkit.training.checkpoint import load_checkpoint
 from spmlkit.training.config import config_from_dict
 from spmlkit.training.distributed import Distributed
-from spmlkit.training.plan import plan_run, unbatchable_reason
+from spmlkit.training.plan import plan_run
 from spmlkit.training.run_data import RunData, standardize
 from spmlkit.training.trainer import _build_run, _source
 
@@ -43,7 +44,6 @@ def test_a_feature_run_builds_its_graph_from_the_rows_the_model_sees():
     assert np.array_equal(run.components.loss.encoder.features.numpy(), expected)
     result = train(config, data=data)
     assert result.finished and np.isfinite([h["train_loss"] for h in result.history]).all()
-    assert unbatchable_reason(config) == "loss 'smile' declares that it cannot be batched"
 
 
 def test_an_image_run_builds_its_graph_from_the_initial_backbones_pooled_features():

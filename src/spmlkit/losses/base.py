@@ -139,8 +139,10 @@ class SPMLLoss(nn.Module):
     #: problem, so that the trainer computes the losses of R runs (copies of one model that differ
     #: in seed or learning rate) in one call (docs/architecture.md, "Many runs at once"). That asks
     #: of :meth:`loss`: every statistic over the batch or the classes taken over the last two
-    #: dimensions (``dim=-2`` / ``-1``), nothing stored on the module during the forward, no random
-    #: draws (randomness is drawn outside and passed in), and per-problem state (a parameter table,
+    #: dimensions (``dim=-2`` / ``-1``), nothing stored on the module during the forward, no draws
+    #: from a stream the problems share (randomness is drawn outside and passed in, or, where a draw
+    #: depends on the forward's own values as SMILE's Beta samples do, from each problem's own
+    #: generator, which :meth:`join_group` hands over), and per-problem state (a parameter table,
     #: a buffer) that may carry the same leading dimensions. Every built-in loss does, and a test
     #: checks each against its per-problem values; a loss that does not declare it (the default, so
     #: a loss written for ``[B, C]`` only is never misused) trains one run at a time.
@@ -170,6 +172,12 @@ class SPMLLoss(nn.Module):
         R runs at once (:attr:`batchable`) and the trainer writes it to each run's label state.
         """
         return None
+
+    def join_group(self, members: list[SPMLLoss] | None) -> None:
+        """While R runs train as one batched group (:attr:`batchable`), the first run's loss computes
+        every run's and is handed the R runs' losses, in run order (itself first), for per-run state
+        that is no tensor and so is not stacked (SMILE's generators); None when the group's epoch
+        ends. No-op by default."""
 
     def set_class_ap(self, ap: Tensor) -> None:
         """Receive the per-class training AP ``[C]`` (``needs_class_ap`` only). No-op by default."""

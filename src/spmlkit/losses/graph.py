@@ -104,9 +104,10 @@ class Block(NamedTuple):
     def propagate(self, h: Tensor) -> Tensor:
         """Each receiver's sum over its senders, added edge by edge: on the CPU a row's terms in
         increasing source order, the order DGL's sum takes; on a GPU in an order of its own, the
-        same from run to run under ``--deterministic``. Its gradient is the same kind of sum."""
-        out = h.new_zeros(len(self.receivers), h.shape[-1])
-        return out.index_add(0, self.edge_receivers, h.index_select(0, self.edge_sources))
+        same from run to run under ``--deterministic``. Its gradient is the same kind of sum.
+        ``h`` may carry leading run dimensions (``[..., S, F]``): each run's rows are summed alike."""
+        out = h.new_zeros(*h.shape[:-2], len(self.receivers), h.shape[-1])
+        return out.index_add(-2, self.edge_receivers, h.index_select(-2, self.edge_sources))
 
 
 class KnnGraph(nn.Module):
@@ -115,8 +116,10 @@ class KnnGraph(nn.Module):
     ``neighbours`` ``[N, k]``: the rows each row sends an edge to. ``incoming_ptr`` / ``incoming_src``:
     the senders of each row's incoming edges, in increasing order (compressed by receiver), from
     which :meth:`block` cuts the edges a batch needs. The buffers are not saved in checkpoints: they
-    are a function of the data.
+    are a function of the data, which is also why a batched group's runs share them (``data_buffers``).
     """
+
+    data_buffers = ("neighbours", "out_degree", "in_degree", "incoming_ptr", "incoming_src")
 
     def __init__(self, features: Tensor, k: int) -> None:
         super().__init__()
@@ -160,9 +163,10 @@ class KnnGraph(nn.Module):
 
     def adjacency(self, index: Tensor) -> Tensor:
         """The 0/1 adjacency among rows ``index`` (``[B]``): entry ``(a, b)`` is 1 when row
-        ``index[b]`` is one of row ``index[a]``'s neighbours (``[B, B]``, float32)."""
-        hits = self.neighbours[index].unsqueeze(-1) == index.view(1, 1, -1)
-        return hits.any(dim=1).to(torch.float32)
+        ``index[b]`` is one of row ``index[a]``'s neighbours (``[B, B]``, float32); for ``[R, B]``
+        (R runs' batches), each run's (``[R, B, B]``)."""
+        hits = self.neighbours[index].unsqueeze(-1) == index[..., None, None, :]
+        return hits.any(dim=-2).to(torch.float32)
 
     def _apply(self, fn: Any, recurse: bool = True) -> KnnGraph:
         self._norms = {}  # a move or a cast: computed again for the new device or dtype
@@ -198,13 +202,15 @@ class GraphConv(nn.Module):
 
     def forward(self, graph: KnnGraph, x: Tensor, block: Block | None = None) -> Tensor:
         """The receivers' outputs ``[R, out]`` from the sources' inputs ``x`` ``[S, in]``; without a
-        block, every row's output from every row's input."""
+        block, every row's output from every row's input. With a batched group's stacked weights in
+        place of its own (``weight`` ``[runs, in, out]``), one output per run (``[runs, R, out]``),
+        from inputs shared by the runs (``[S, in]``) or each run's own (``[runs, S, in]``)."""
         block = graph.block() if block is None else block
         out_norm, in_norm = graph.norms(x.dtype)
         h = x * out_norm[block.sources, None]
         h = block.propagate(torch.matmul(h, self.weight)) if self.weight_first else \
             torch.matmul(block.propagate(h), self.weight)
-        return h * in_norm[block.receivers, None] + self.bias
+        return h * in_norm[block.receivers, None] + self.bias.unsqueeze(-2)
 
     def extra_repr(self) -> str:
         return f"in={self.in_dim}, out={self.out_dim}, norm=both"

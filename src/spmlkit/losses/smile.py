@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..models.head import affine
 from .base import LossContext, LossOptions, SPMLLoss, check_number, register
 from .graph import GraphConv, KnnGraph
 
@@ -51,9 +52,37 @@ def neg_log(x: Tensor) -> Tensor:
     return -torch.log(x + LOG_EPSILON)
 
 
+def _entry_mean(terms: Tensor) -> Tensor:
+    """The mean of each problem's ``[B, C]`` (or ``[B, B]``) matrix: one value, or one per leading index."""
+    return terms.mean(dim=(-2, -1))
+
+
 def _assume_negative(probs: Tensor, positive: Tensor) -> Tensor:
     """Mean over the batch of ``-log p`` at observed positives and ``-log(1 - p)`` elsewhere."""
-    return torch.where(positive, neg_log(probs), neg_log(1.0 - probs)).mean()
+    return _entry_mean(torch.where(positive, neg_log(probs), neg_log(1.0 - probs)))
+
+
+class _ProblemMSE(torch.autograd.Function):
+    """``F.mse_loss``'s mean of each problem's matrix (``[R, B, F]`` to ``[R]``), with the gradient
+    ``F.mse_loss`` computes for one problem, rounded as it rounds it: ``(2 / (B F)) (a - b) g``.
+    Reducing the unreduced loss instead would scale in another order (``2 (a - b) (g / (B F))``),
+    and a run trained in a batched group would then differ from the same run alone in the last bit."""
+
+    @staticmethod
+    def forward(ctx: Any, a: Tensor, b: Tensor) -> Tensor:
+        ctx.save_for_backward(a, b)
+        return _entry_mean(F.mse_loss(a, b, reduction="none"))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
+        a, b = ctx.saved_tensors
+        scaled = (a - b).mul_(2.0 / (a.shape[-2] * a.shape[-1])).mul_(grad[..., None, None])
+        return scaled, -scaled
+
+
+def _mse(a: Tensor, b: Tensor) -> Tensor:
+    """``F.mse_loss``'s mean, one per problem when ``a`` carries a leading run dimension."""
+    return F.mse_loss(a, b) if a.dim() == 2 else _ProblemMSE.apply(a, b)
 
 
 class _DirichletPair(torch.autograd.Function):
@@ -94,7 +123,7 @@ def beta_kl_term(d: Tensor) -> Tensor:
     ``-lnΓ(a + b)`` and ``-(a + b - 2) ψ(a + b)``, and it depends on ``d`` alone, not on the draw.
     Smallest at ``d = 0.5`` (docs/methods.md, "smile")."""
     a, b = d + KL_EPSILON, (1.0 - d) + KL_EPSILON
-    return ((torch.lgamma(a) + torch.lgamma(b)) + ((a - 1.0) * torch.digamma(a) + (b - 1.0) * torch.digamma(b))).mean()
+    return _entry_mean((torch.lgamma(a) + torch.lgamma(b)) + ((a - 1.0) * torch.digamma(a) + (b - 1.0) * torch.digamma(b)))
 
 
 def smile_classifier_loss(logits: Tensor, labels: Tensor, distribution: Tensor, *, mu: float, p: float,
@@ -111,7 +140,7 @@ def smile_classifier_loss(logits: Tensor, labels: Tensor, distribution: Tensor, 
     terms = target * neg_log(scores) + (1 - target) * neg_log(1 - scores)
     unobserved = labels == 0
     terms = torch.where(unobserved, terms / (labels.shape[-1] - 1) if bias else terms * rate, terms)
-    return terms.mean()
+    return _entry_mean(terms)
 
 
 def smile_enhancement_loss(distribution: Tensor, labels: Tensor, features: Tensor, reconstructed: Tensor,
@@ -122,12 +151,12 @@ def smile_enhancement_loss(distribution: Tensor, labels: Tensor, features: Tenso
 
     with ``D`` the batch's label distributions, ``r`` the Beta draw, ``AN`` the assume-negative
     cross-entropy against the observed positives and ``A_batch`` the 0/1 adjacency among the
-    batch's rows."""
+    batch's rows. With a leading run dimension on every argument, one loss per run."""
     positive = labels > 0
     align = _assume_negative(distribution, positive)
-    rec_x = F.mse_loss(reconstructed, features)
+    rec_x = _mse(reconstructed, features)
     rec_y = _assume_negative(draw, positive)
-    rec_a = F.mse_loss(torch.mm(draw, draw.T), adjacency)
+    rec_a = _mse(torch.matmul(draw, draw.mT), adjacency)
     return align + gamma * (rec_x + rec_y + rec_a) + delta * beta_kl_term(distribution)
 
 
@@ -143,6 +172,13 @@ class SmileTerms(NamedTuple):
     enhancement: Tensor
 
 
+def _run_mlp(net: nn.Sequential, x: Tensor) -> Tensor:
+    """``net`` on ``x``, also with R runs' stacked weights in it (``x`` ``[R, B, in]``): what
+    ``net(x)`` computes for one run, each layer through :func:`~spmlkit.models.head.affine`."""
+    first, last = net[0], net[2]
+    return affine(torch.relu(affine(x, first.weight, first.bias)), last.weight, last.bias)
+
+
 def _mlp(in_dim: int, hidden: int, out_dim: int, generator: torch.Generator) -> nn.Sequential:
     """``Linear -> ReLU -> Linear`` with torch's default initialisation, drawn from ``generator``."""
     net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
@@ -153,10 +189,26 @@ def _mlp(in_dim: int, hidden: int, out_dim: int, generator: torch.Generator) -> 
     return net
 
 
+def _first_occurrences(index: Tensor) -> tuple[Tensor, Tensor]:
+    """The distinct ids of ``index`` (``[R, B]``) in the order they first occur, and where each entry
+    of ``index`` is among them (``[R, B]``). Runs that share one batch (a group that differs only in
+    learning rate or weight decay) get their batch itself, in its order: every sum over the rows
+    then adds what a solo run adds, in the same order, and the group's runs equal their solo runs
+    bit for bit (docs/architecture.md, "Many runs at once")."""
+    flat = index.reshape(-1)
+    rows, where = torch.unique(flat, return_inverse=True)
+    positions = torch.arange(len(flat), device=flat.device)
+    first = torch.full((len(rows),), len(flat), device=flat.device).scatter_reduce(0, where, positions, "amin")
+    order = first.argsort()
+    return rows[order], order.argsort()[where].view(index.shape)
+
+
 class SmileEncoder(nn.Module):
     """``D``'s logits: two graph convolutions and a linear layer, ``fc(conv2(relu(conv1(X))))``,
     hidden width ``C``. ``features`` ``[N, D]`` (a buffer, not checkpointed: it is the data) and its
-    ``k``-NN graph are fixed for the run."""
+    ``k``-NN graph are fixed for the run, and shared by a batched group's runs (``data_buffers``)."""
+
+    data_buffers = ("features",)
 
     def __init__(self, features: Tensor, num_classes: int, k: int, generator: torch.Generator) -> None:
         super().__init__()
@@ -174,11 +226,19 @@ class SmileEncoder(nn.Module):
 
         A row's output depends only on the rows within two incoming edges of it, so a batch's
         rows are computed from those alone: the values of the official code's pass over every row
-        (which it then indexes), at a fraction of the cost on a large set."""
+        (which it then indexes), at a fraction of the cost on a large set.
+
+        With R runs' stacked weights in place of its own (a batched group), every result has a
+        leading run dimension, and ``index`` may be ``[R, B]``, each run's batch: the rows of all
+        R batches are computed once per run and each run reads its own."""
+        if index is not None and index.dim() == 2:
+            rows, where = _first_occurrences(index)
+            out = self(rows)
+            return out[where] if out.dim() == 2 else torch.take_along_dim(out, where.unsqueeze(-1), dim=-2)
         second = self.graph.block(index)
         first = second if index is None else self.graph.block(second.sources)
         h = torch.relu(self.conv1(self.graph, self.features[first.sources], first))
-        return self.fc(self.conv2(self.graph, h, second))
+        return affine(self.conv2(self.graph, h, second), self.fc.weight, self.fc.bias)
 
 
 def _as_features(features: Any, k: int) -> Tensor:
@@ -220,9 +280,9 @@ class SmileLoss(SPMLLoss):
     needs_index = True
     data_arguments = ("features", "num_classes", "seed")
     reductions = ("mean",)
-    #: no: each step draws from the Beta distributions of the loss's own output, with the run's own
-    #: generator, which R runs stacked into one loss cannot share as R solo runs would draw
-    batchable = False
+    #: yes: R runs' networks stack like any parameters, and each run's Beta draws come from that
+    #: run's own generator (:meth:`join_group`), so a run draws in a group what it draws alone
+    batchable = True
 
     def __init__(
         self,
@@ -268,6 +328,7 @@ class SmileLoss(SPMLLoss):
         self.reconstruct = _mlp(2 * c, x.shape[1], x.shape[1], init)
         self._draws: torch.Generator | None = None
         self._draw_state: Tensor | None = None
+        self._group: list[SmileLoss] | None = None  # a batched group's losses, this one first
         #: the sampler of the Beta draws (None: this loss's generator); the side-by-side tool sets it
         self.sample: Callable[[Tensor], Tensor] | None = None
 
@@ -283,6 +344,22 @@ class SmileLoss(SPMLLoss):
                 self._draws.set_state(self._draw_state)
                 self._draw_state = None
         return self._draws
+
+    def join_group(self, members: list[SPMLLoss] | None) -> None:
+        """Draw run r's Beta samples with ``members[r]``'s generator while R runs train as one group."""
+        self._group = None if members is None else [m for m in members if isinstance(m, SmileLoss)]
+        if members is not None and len(self._group) != len(members):
+            raise TypeError("loss 'smile' can only train in a group of 'smile' losses")
+
+    def _draw(self, concentration: Tensor) -> Tensor:
+        """Dirichlet draws of ``[..., 2]`` concentrations: with a leading run dimension in a batched
+        group, row r from run r's generator, as that run would draw alone; else from this loss's."""
+        if self._group is None or concentration.dim() < 4:
+            return torch._sample_dirichlet(concentration, generator=self._generator(concentration.device))
+        if len(self._group) != len(concentration):
+            raise RuntimeError(f"loss 'smile' got {len(concentration)} runs' values in a group of {len(self._group)}")
+        return torch.stack([torch._sample_dirichlet(c, generator=m._generator(c.device))
+                            for c, m in zip(concentration, self._group)])
 
     def param_groups(self, lr: float) -> list[dict[str, Any]]:
         """The enhancement networks at ``lr``, without weight decay (the official code has none)."""
@@ -322,9 +399,10 @@ class SmileLoss(SPMLLoss):
 
     def terms(self, logits: Tensor, labels: Tensor, index: Tensor) -> SmileTerms:
         """One step's intermediate values and its two losses (their sum is the loss)."""
-        if logits.dim() != 2 or tuple(index.shape) != tuple(logits.shape[:1]):
-            raise ValueError(f"loss 'smile' takes one run's logits [batch, classes] and one id per row; got logits "
-                             f"{tuple(logits.shape)} and index {tuple(index.shape)}")
+        if logits.dim() not in (2, 3) or tuple(index.shape) != tuple(logits.shape[:-1]):
+            raise ValueError(f"loss 'smile' takes logits [batch, classes] (or [runs, batch, classes] for a batched "
+                             f"group) and one id per row; got logits {tuple(logits.shape)} and index "
+                             f"{tuple(index.shape)}")
         if logits.shape[-1] != self.num_classes:
             raise ValueError(f"loss 'smile': logits have {logits.shape[-1]} classes but its networks were built for "
                              f"{self.num_classes}")
@@ -334,10 +412,12 @@ class SmileLoss(SPMLLoss):
                              f"[{int(index.min())}, {int(index.max())}]")
         distribution = torch.sigmoid(self.encoder(index))
         rows = self.encoder.features[index]
-        hidden = self.latent(torch.cat((rows, distribution), dim=1))
-        draws = self._generator(distribution.device) if self.sample is None else None
-        draw = beta_rsample(distribution + BETA_EPSILON, 1 - distribution + BETA_EPSILON, draws, self.sample)
-        reconstructed = self.reconstruct(torch.cat((distribution, hidden), dim=1))
+        if rows.dim() < distribution.dim():  # one batch for R runs' networks: each run sees its rows
+            rows = rows.expand(*distribution.shape[:-1], rows.shape[-1])
+        hidden = _run_mlp(self.latent, torch.cat((rows, distribution), dim=-1))
+        draw = beta_rsample(distribution + BETA_EPSILON, 1 - distribution + BETA_EPSILON,
+                            sample=self._draw if self.sample is None else self.sample)
+        reconstructed = _run_mlp(self.reconstruct, torch.cat((distribution, hidden), dim=-1))
         adjacency = self.encoder.graph.adjacency(index).to(distribution.dtype)
         enhancement = smile_enhancement_loss(distribution, labels.to(distribution.device), rows, reconstructed, draw,
                                              adjacency, gamma=self.gamma, delta=self.delta)

@@ -206,7 +206,30 @@ def affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
         runs, classes, dim = weight.shape
         out = torch.addmm(bias.reshape(runs * classes), x, weight.reshape(runs * classes, dim).T)
         return out.view(len(x), runs, classes).transpose(0, 1)
-    return torch.baddbmm(bias.unsqueeze(-2), x, weight.mT)
+    return _StackedAffine.apply(x, weight, bias)
+
+
+class _StackedAffine(torch.autograd.Function):
+    """``baddbmm(bias, x, weight^T)`` for R stacked weights, with the weight's gradient taken as
+    ``F.linear``'s backward takes it for one matrix, ``G^T x``, and so laid out as the weight is.
+
+    Autograd's own backward of the batched product computes ``x^T G`` and hands the weight a
+    transposed view of it, which then has to be copied into the weight's layout: for SMILE's
+    reconstruction layer (R = 16, 294 x 294) that copy cost more than the product itself.
+    ``G^T x`` is also what a solo run computes, so the gradients stay a solo run's
+    (docs/architecture.md, "Many runs at once")."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return torch.baddbmm(bias.unsqueeze(-2), x, weight.mT)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        need_x, need_weight, need_bias = ctx.needs_input_grad
+        return (torch.bmm(grad, weight) if need_x else None, torch.bmm(grad.mT, x) if need_weight else None,
+                grad.sum(-2) if need_bias else None)
 
 
 class FeatureHead(nn.Module):

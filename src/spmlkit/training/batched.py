@@ -44,7 +44,7 @@ from .components import Mixing
 from .sources import predict_proba
 from .step import RunStep
 
-__all__ = ["BatchedSteps", "probabilities"]
+__all__ = ["BatchedSteps", "is_data_buffer", "probabilities"]
 
 
 class BatchedSteps:
@@ -54,7 +54,12 @@ class BatchedSteps:
     On entry every parameter of the runs is copied once into a ``[R, ...]`` leaf and each run's
     parameter becomes a view of its row (``Parameter.data``: the same parameter object, so the
     optimiser's state and groups stay the run's own); buffers (soft OPML's class AP) are stacked
-    once, as a loss replaces them only between epochs. The leaves and stacked buffers then take
+    once, as a loss replaces them only between epochs -- but for the buffers a module declares as
+    data (its ``data_buffers``: SMILE's training features and their graph), which are a function of
+    the data the group shares, so the template's own serve every run (checked equal on entry).
+    Each loss of the template is handed its runs' losses for the epoch
+    (:meth:`~spmlkit.losses.SPMLLoss.join_group`), for per-run state that is no tensor: SMILE draws
+    each run's Beta samples from that run's own generator. The leaves and stacked buffers then take
     the place of the template's own (``steps[0]``, whose code runs) for the epoch, under the same
     names, so a step is a plain call of the template: nothing is stacked or swapped per step.
     On exit the template gets its own tensors back and each run's parameters memory of their
@@ -73,6 +78,7 @@ class BatchedSteps:
         for step in steps:  # recorded as the runs' group size (docs/architecture.md, "How a run trained")
             step.group_size = max(step.group_size, len(steps))
         self._own: list[tuple[nn.Module, str, Tensor]] = []  # the template's tensors while swapped out
+        self._joined: list[tuple[nn.Module, list[nn.Module]]] = []  # the template's losses, each with its runs'
         self._entered = False
 
     def __enter__(self) -> BatchedSteps:
@@ -85,23 +91,32 @@ class BatchedSteps:
             for r, p in enumerate(params):
                 p.data = rows[r]
             if leaf.requires_grad:
-                leaf.register_hook(_contiguous_rows)
                 leaf.register_post_accumulate_grad_hook(_GradRows(params))
             stacked[name] = leaf
         buffers = [list(step.buffers()) for step in self.steps]
         for i, (name, _) in enumerate(self.template.named_buffers()):
-            stacked[name] = torch.stack([run[i] for run in buffers])
+            tensors = [run[i] for run in buffers]
+            if is_data_buffer(self.template, name):
+                _check_shared(name, tensors)
+                continue
+            stacked[name] = torch.stack(tensors)
         for name, tensor in stacked.items():
             path, _, attr = name.rpartition(".")
             module = self.template.get_submodule(path)
             self._own.append((module, attr, getattr(module, attr)))
             setattr(module, attr, tensor)
+        # a loss with per-run state that is no tensor (SMILE's generators) sees the group's losses
+        self._joined = [(term, [step.terms[i] for step in self.steps]) for i, term in enumerate(self.template.terms)]
+        for term, members in self._joined:
+            term.join_group(members)
         self._entered = True
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self._entered = False
+        for term, _ in self._joined:
+            term.join_group(None)
         while self._own:
             module, attr, tensor = self._own.pop()
             setattr(module, attr, tensor)
@@ -120,21 +135,21 @@ class BatchedSteps:
         return self.template(x, batch.index, batch.labels, batch.pseudo.mask, batch.pseudo.target, mixing, noise)
 
 
-def _contiguous_rows(grad: Tensor) -> Tensor:
-    """A stacked leaf's gradient hook: a gradient laid out unlike the leaf is copied into the
-    leaf's layout row by row, before autograd would copy it whole.
+def is_data_buffer(module: nn.Module, name: str) -> bool:
+    """Whether buffer ``name`` of ``module`` (a dotted path) is one its owner declares as data
+    (``data_buffers``): the same in every run of a group, so never stacked."""
+    path, _, attr = name.rpartition(".")
+    return attr in getattr(module.get_submodule(path), "data_buffers", ())
 
-    A batched head's weight gradient arrives as ``(x^T G)^T``, each run's ``[C, D]`` block a
-    transposed view. Autograd makes a leaf's gradient contiguous with one strided copy of the
-    ``[R, C, D]`` stack, which took 12.5 ms for 9 bibtex heads (1836 x 159); R copies of one
-    transposed matrix each take the fast two-dimensional path, 4.8 ms in all, and copy the same
-    values (docs/architecture.md, "Many runs at once")."""
-    if grad.dim() < 3 or grad.is_contiguous():
-        return grad
-    out = torch.empty(grad.shape, dtype=grad.dtype, device=grad.device)
-    for row, value in zip(out, grad):
-        row.copy_(value)
-    return out
+
+def _check_shared(name: str, tensors: list[Tensor]) -> None:
+    """A data buffer is a function of the data a group shares, so every run holds the same values;
+    one that differs would mean runs with different data were grouped (a bug, not the user's)."""
+    first = tensors[0]
+    for r, tensor in enumerate(tensors[1:], 1):
+        if tensor.shape != first.shape or not torch.equal(tensor, first):
+            raise RuntimeError(f"buffer {name!r} is declared data, shared by a batched group, but run {r}'s "
+                               "differs from run 0's: the group's runs do not share their data")
 
 
 class _GradRows:
