@@ -7,7 +7,8 @@ For every method of the Yeast benchmark (its preset hyperparameters, the given l
 :func:`spmlkit.experiments.sweep.run_config`),
 in this process with one torch thread (as a sweep worker):
 
-1. the runs as one group, :func:`spmlkit.training.train_group`, timed in CPU seconds;
+1. the runs as one group, :func:`spmlkit.training.train_group`, timed in CPU seconds (as the
+   groups their batch keys form, where a method groups fewer: SMILE groups one seed's runs);
 2. each run alone, :func:`spmlkit.training.train`, timed the same way;
 3. the largest absolute difference, over the runs, between a batched run and its solo run in
    the final weights, the selected epoch's validation mAP and the test mAP (the contract is
@@ -31,6 +32,7 @@ from spmlkit.experiments.benchmark import BenchmarkSpec
 from spmlkit.experiments.sweep import expand, run_config
 from spmlkit.methods import METHODS
 from spmlkit.training import RunResult, train, train_group
+from spmlkit.training.plan import batch_key
 
 
 def _cpu(fn):
@@ -49,7 +51,8 @@ def main() -> None:
     parser.add_argument("--lrs", default="0.01", help="learning rates, comma-separated (the benchmark's: "
                         "0.001,0.003,0.01)")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default=",".join(m for m in METHODS if not METHODS[m].images_only),
+                        help="methods, comma-separated (default: every method that trains on features)")
     parser.add_argument("--epochs", type=int, default=20)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -62,13 +65,17 @@ def main() -> None:
         by_method.setdefault(run["method"], []).append(run_config(run))
     print(f"load average at start: {os.getloadavg()[0]:.2f}; lrs {args.lrs}, seeds {args.seeds}, "
           f"{args.epochs} epochs, one torch thread")
-    train_group(next(iter(by_method.values())))  # warm-up: data loading, torch's first-use imports
+    train_group(next(iter(by_method.values()))[:1])  # warm-up: data loading, torch's first-use imports
     header = (f"| method | weights | val mAP | test mAP | group (s) | {len(seeds) * len(lrs)} solo (s) | speed-up |\n"
               "|---|---|---|---|---|---|---|")
     print(header)
     total_group = total_solo = 0.0
     for method, configs in by_method.items():
-        batched, group_seconds = _cpu(lambda: train_group(configs))
+        groups: dict[str | None, list] = {}  # a method may group fewer runs (SMILE: one seed's)
+        for config in configs:
+            groups.setdefault(batch_key(config), []).append(config)
+        configs = [config for group in groups.values() for config in group]
+        batched, group_seconds = _cpu(lambda: [r for group in groups.values() for r in train_group(group)])
         solo_seconds = 0.0
         worst = {"weights": 0.0, "val": 0.0, "test": 0.0}
         for config, result in zip(configs, batched):

@@ -77,7 +77,7 @@ def _assert_equal_runs(batched: RunResult, solo: RunResult, group_size: int) -> 
     ("an", {}), ("em", {}), ("em_apl", {"warmup_epochs": 2}), ("gr", {}), ("epr", {}), ("role", {}),
     ("ll_cp", {"delta_rel": 2.0}), ("l1r", {}), ("l2r", {}), ("zlpr", {}), ("pu_mlc", {}), ("splc", {}),
     ("opml_sp", {"start_epoch": 2, "rho": 0.05}), ("crisp", {"lam": 0.5}),
-    ("mime", {"threshold": 0.2, "start_epoch": 1}), ("smile", {}),
+    ("mime", {"threshold": 0.2, "start_epoch": 1}),
 ])
 def test_batched_runs_equal_their_solo_runs(method: str, hparams: dict) -> None:
     configs = _configs(method, hparams=hparams)
@@ -99,6 +99,17 @@ def test_smile_runs_that_share_their_batches_equal_their_solo_runs_bit_for_bit()
         solo = train(config)
         assert _assert_equal_runs(result, solo, len(configs)) == 0.0
         assert result.test_metrics == solo.test_metrics and result.history[-1]["train_loss"] == solo.history[-1]["train_loss"]
+
+
+def test_smile_groups_only_runs_of_one_seed() -> None:
+    """Under the reference protocol, runs of other methods that differ in seed share a group;
+    SMILE's do not (their batches differ: ``SPMLLoss.groups_across_seeds``), its learning rates do."""
+    smile, an = _configs("smile"), _configs("an")
+    assert len({batch_key(c) for c in an}) == 1
+    assert len({batch_key(c) for c in smile}) == 2  # seeds 0 and 1, each with both learning rates
+    assert {batch_key(c) for c in smile if c.optimisation.seed == 0} == {batch_key(smile[0])}
+    with pytest.raises(ValueError, match="differ in more than lr, weight_decay"):
+        train_group(smile)
 
 
 @pytest.mark.parametrize("values", [

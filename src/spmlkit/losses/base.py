@@ -147,6 +147,10 @@ class SPMLLoss(nn.Module):
     #: checks each against its per-problem values; a loss that does not declare it (the default, so
     #: a loss written for ``[B, C]`` only is never misused) trains one run at a time.
     batchable: ClassVar[bool] = False
+    #: False when a batched group of this loss should hold only runs of one seed, which draw the same
+    #: batches (the sweep then groups each seed's learning rates and weight decays): SMILE, whose
+    #: graph network would compute the rows of every run's batch for every run
+    groups_across_seeds: ClassVar[bool] = True
 
     def __init__(self, *, reduction: str = "mean", validate_args: bool = True) -> None:
         super().__init__()

@@ -283,6 +283,10 @@ class SmileLoss(SPMLLoss):
     #: yes: R runs' networks stack like any parameters, and each run's Beta draws come from that
     #: run's own generator (:meth:`join_group`), so a run draws in a group what it draws alone
     batchable = True
+    #: no: runs with different seeds draw different batches, and the encoder would compute the rows
+    #: of all R batches for every run -- measured no faster than training them one at a time on
+    #: Yeast, and rounding apart from solo runs (docs/methods.md, "smile", "Many runs at once")
+    groups_across_seeds = False
 
     def __init__(
         self,

@@ -49,8 +49,22 @@ VARYING = ("seed", "lr", "weight_decay")
 
 def varying(config: RunConfig) -> tuple[str, ...]:
     """:data:`VARYING` for ``config``: without the seed when the seed also draws the run's rows
-    (partition 'random', docs/protocol.md, "The tabular protocol"), since a group shares its data."""
-    return VARYING if config.data.partition != "random" else tuple(k for k in VARYING if k != "seed")
+    (partition 'random', docs/protocol.md, "The tabular protocol"), since a group shares its data,
+    and when the method's loss groups only runs that share their batches
+    (:attr:`~spmlkit.losses.SPMLLoss.groups_across_seeds`: SMILE)."""
+    if config.data.partition == "random" or not _groups_across_seeds(config):
+        return tuple(k for k in VARYING if k != "seed")
+    return VARYING
+
+
+def _groups_across_seeds(config: RunConfig) -> bool:
+    from .. import losses
+
+    try:
+        method = resolve_hparams(config.method.name, config.method.hparams).method
+    except (ValueError, OSError):  # unbatchable_reason reports it
+        return True
+    return all(losses.loss_class(name).groups_across_seeds for name in (method.loss, *(r for r, _ in method.regularizers)))
 
 
 @dataclass(frozen=True)
