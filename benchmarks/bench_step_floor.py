@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from spmlkit.experiments.benchmark import BenchmarkSpec
 from spmlkit.experiments.sweep import expand, run_config
 from spmlkit.metrics import average_precision
-from spmlkit.models.head import affine
+from spmlkit.stacked import affine
 from spmlkit.training import train_group
 from spmlkit.training.distributed import Distributed
 from spmlkit.training.evaluation import evaluate_test

@@ -14,7 +14,7 @@ ROOT = Path(spmlkit.__file__).parent
 LAYERS = {
     "__init__": 0, "protocol": 0, "labels": 0, "metrics": 0, "io": 0, "errors": 0, "signatures": 0, "cpus": 0, "transfer": 0, "allocator": 0,
     "names": 0, "file_names": 0,
-    "output_dir": 0,
+    "output_dir": 0, "stacked": 0,
     "methods": 1, "losses": 1, "labeling": 1,
     "data": 2, "models": 2, "plugins": 2,
     "training": 3,

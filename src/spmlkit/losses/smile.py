@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..models.head import affine
+from ..stacked import affine
 from .base import LossContext, LossOptions, SPMLLoss, check_number, register
 from .graph import GraphConv, KnnGraph
 
@@ -174,7 +174,7 @@ class SmileTerms(NamedTuple):
 
 def _run_mlp(net: nn.Sequential, x: Tensor) -> Tensor:
     """``net`` on ``x``, also with R runs' stacked weights in it (``x`` ``[R, B, in]``): what
-    ``net(x)`` computes for one run, each layer through :func:`~spmlkit.models.head.affine`."""
+    ``net(x)`` computes for one run, each layer through :func:`~spmlkit.stacked.affine`."""
     first, last = net[0], net[2]
     return affine(torch.relu(affine(x, first.weight, first.bias)), last.weight, last.bias)
 

@@ -37,7 +37,8 @@ import torch
 from torch import nn
 
 from .backbones import create_backbone
-from .head import affine, backbone_and_head_groups, global_average_pool
+from ..stacked import affine
+from .head import backbone_and_head_groups, global_average_pool
 from .label_query import LabelQueryHead
 
 __all__ = ["BottleneckNet", "GaussianBottleneck", "Latent", "build_bottleneck_net"]
