@@ -332,7 +332,7 @@ class SmileLoss(SPMLLoss):
         self.reconstruct = _mlp(2 * c, x.shape[1], x.shape[1], init)
         self._draws: torch.Generator | None = None
         self._draw_state: Tensor | None = None
-        self._group: list[SmileLoss] | None = None  # a batched group's losses, this one first
+        self._group: list[SPMLLoss] | None = None  # a batched group's losses (all SMILE's), this one first
         #: the sampler of the Beta draws (None: this loss's generator); the side-by-side tool sets it
         self.sample: Callable[[Tensor], Tensor] | None = None
 
@@ -351,19 +351,15 @@ class SmileLoss(SPMLLoss):
 
     def join_group(self, members: list[SPMLLoss] | None) -> None:
         """Draw run r's Beta samples with ``members[r]``'s generator while R runs train as one group."""
-        self._group = None if members is None else [m for m in members if isinstance(m, SmileLoss)]
-        if members is not None and len(self._group) != len(members):
-            raise TypeError("loss 'smile' can only train in a group of 'smile' losses")
+        self._group = None if members is None else list(members)
 
     def _draw(self, concentration: Tensor) -> Tensor:
         """Dirichlet draws of ``[..., 2]`` concentrations: with a leading run dimension in a batched
         group, row r from run r's generator, as that run would draw alone; else from this loss's."""
         if self._group is None or concentration.dim() < 4:
             return torch._sample_dirichlet(concentration, generator=self._generator(concentration.device))
-        if len(self._group) != len(concentration):
-            raise RuntimeError(f"loss 'smile' got {len(concentration)} runs' values in a group of {len(self._group)}")
         return torch.stack([torch._sample_dirichlet(c, generator=m._generator(c.device))
-                            for c, m in zip(concentration, self._group)])
+                            for c, m in zip(concentration, self._group, strict=True)])
 
     def param_groups(self, lr: float) -> list[dict[str, Any]]:
         """The enhancement networks at ``lr``, without weight decay (the official code has none)."""
@@ -416,8 +412,6 @@ class SmileLoss(SPMLLoss):
                              f"[{int(index.min())}, {int(index.max())}]")
         distribution = torch.sigmoid(self.encoder(index))
         rows = self.encoder.features[index]
-        if rows.dim() < distribution.dim():  # one batch for R runs' networks: each run sees its rows
-            rows = rows.expand(*distribution.shape[:-1], rows.shape[-1])
         hidden = _run_mlp(self.latent, torch.cat((rows, distribution), dim=-1))
         draw = beta_rsample(distribution + BETA_EPSILON, 1 - distribution + BETA_EPSILON,
                             sample=self._draw if self.sample is None else self.sample)

@@ -58,13 +58,19 @@ def varying(config: RunConfig) -> tuple[str, ...]:
 
 
 def _groups_across_seeds(config: RunConfig) -> bool:
-    from .. import losses
-
     try:
-        method = resolve_hparams(config.method.name, config.method.hparams).method
+        classes = _loss_classes(config)
     except (ValueError, OSError):  # unbatchable_reason reports it
         return True
-    return all(losses.loss_class(name).groups_across_seeds for name in (method.loss, *(r for r, _ in method.regularizers)))
+    return all(cls.groups_across_seeds for cls in classes.values())
+
+
+def _loss_classes(config: RunConfig) -> dict[str, type]:
+    """The method's loss and regularisers, by name: the classes whose declarations decide grouping."""
+    from .. import losses
+
+    method = resolve_hparams(config.method.name, config.method.hparams).method
+    return {name: losses.loss_class(name) for name in (method.loss, *(reg for reg, _ in method.regularizers))}
 
 
 @dataclass(frozen=True)
@@ -242,16 +248,15 @@ def unbatchable_reason(config: RunConfig) -> str | None:
     draws its masks from the global RNG, which R runs cannot share as R solo runs would), and the
     machinery that belongs to one run.
     """
-    from .. import losses
     from ..models import FeatureHead
 
     try:
         feature = is_feature_run(config)
-        method = resolve_hparams(config.method.name, config.method.hparams).method
+        classes = _loss_classes(config)
     except (ValueError, OSError) as exc:  # an unknown dataset or method, a missing folder: planning reports it
         return f"the run's settings cannot be checked here ({exc})"
-    for name in (method.loss, *(reg for reg, _ in method.regularizers)):
-        if not losses.loss_class(name).batchable:
+    for name, cls in classes.items():
+        if not cls.batchable:
             return f"loss {name!r} declares that it cannot be batched"
     checks = (
         (not feature, "image runs train one at a time (their backbones and input pipelines are one run's)"),
