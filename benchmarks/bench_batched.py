@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--lrs", default="0.01", help="learning rates, comma-separated (the benchmark's: "
                         "0.001,0.003,0.01)")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--methods", default=",".join(m for m in METHODS if not METHODS[m].images_only),
+    parser.add_argument("--methods", default=",".join(m for m in METHODS if METHODS[m].on_features.trains),
                         help="methods, comma-separated (default: every method that trains on features)")
     parser.add_argument("--epochs", type=int, default=20)
     args = parser.parse_args()

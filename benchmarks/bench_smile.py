@@ -4,7 +4,7 @@ For rows of the size of four MULAN sets' 80 % training splits (random features: 
 depend on their values), it times, on one torch thread:
 
 * building SMILE's k-nearest-neighbour graph (the distances; a second build of the same features
-  is served from memory, ``spmlkit.losses.graph.knn_neighbours``);
+  is served from memory, ``spmlkit.models.graph.knn_neighbours``);
 * one training step of batch 16 on an MLP head with hidden width C (the SMILE code's classifier):
   forward, SMILE's loss, backward and fused Adam over the head and SMILE's networks; and the same
   step with the AN loss, whose networks are the head's alone.
@@ -20,7 +20,10 @@ import time
 import torch
 
 from spmlkit import losses
-from spmlkit.losses import graph
+from spmlkit.labels import LabelBatch, PseudoLabels
+from spmlkit.methods import METHODS, Method, RunInfo
+from spmlkit.models import ModelOutput
+from spmlkit.models import graph
 from spmlkit.models import FeatureHead
 
 #: (name, training rows, features, classes): 80 % of each set's rows
@@ -28,7 +31,14 @@ SIZES = [("yeast", 1933, 103, 14), ("scene", 1925, 294, 6), ("corel5k", 4000, 49
          ("delicious", 12920, 500, 983)]
 
 
-def step_ms(head: FeatureHead, loss: losses.SPMLLoss, X: torch.Tensor, labels: torch.Tensor, steps: int,
+def method(name: str, X: torch.Tensor, classes: int) -> Method:
+    """The method ``name`` of a run whose training rows are ``X``."""
+    info = RunInfo(num_train=len(X), num_classes=classes, observed=None, expected_num_pos=1.0, epochs=1, seed=0,
+                   features=lambda: X)
+    return METHODS[name](info)
+
+
+def step_ms(head: FeatureHead, loss: Method, X: torch.Tensor, labels: torch.Tensor, steps: int,
             generator: torch.Generator) -> float:
     """Milliseconds per step (after 20 warm-up steps), batches of 16 random rows."""
     groups = head.param_groups(1e-3) + loss.param_groups(1e-3)
@@ -40,7 +50,9 @@ def step_ms(head: FeatureHead, loss: losses.SPMLLoss, X: torch.Tensor, labels: t
             start = time.perf_counter()
         for p in params:
             p.grad = None
-        loss(head(X[index]), labels[index], index=index).backward()
+        y = labels[index]
+        batch = LabelBatch(y, PseudoLabels(torch.zeros_like(y, dtype=torch.bool), torch.zeros_like(y)), index)
+        loss.loss(ModelOutput(head(X[index]).logits), batch).backward()
         optimizer.step()
     return (time.perf_counter() - start) / steps * 1000
 
@@ -58,16 +70,16 @@ def main() -> None:
         labels[torch.arange(n), torch.randint(classes, (n,), generator=generator)] = 1.0
         graph._RECENT.clear()
         t0 = time.perf_counter()
-        smile = losses.create("smile", features=X, num_classes=classes, seed=0, validate_args=False)
+        smile = method("smile", X, classes)
         built = time.perf_counter() - t0
         t0 = time.perf_counter()
-        losses.create("smile", features=X, num_classes=classes, seed=0, validate_args=False)
+        method("smile", X, classes)
         again = time.perf_counter() - t0
         torch.manual_seed(0)
         smile_ms = step_ms(FeatureHead(dim, classes, "mlp", hidden=classes), smile, X, labels, args.steps, generator)
         torch.manual_seed(0)
-        an_ms = step_ms(FeatureHead(dim, classes, "mlp", hidden=classes), losses.create("an", validate_args=False), X,
-                        labels, args.steps, generator)
+        an_ms = step_ms(FeatureHead(dim, classes, "mlp", hidden=classes), method("an", X, classes), X, labels,
+                        args.steps, generator)
         print(f"{name:<10} {n:>6} {dim:>4} {classes:>4} {built:>8.2f} {again:>8.2f} {smile_ms:>9.2f} {an_ms:>7.2f}",
               flush=True)
 

@@ -34,7 +34,7 @@ def report(dataset: str, epochs: int | None, folder: Path) -> None:
     plan = plan_run(config)
     truth = np.asarray(plan.split.truth_train, dtype=np.float64).mean(axis=0)
     n_p = (plan.split.observed == 1).sum(axis=0)
-    prior = np.asarray(load_checkpoint(folder / dataset / "best.pt")["components"]["labeling"]["prior"])
+    prior = np.asarray(load_checkpoint(folder / dataset / "best.pt")["method"]["_extra_state"]["labeling"]["prior"])
     rows = len(plan.split.observed)
     print(f"\n{dataset}: {rows} training rows, selected epoch {result.best_epoch}, "
           f"val mAP {100 * result.val_map:.2f}%, test mAP {100 * result.test_map:.2f}%")

@@ -23,7 +23,7 @@ from spmlkit.experiments.presets import TABULAR_PROTOCOL, resolve_config
 from spmlkit.experiments.store import ResultsStore
 from spmlkit.experiments.sweep import SweepSpec, execute_runs, expand
 from spmlkit.experiments.sweep.processes import InProcess
-from spmlkit.losses.elementwise import AN
+from spmlkit.methods import METHODS
 from spmlkit.training import RunResult, train
 from spmlkit.training.plan import batch_key, unbatchable_reason
 from spmlkit.training.trainer import train_group
@@ -103,7 +103,7 @@ def test_smile_runs_that_share_their_batches_equal_their_solo_runs_bit_for_bit()
 
 def test_smile_groups_only_runs_of_one_seed() -> None:
     """Under the reference protocol, runs of other methods that differ in seed share a group;
-    SMILE's do not (their batches differ: ``SPMLLoss.groups_across_seeds``), its learning rates do."""
+    SMILE's do not (their batches differ: ``Method.group_varies``), its learning rates do."""
     smile, an = _configs("smile"), _configs("an")
     assert len({batch_key(c) for c in an}) == 1
     assert len({batch_key(c) for c in smile}) == 2  # seeds 0 and 1, each with both learning rates
@@ -153,9 +153,9 @@ def test_what_cannot_be_batched_is_refused_with_the_reason(monkeypatch) -> None:
     with pytest.raises(ValueError, match="differ in more than seed, lr"):
         train_group([base, resolve_config({**QUICK, "method": "an", "batch_size": 32})])
     assert train_group([]) == []
-    # a loss that does not declare itself batchable trains one run at a time
-    monkeypatch.setattr(AN, "batchable", False)
-    assert "loss 'an' declares that it cannot be batched" in unbatchable_reason(base)
+    # a method that does not declare itself batchable trains one run at a time
+    monkeypatch.setattr(METHODS["an"], "batchable", False)
+    assert "method 'an' declares that it cannot be batched" in unbatchable_reason(base)
 
 
 def _grid(**extra: Any) -> SweepSpec:
@@ -190,6 +190,36 @@ def test_a_bug_that_stops_a_group_is_raised_not_hidden_by_solo_runs(monkeypatch)
     with pytest.raises(TypeError, match="a bug in the batched loop"):
         execute_runs(expand(_grid())[:2])
     assert solo == []  # no run was trained around it
+
+
+def test_a_value_error_of_ours_is_no_bad_setting_and_is_raised(monkeypatch) -> None:
+    """The fallback catches the declared reasons (a refused setting, memory), not any ValueError:
+    a group the sweep made and the run plan refuses is our bug (they read one decision)."""
+    from spmlkit.training import trainer
+
+    def refused(configs):
+        raise ValueError("run an seed 1 lr 0.01 cannot train in the group of seed 0 lr 0.01")
+
+    monkeypatch.setattr(trainer, "train_group", refused)
+    monkeypatch.setattr(sweep_module.execute, "execute_run", lambda *a, **k: pytest.fail("trained around a bug"))
+    with pytest.raises(ValueError, match="cannot train in the group"):
+        execute_runs(expand(_grid())[:2])
+
+
+def test_a_sweep_of_smile_trains_each_seeds_learning_rates_as_one_group(tmp_path: Path) -> None:
+    """SMILE groups one seed's runs (``group_varies``), and the sweep forms exactly those groups: the
+    run plan and the sweep read one decision. Seeds 0-5 and two learning rates on two workers: every
+    run trains in a group of 2 (its seed's two lrs), none falls back, each equals its solo run."""
+    spec = tmp_path / "smile.yaml"
+    spec.write_text("name: smile_groups\ndatasets: [yeast]\nmethods: [smile]\nseeds: [0, 1, 2, 3, 4, 5]\n"
+                    "lrs: [0.01, 0.001]\nsettings: {epochs: 1, subset: 300, device: cpu}\n")
+    assert main(["sweep", str(spec), "--jobs", "2", "--store", str(tmp_path / "s.db"), "--quiet"]) == 0
+    records = ResultsStore(tmp_path / "s.db").records()
+    assert sorted((r["seed"], r["lr"], r["group_size"], r.get("alone_reason")) for r in records) == sorted(
+        (seed, lr, 2, None) for seed in range(6) for lr in (0.01, 0.001))
+    first = next(r for r in records if (r["seed"], r["lr"]) == (3, 0.001))
+    solo = sweep_module.execute_run(first["config"])
+    assert solo["test_map"] == first["test_map"] and solo["test_ap"] == first["test_ap"]
 
 
 def test_a_group_that_runs_out_of_memory_trains_its_runs_alone_and_says_so(monkeypatch) -> None:

@@ -206,10 +206,10 @@ def test_cli_train_prints_epochs(tmp_path, capsys):
 def test_dataset_presets_are_valid_and_used_by_train_and_benchmark():
     from spmlkit.experiments.presets import YEAST_HPARAMS, resolve_config
     from spmlkit.experiments.sweep import expand, run_config
-    from spmlkit.methods import resolve_hparams
+    from spmlkit.methods import check_hparams
 
     for method, hp in YEAST_HPARAMS.items():
-        resolve_hparams(method, hp)  # raises on a stale name
+        check_hparams(method, hp)  # raises on a stale name
     # `train --dataset yeast --method em_apl` and the benchmark's em_apl runs resolve the same way
     trained = resolve_config({"dataset": "yeast", "method": "em_apl"})
     assert trained.method.hparams == YEAST_HPARAMS["em_apl"]

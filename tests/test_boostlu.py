@@ -17,11 +17,11 @@ from spmlkit.experiments import benchmark as bm
 from spmlkit.experiments.presets import PRESETS, resolve_config
 from spmlkit.experiments.published import published
 from spmlkit.labels import Kind
-from spmlkit.methods import METHODS, cam_boost, resolve_hparams
+from spmlkit.methods import METHODS, check_hparams
 from spmlkit.models import SPMLNet, boost_lu, boosted_logits, build_model
 from spmlkit.training import train
 from spmlkit.training.config import config_from_dict
-from spmlkit.training.model_check import backbone_map_reason, check_model
+from spmlkit.training.network import backbone_map_reason, check_network, network_spec
 
 BOOSTLU = ("boostlu_ll_r", "boostlu_ll_ct", "boostlu_ll_cp")
 
@@ -79,10 +79,10 @@ def test_spmlnet_with_cam_boost_boosts_before_pooling_and_alpha_one_is_the_plain
     x = torch.randn(4, 6, 5, 5)
     cam = torch.einsum("bdhw,cd->bchw", x, plain.head.weight) + plain.head.bias[:, None, None]
     expected = torch.where(cam > 0, 5 * cam, cam).mean(dim=(2, 3))
-    assert torch.allclose(boosted(x), expected, atol=1e-6)
-    assert not torch.allclose(boosted(x), plain(x), atol=1e-3)
+    assert torch.allclose(boosted(x).logits, expected, atol=1e-6)
+    assert not torch.allclose(boosted(x).logits, plain(x).logits, atol=1e-3)
     boosted.cam_boost = 1.0
-    assert torch.allclose(boosted(x), plain(x), atol=1e-6)
+    assert torch.allclose(boosted(x).logits, plain(x).logits, atol=1e-6)
 
 
 def test_a_backbone_without_a_spatial_map_is_refused_by_the_forward():
@@ -104,16 +104,21 @@ def test_cam_boost_must_be_a_positive_number(alpha):
 
 # --------------------------------------------------------------------------- the recipes
 def test_recipes_pair_the_large_loss_schemes_with_boostlu_and_their_alpha_is_a_knob():
-    assert [(METHODS[m].loss, METHODS[m].head) for m in BOOSTLU] == [("ll_r", "boostlu"), ("ll_ct", "boostlu"),
-                                                                    ("ll_cp", "boostlu")]
-    assert cam_boost(resolve_hparams("boostlu_ll_r")) == 5.0
-    resolved = resolve_hparams("boostlu_ll_cp", {"boost_alpha": 3, "delta_rel": 0.1})
-    assert (cam_boost(resolved), resolved.loss_kwargs) == (3.0, {"record": "ge", "delta_rel": 0.1})
-    assert cam_boost(resolve_hparams("ll_r")) is None
+    assert [METHODS[m].made_of.loss for m in BOOSTLU] == ["ll_r", "ll_ct", "ll_cp"]
+    assert METHODS["boostlu_ll_r"].model_parts({}) == {"cam_boost": 5.0}
+
+    def alpha(method, **hparams):
+        return network_spec(config_from_dict({"dataset": "digits-mosaic", "method": method, "hparams": hparams}),
+                            "images").cam_boost
+
+    assert alpha("boostlu_ll_r") == 5.0
+    assert alpha("boostlu_ll_cp", boost_alpha=3, delta_rel=0.1) == 3.0
+    assert METHODS["boostlu_ll_cp"].made_of.loss_kwargs == {"record": "ge"}
+    assert alpha("ll_r") is None
     with pytest.raises(ValueError, match="method 'll_r' has no hyperparameter 'boost_alpha'"):
-        resolve_hparams("ll_r", {"boost_alpha": 5.0})
+        check_hparams("ll_r", {"boost_alpha": 5.0})
     with pytest.raises(ValueError, match="boost_alpha .BoostLU's alpha. must be a positive number, got -1"):
-        cam_boost(resolve_hparams("boostlu_ll_r", {"boost_alpha": -1}))
+        alpha("boostlu_ll_r", boost_alpha=-1)
 
 
 def test_ll_cp_records_above_lambda_and_the_boostlu_recipe_records_lambda_too():
@@ -132,7 +137,8 @@ def test_ll_cp_records_above_lambda_and_the_boostlu_recipe_records_lambda_too():
 
 
 def test_a_benchmark_of_features_leaves_them_out_and_one_of_images_keeps_them():
-    assert all(METHODS[m].images_only.startswith("BoostLU boosts class activation maps") for m in BOOSTLU)
+    assert all(METHODS[m].on_features.note.startswith("BoostLU boosts class activation maps") for m in BOOSTLU)
+    assert not any(METHODS[m].on_features.trains for m in BOOSTLU)
     assert not set(BOOSTLU) & set(bm.BenchmarkSpec(dataset="yeast").methods)
     assert set(BOOSTLU) <= set(bm.BenchmarkSpec(dataset="digits-mosaic").methods)
 
@@ -162,12 +168,12 @@ def _config(**values):
 
 def test_a_feature_run_is_refused_in_one_line():
     with pytest.raises(ValueError) as err:
-        check_model(config_from_dict({"dataset": "yeast", "method": "boostlu_ll_ct"}), "features")
+        check_network(config_from_dict({"dataset": "yeast", "method": "boostlu_ll_ct"}), "features")
     assert str(err.value) == (
         "method 'boostlu_ll_ct' has no meaning on a feature dataset ('yeast'): BoostLU boosts class activation maps, "
         "which need a convolutional backbone's spatial feature map [B, D, h, w]; pooled features have none; train "
         "it on an image dataset, or use ll_ct on it")
-    check_model(config_from_dict({"dataset": "yeast", "method": "ll_ct"}), "features")  # the plain method runs
+    check_network(config_from_dict({"dataset": "yeast", "method": "ll_ct"}), "features")  # the plain method runs
     with pytest.raises(InputError, match=r"^method 'boostlu_ll_ct' has no meaning on a feature dataset \('yeast'\)"):
         train(config_from_dict({"dataset": "yeast", "method": "boostlu_ll_ct"}))  # refused by the run's plan
 
@@ -175,17 +181,17 @@ def test_a_feature_run_is_refused_in_one_line():
 def test_linear_init_the_label_query_head_and_a_token_backbone_are_refused():
     with pytest.raises(ValueError, match=r"cannot train with LinearInit \(linear_init_epochs 3\): LinearInit "
                                          r"trains the linear layer on pooled features, but BoostLU boosts"):
-        check_model(_config(linear_init_epochs=3), "images")
+        check_network(_config(linear_init_epochs=3), "images")
     with pytest.raises(ValueError, match=r"needs a convolutional backbone's spatial feature map \[B, D, h, w\] "
                                          r"\(BoostLU boosts class activation maps\), but timm:vit_tiny_patch16_224 "
                                          r"has none: its output is a sequence of tokens \(1, 197, 192\)"):
-        check_model(_config(backbone="timm:vit_tiny_patch16_224", image_size=224), "images")
+        check_network(_config(backbone="timm:vit_tiny_patch16_224", image_size=224), "images")
     with pytest.raises(ValueError, match=r"needs the linear head applied at every location .BoostLU boosts class "
                                          r"activation maps., and image_head label_query has none; set image_head: "
                                          r"linear"):
-        check_model(_config(image_head="label_query"), "images")
+        check_network(_config(image_head="label_query"), "images")
     assert backbone_map_reason("torchvision:resnet18", 64) is None
-    check_model(_config(), "images")
+    check_network(_config(), "images")
 
 
 def test_a_benchmark_naming_boostlu_on_a_feature_set_is_refused_before_any_run(tmp_path, capsys):
@@ -231,6 +237,6 @@ def test_an_image_run_trains_boosted_records_what_it_corrected_and_predicts_boos
         for net in (model, plain):  # scores of both signs (a short SPML run scores nearly all negative)
             net.head.bias -= centre
         assert (cam - centre[:, None, None] > 0).any() and (cam - centre[:, None, None] < 0).any()
-        assert torch.equal(model(x), boosted_logits(features, plain.head.weight, plain.head.bias, 3.0))
-        assert not torch.allclose(model(x), plain(x), atol=1e-3)
+        assert torch.equal(model(x).logits, boosted_logits(features, plain.head.weight, plain.head.bias, 3.0))
+        assert not torch.allclose(model(x).logits, plain(x).logits, atol=1e-3)
     assert np.isfinite(result.test_map)

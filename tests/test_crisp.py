@@ -10,16 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from spmlkit import labeling, losses
+from spmlkit import losses
 from spmlkit.experiments.presets import DATASET_DEFAULTS, get_preset
 from spmlkit.labeling import class_prior as class_prior_module
 from spmlkit.labeling.class_prior import ClassPriorEstimation, estimate_class_prior
 from spmlkit.labels import LabelState
 from spmlkit.losses.crisp import crisp_risk
-from spmlkit.methods import Method, resolve_hparams
+from spmlkit.methods import METHODS, RunInfo
 from spmlkit.protocol import Observation
 from spmlkit.training import RunConfig, train
-from spmlkit.training.components import build_components
 from spmlkit.training.config import config_from_dict
 from spmlkit.training.run_data import RunData
 from spmlkit.training.sources import predict_proba
@@ -195,8 +194,8 @@ def test_the_algorithm_estimates_after_every_epoch_and_leaves_the_labels_alone()
     scores, labelled, y = _known_priors(2_000, seed=3)
     observed = labelled.astype(np.int8)
     state = LabelState(observed)
-    algo = labeling.create("class_prior", delta=0.05, tau=0.02)
-    assert algo.provides_class_prior and algo.class_prior() is None and algo.is_active(1) and algo.is_active(7)
+    algo = ClassPriorEstimation(delta=0.05, tau=0.02)
+    assert algo.class_prior() is None and algo.is_active(1) and algo.is_active(7)
     record = algo.step(scores.astype(np.float32), state, 1)
     expected = estimate_class_prior(torch.as_tensor(scores.astype(np.float32)), torch.as_tensor(labelled),
                                     delta=0.05, tau=0.02).prior
@@ -212,18 +211,23 @@ def test_the_algorithm_estimates_after_every_epoch_and_leaves_the_labels_alone()
         ClassPriorEstimation(delta=0)
 
 
-def test_the_method_hands_each_estimate_to_its_loss_and_needs_an_estimator() -> None:
-    comp = build_components(resolve_hparams("crisp", {"lam": 0.5, "tau": 0.05}), num_train=4, num_classes=2,
-                            observed=OBSERVED, expected_num_pos=1.0, epochs=10, seed=0)
-    assert isinstance(comp.algorithm, ClassPriorEstimation) and comp.algorithm.tau == 0.05 and comp.loss.lam == 0.5
+def test_the_method_hands_each_estimate_to_its_loss_and_records_its_error_where_the_truth_is_known() -> None:
+    method = METHODS["crisp"](RunInfo(num_train=4, num_classes=2, observed=OBSERVED, expected_num_pos=1.0, epochs=10,
+                                      seed=0, features=lambda: None), lam=0.5, tau=0.05)
+    assert isinstance(method.estimator, ClassPriorEstimation) and method.estimator.tau == 0.05
+    assert method.criterion.lam == 0.5
     probs = torch.tensor([[0.9, 0.1], [0.8, 0.3], [0.2, 0.7], [0.6, 0.4]])
-    record = comp.after_epoch(probs, LabelState(OBSERVED), 1)
-    assert torch.equal(comp.loss.class_prior, comp.algorithm.class_prior()) and comp.class_prior() is not None
-    assert record["labeling_prior_mean"] == pytest.approx(float(comp.algorithm.class_prior().mean()))
-    alone = Method("crisp_alone", "crisp", "the risk without an estimator", "test")
-    with pytest.raises(ValueError, match="needs class priors, but its label algorithm None"):
-        build_components(resolve_hparams(alone), num_train=4, num_classes=2, observed=OBSERVED,
-                         expected_num_pos=1.0, epochs=10, seed=0)
+    truth = np.array([[1, 0], [1, 1], [0, 1], [1, 0]], dtype=np.uint8)
+    record = method.after_epoch(1, probs=probs, state=LabelState(OBSERVED), truth=truth)
+    prior = method.estimator.class_prior()
+    assert torch.equal(method.criterion.class_prior, prior)
+    assert record["labeling_prior_mean"] == pytest.approx(float(prior.mean()))
+    assert record["class_prior_error"] == pytest.approx(float(np.abs(prior.numpy() - [0.75, 0.5]).mean()))
+    assert "class_prior_error" not in method.after_epoch(2, probs=probs, state=LabelState(OBSERVED), truth=None)
+    again = METHODS["crisp"](RunInfo(num_train=4, num_classes=2, observed=OBSERVED, expected_num_pos=1.0, epochs=10,
+                                     seed=0, features=lambda: None), lam=0.5, tau=0.05)
+    again.load_state_dict(method.state_dict())  # a resumed run trains with the same priors
+    assert torch.equal(again.estimator.class_prior(), prior) and torch.equal(again.criterion.class_prior, prior)
 
 
 # ------------------------------------------------------------------------------- through the trainer

@@ -152,7 +152,7 @@ def test_feature_runs_on_cuda_equal_the_cpu(record):
     assert abs(gpu.test_map - cpu.test_map) <= 1e-3
 
 
-@pytest.mark.parametrize("method", [name for name, recipe in METHODS.items() if not recipe.images_only])
+@pytest.mark.parametrize("method", [name for name, method in METHODS.items() if method.on_features.trains])
 def test_every_feature_method_trains_on_cuda_as_on_the_cpu(method, record):
     """Every method's label state, pseudo-labels, graphs and draws on the GPU: six epochs of a
     feature head, fp32 without TF32, the test mAP within :data:`MAP_TOLERANCE` of the CPU's."""
@@ -171,7 +171,7 @@ class _LabelQueriesWithoutDropout(models.LabelQueryNet):
         super().__init__(*args, **{**head, "dropout": 0.0})
 
 
-@pytest.mark.parametrize("method", [name for name, recipe in METHODS.items() if recipe.images_only])
+@pytest.mark.parametrize("method", [name for name, method in METHODS.items() if not method.on_features.trains])
 def test_every_image_only_method_steps_on_cuda_as_on_the_cpu(method, tmp_path, record, monkeypatch):
     """The methods that need images (strong views, label queries, boosted CAMs) on RGB JPEGs, fp32
     without TF32: one SGD step's update within 1e-4 of the CPU's (relative, all weights at once,

@@ -64,7 +64,7 @@ def test_onnx_and_torchscript_score_like_the_pytorch_model(image_run, tmp_path):
     model, classes, threshold, spec = load_predictor(image_run)
     x = _mosaic_images(6)  # 6 images: another batch size than the export traced with
     with torch.no_grad():
-        expected = torch.sigmoid(model(x)).numpy()
+        expected = torch.sigmoid(model(x).logits).numpy()
 
     onnx_out = export_model(image_run, "onnx", tmp_path / "mosaic.onnx")
     session = onnxruntime.InferenceSession(str(onnx_out.model_path), providers=["CPUExecutionProvider"])
@@ -106,7 +106,7 @@ def test_export_on_the_command_line_writes_beside_the_run(image_run, capsys):
     model = load_predictor(image_run)[0]
     x = _mosaic_images(4)
     with torch.no_grad():
-        expected = torch.sigmoid(model(x)).numpy()
+        expected = torch.sigmoid(model(x).logits).numpy()
         got_ts = torch.jit.load(str(image_run / "model.torchscript.pt"))(x).numpy()
     session = onnxruntime.InferenceSession(str(image_run / "model.onnx"), providers=["CPUExecutionProvider"])
     (got_onnx,) = session.run(None, {"images": x.numpy()})
@@ -141,7 +141,7 @@ def test_a_feature_run_exports_with_its_standardisation(feature_run, tmp_path):
                 got = torch.jit.load(str(result.model_path))(torch.from_numpy(x)).numpy()
         # ... score like the run's model on the features it was tested on
         with torch.no_grad():
-            expected = torch.sigmoid(res.model(torch.from_numpy(x))).numpy()
+            expected = torch.sigmoid(res.model(torch.from_numpy(x)).logits).numpy()
         assert np.abs(got - expected).max() <= 1e-4
 
 

@@ -20,17 +20,16 @@ PROBS = np.array(
 def test_algorithms_subclass_the_contract_and_declare_their_needs():
     for cls in labeling.ALGORITHMS.values():
         assert issubclass(cls, LabelingAlgorithm)
-    assert APL.run_arguments == ("num_epochs",) and not APL.needs_class_ap
-    assert OPMLCorrection.run_arguments == () and OPMLCorrection.needs_class_ap
-    assert ClassPriorEstimation.run_arguments == () and ClassPriorEstimation.provides_class_prior
-    assert not APL.provides_class_prior and APL(0.5, warmup_epochs=1, num_epochs=3).class_prior() is None
+    assert APL.run_arguments == ("num_epochs",)
+    assert OPMLCorrection.run_arguments == () and ClassPriorEstimation.run_arguments == ()
+    # CRISP's estimator writes no labels: the crisp method uses it itself, it is no algorithm a recipe names
+    assert "class_prior" not in labeling.ALGORITHMS and issubclass(ClassPriorEstimation, LabelingAlgorithm)
     with pytest.raises(TypeError):
         LabelingAlgorithm()  # abstract: is_active, step, state_dict, load_state_dict
 
 
 def test_hyperparameters_leave_out_run_arguments():
     assert labeling.hyperparameters("apl") == {"theta": 0.9, "warmup_epochs": 5}
-    assert labeling.hyperparameters("class_prior") == {"delta": 0.01, "tau": 0.01}
     assert labeling.hyperparameters("opml_correction") == {
         "rho": None, "start_epoch": 5, "kappa": 1.0, "every_epoch": False
     }
@@ -44,30 +43,31 @@ def test_create_checks_names_and_arguments():
         labeling.create("apl", thetta=0.5)
     with pytest.raises(ValueError, match="needs rho"):
         labeling.create("opml_correction", start_epoch=2)
-    with pytest.raises(ValueError, match="valid names are: apl, class_prior, confident_positives, opml_correction"):
+    with pytest.raises(ValueError, match="valid names are: apl, confident_positives, opml_correction"):
         labeling.create("apl2")
     with pytest.raises(ValueError, match="valid names are"):
         labeling.hyperparameters("nope")
 
 
 def test_every_algorithm_takes_the_same_step_call():
-    ap = np.array([0.5, 0.5, 0.0])
+    """``step(probs, state, epoch)`` for every algorithm; OPML's correction also takes the class AP its
+    caller computed, and without it computes the same AP itself."""
     for name, kwargs in (("apl", {"theta": 1.0, "warmup_epochs": 1, "num_epochs": 3}),
-                         ("opml_correction", {"rho": 0.5, "start_epoch": 1}), ("class_prior", {}),
+                         ("opml_correction", {"rho": 0.5, "start_epoch": 1}),
                          ("confident_positives", {"threshold": 0.3, "start_epoch": 1})):
         algo, same = labeling.create(name, **kwargs), labeling.create(name, **kwargs)
-        state, other = LabelState(OBSERVED), LabelState(OBSERVED)
+        state = LabelState(OBSERVED)
         algo.initialize(state)
         assert algo.is_active(1)
-        with_ap = algo.step(PROBS, state, 1, class_ap=ap if algo.needs_class_ap else None)
-        assert with_ap["active"] is True and with_ap["epoch"] == 1
-        if not algo.needs_class_ap:  # APL and the prior estimate ignore class_ap: the same round without it
-            without = same.step(PROBS, other, 1, class_ap=ap)
-            key = ("class_prior" if algo.provides_class_prior else
-                   "positives_per_class" if name == "confident_positives" else "selected_per_class")
-            assert torch.equal(without[key], with_ap[key])
-            assert torch.equal(state.kind, other.kind)
+        record = algo.step(PROBS, state, 1)
+        assert record["active"] is True and record["epoch"] == 1
         same.load_state_dict(algo.state_dict())
+    opml, state, other = OPMLCorrection(0.5, start_epoch=1), LabelState(OBSERVED), LabelState(OBSERVED)
+    given = opml.step(PROBS, state, 1, class_ap=opml.class_ap(PROBS, other))
+    computed = OPMLCorrection(0.5, start_epoch=1).step(PROBS, other, 1)
+    assert np.array_equal(given["class_ap"], computed["class_ap"]) and torch.equal(state.kind, other.kind)
+    prior = ClassPriorEstimation()
+    assert prior.step(PROBS, LabelState(OBSERVED), 1)["active"] is True and prior.class_prior().shape == (3,)
 
 
 def test_class_ap_is_keyword_only():

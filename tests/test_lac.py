@@ -192,10 +192,14 @@ def test_label_query_net_gives_logits_and_unit_embeddings():
     body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=4), torch.nn.ReLU())
     net = LabelQueryNet(body, 8, 5, heads=4, ffn=16, embed_dim=6).eval()
     x = torch.randn(3, 3, 16, 16)
-    logits, emb = net.embed(x)
+    assert net.outputs == {"embeddings"} and net(x).embeddings is None  # predictions need no embeddings
+    net.train()
+    torch.manual_seed(1)  # the decoder's dropout draws the same masks for both passes
+    logits, _, emb, _ = net(x)
     assert logits.shape == (3, 5) and emb.shape == (3, 5, 6)
     assert torch.allclose(emb.norm(dim=-1), torch.ones(3, 5))
-    assert torch.allclose(net(x), logits)
+    torch.manual_seed(1)
+    assert torch.allclose(net.head(body(x)), logits)  # one pass of the head: logits and embeddings together
     assert [g["name"] for g in net.param_groups(1e-3, 10.0)] == ["backbone", "head"]
     with pytest.raises(ValueError, match="divisible by its 4 heads"):
         LabelQueryNet(body, 6, 5)
@@ -215,15 +219,23 @@ def test_plc_on_features_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_lac_without_the_label_query_head_is_refused():
+def test_lac_brings_its_label_query_head_and_refuses_a_run_without_one():
+    """A method brings its own model parts: ``--method lac`` trains on the label-query head with the
+    projector its contrast reads, without being told; a run that sets another head is refused."""
     from spmlkit.methods import get_method
     from spmlkit.training.config import RunConfig
+    from spmlkit.training.network import network_spec
     from spmlkit.training.plan import _check_method_fits
     from spmlkit.training.distributed import Distributed
 
     config = RunConfig(dataset="voc2012", method="lac")
-    with pytest.raises(ValueError, match="set image_head: label_query"):
-        _check_method_fits(config, get_method("lac"), "images", Distributed())
+    spec = _check_method_fits(config, get_method("lac"), "images", Distributed())
+    assert (spec.head, spec.projector, spec.outputs) == ("label_query", 128, {"embeddings"})
+    assert network_spec(RunConfig(dataset="voc2012", method="plc"), "images").projector is None  # plc reads none
+    linear = RunConfig(dataset="voc2012", method="lac", image_head="linear")
+    with pytest.raises(ValueError, match="method 'lac' reads the model's embeddings, which the linear head does not "
+                                         "give: set image_head: label_query"):
+        _check_method_fits(linear, get_method("lac"), "images", Distributed())
     crops = RunConfig(dataset="voc2012", method="plc", augment="multiscale_crop")
     with pytest.raises(ValueError, match="does not combine with crops"):
         _check_method_fits(crops, get_method("plc"), "images", Distributed())

@@ -9,7 +9,6 @@ term's batched Cholesky)."""
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 import torch
@@ -47,9 +46,6 @@ def _losses(name: str, reduction: str) -> list[losses.SPMLLoss]:
     out = []
     for r in range(R):
         kwargs = {"num_train": B * 2, "num_classes": C, "seed": r} if "num_train" in losses.data_arguments(name) else {}
-        if name == "smile":  # the data every run shares (its graph), its own initial weights and draws
-            kwargs = {"features": torch.randn(B * 2, 4, generator=torch.Generator().manual_seed(9)),
-                      "num_classes": C, "seed": r}
         if name == "crisp":  # each run its own observed matrix (one positive per row) and its own priors
             kwargs["observed"] = torch.nn.functional.one_hot(torch.arange(r, r + 4 * B) % (C - r), C)
         fn = losses.create(name, reduction=reduction, **kwargs).double()
@@ -64,12 +60,10 @@ def _losses(name: str, reduction: str) -> list[losses.SPMLLoss]:
     return out
 
 
-def _stacked(fns: list[losses.SPMLLoss]) -> dict[str, torch.Tensor]:
-    """The R losses' parameters and buffers stacked, as the trainer stacks them (the buffers a module
-    declares as data, SMILE's features and graph, stay the first loss's: every run shares them), and
-    the first loss handed the group (SMILE then draws each problem from its own loss's generator)."""
+def _stacked(fns: list[torch.nn.Module]) -> dict[str, torch.Tensor]:
+    """The R modules' parameters and buffers stacked, as the trainer stacks them (the buffers a module
+    declares as data stay the first module's: every run shares them)."""
     states = [dict(fn.named_parameters()) | dict(fn.named_buffers()) for fn in fns]
-    fns[0].join_group(fns)
     return {k: torch.stack([s[k] for s in states]) for k in states[0] if not is_data_buffer(fns[0], k)}
 
 
@@ -90,23 +84,15 @@ def test_a_loss_of_r_problems_equals_its_r_separate_losses(name: str) -> None:
         fns = _losses(name, reduction)
         z, y, index, pseudo = _problems()
         z = z.requires_grad_()
-        context = {"index": index} if cls.needs_index else {}
-        if name == "em_apl":
-            context["pseudo"] = pseudo
         latent = _latent(shared=False)
-        if cls.needs_latent:
-            context["latent"] = latent
-        fresh = copy.deepcopy(fns)  # SMILE: the separate calls draw what the call of all R drew
+        given = {"index": index, "pseudo": pseudo, "latent": latent}
+        context = {k: given[k] for k in cls.reads}
         together = functional_call(fns[0], _stacked(fns), (z, y), context)
-        fns = fresh
         apart = []
         for r, fn in enumerate(fns):
-            solo = {"index": index[r]} if cls.needs_index else {}
-            if name == "em_apl":
-                solo["pseudo"] = PseudoLabels(pseudo.mask[r], pseudo.target[r])
-            if cls.needs_latent:
-                solo["latent"] = (latent[0][r], latent[1][r])
-            apart.append(fn(z[r], y[r], **solo))
+            solo = {"index": index[r], "pseudo": PseudoLabels(pseudo.mask[r], pseudo.target[r]),
+                    "latent": (latent[0][r], latent[1][r])}
+            apart.append(fn(z[r], y[r], **{k: solo[k] for k in cls.reads}))
         apart = torch.stack(apart)
         assert together.shape == apart.shape, (name, reduction)
         assert torch.allclose(together, apart, atol=TOL, rtol=0), (name, reduction)

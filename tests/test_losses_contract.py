@@ -29,8 +29,6 @@ SETWISE = ["zlpr", "opml", "opml_soft"]
 BATCH_TERM = ["epr", "role"]
 #: losses of the model's latent codes as well as its logits; reduced per entry like the element-wise ones
 LATENT = ["mime"]
-#: a sum of means over different sets of entries: "mean" only
-MEAN_ONLY = ["smile"]
 #: LAC's two stages: losses of two augmented views (and label-wise embeddings), image runs only; a sum of
 #: differently normalised terms, "mean" only too
 TWO_VIEWS = ["lac", "plc"]
@@ -44,9 +42,6 @@ def build(name: str, **kwargs) -> losses.SPMLLoss:
         kwargs.setdefault("num_classes", C)
     if name == "crisp":  # the training split's observed labels: one positive per row
         kwargs.setdefault("observed", torch.eye(C)[torch.tensor([0, 1, 2, 3, 0, 1])])
-    if "features" in losses.data_arguments(name):  # SMILE's graph: one feature row per training row
-        kwargs.setdefault("features", torch.randn(B, 3, generator=torch.Generator().manual_seed(1)))
-        kwargs.setdefault("num_classes", C)
     fn = losses.create(name, **kwargs).double()
     if name == "opml_soft":
         fn.set_class_ap(torch.tensor([0.9, 0.5, 0.3, 0.7]))
@@ -59,24 +54,25 @@ def build(name: str, **kwargs) -> losses.SPMLLoss:
 
 
 def call(fn: losses.SPMLLoss, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Forward with the context the loss declares it needs."""
-    index = torch.arange(z.shape[0]) if fn.needs_index else None
-    pseudo = None
-    if fn.name == "em_apl":
+    """Forward with the context the loss declares it reads (``reads``)."""
+    reads, context = type(fn).reads, {}
+    if "index" in reads:
+        context["index"] = torch.arange(z.shape[0])
+    if "pseudo" in reads:  # APL's soft pseudo-negatives
         gen = torch.Generator().manual_seed(2)
-        pseudo = PseudoLabels(torch.rand(z.shape, generator=gen) < 0.5, torch.rand(z.shape, generator=gen).double())
-    views = {}
-    if fn.needs_views:  # LAC/PLC: a strong view of the same rows, and label-wise embeddings of both views
+        context["pseudo"] = PseudoLabels(torch.rand(z.shape, generator=gen) < 0.5,
+                                         torch.rand(z.shape, generator=gen).double())
+    if "strong" in reads:  # LAC/PLC: a strong view of the same rows, and label-wise embeddings of both views
         gen = torch.Generator().manual_seed(3)
-        views["strong"] = z + torch.randn(z.shape, generator=gen, dtype=z.dtype)
-        if fn.needs_embeddings:
+        context["strong"] = z + torch.randn(z.shape, generator=gen, dtype=z.dtype)
+        if "embeddings" in reads:
             emb = torch.randn(2, *z.shape, 3, generator=gen, dtype=z.dtype)
-            views["embeddings"] = torch.nn.functional.normalize(emb, dim=-1)
-    if fn.needs_latent:  # MIME: Gaussian codes of width 3 per row and class
+            context["embeddings"] = torch.nn.functional.normalize(emb, dim=-1)
+    if "latent" in reads:  # MIME: Gaussian codes of width 3 per row and class
         gen = torch.Generator().manual_seed(3)
-        views["latent"] = (torch.randn(*z.shape, 3, generator=gen).to(z.dtype),
-                           torch.rand(*z.shape, 3, generator=gen).to(z.dtype) + 0.5)
-    return fn(z, y, pseudo=pseudo, index=index, **views)
+        context["latent"] = (torch.randn(*z.shape, 3, generator=gen).to(z.dtype),
+                             torch.rand(*z.shape, 3, generator=gen).to(z.dtype) + 0.5)
+    return fn(z, y, **context)
 
 
 def batch(seed: int = 0, rows: int = B, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,21 +90,47 @@ def close(a: torch.Tensor, b: torch.Tensor | float) -> None:
 
 # --------------------------------------------------------------------------- declarations / registry
 def test_families_cover_every_registered_loss():
-    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + MEAN_ONLY + TWO_VIEWS + LATENT + ["highrank", "pu_mlc", "crisp"]) \
-        == ALL
+    assert sorted(ELEMENTWISE + SETWISE + BATCH_TERM + TWO_VIEWS + LATENT + ["highrank", "pu_mlc", "crisp"]) == ALL
 
 
 def test_capabilities_are_declared_on_the_class():
-    expected = {"needs_index": {"role", "smile"}, "corrects_labels": {"ll_cp"}, "needs_class_ap": {"opml_soft"},
-                "needs_class_prior": {"crisp"}, "needs_views": {"plc", "lac"}, "needs_embeddings": {"lac"},
-                "needs_latent": {"mime"}}
     cls = {name: type(build(name)) for name in ALL}
-    for flag, names in expected.items():
-        assert {name for name in ALL if getattr(cls[name], flag)} == names, flag
-    assert {name for name in ALL if losses.data_arguments(name)} == {"role", "crisp", "smile"}
+    assert {name: cls[name].reads for name in ALL if cls[name].reads} == {
+        "role": ("index",), "em_apl": ("pseudo",), "plc": ("strong",), "lac": ("strong", "embeddings"),
+        "mime": ("latent",)}
+    assert {name for name in ALL if cls[name].corrects_labels} == {"ll_cp"}
+    assert {name for name in ALL if losses.data_arguments(name)} == {"role", "crisp"}
     assert losses.data_arguments("role") == ("num_train", "num_classes", "observed", "seed")
     assert losses.data_arguments("crisp") == ("observed",)
-    assert losses.data_arguments("smile") == ("features", "num_classes", "seed")
+
+
+def test_a_loss_receives_exactly_what_it_reads():
+    """The context is by name, and a loss is given only what its class declares: a loop may hand every
+    loss the same context (AN ignores the indices ROLE reads), a name that is no context (a typo) is
+    refused rather than ignored, and a loss may read only what a method can hand it."""
+    z, y = batch()
+    seen = {}
+
+    class Peek(losses.SPMLLoss):
+        reads = ("index",)
+
+        def loss(self, logits, labels, ctx):
+            seen["index"] = ctx.index
+            with pytest.raises(AttributeError, match="reads 'pseudo' without declaring it"):
+                ctx.pseudo  # noqa: B018
+            return logits.sum()
+
+    Peek()(z, y, index=torch.arange(B), pseudo=None)
+    assert torch.equal(seen["index"], torch.arange(B))
+    close(losses.create("an")(z, y, index=torch.arange(B)), losses.create("an")(z, y))
+    with pytest.raises(TypeError, match=r"loss 'role' got indx, which is no context a loss reads: the context is "
+                                        r"pseudo, index, strong, embeddings, latent \(this loss reads index\)"):
+        build("role")(z, y, indx=torch.arange(B))
+    with pytest.raises(RuntimeError, match=r"loss 'peek' declares that it reads \['features'\]; a loss may read "
+                                           r"pseudo, index, strong, embeddings, latent"):
+        losses.register("peek", "reads what no method gives", method=False)(
+            type("Peek", (losses.SPMLLoss,), {"reads": ("features",)}))
+    assert "peek" not in losses.available()
 
 
 def test_hyperparameters_list_only_what_a_user_tunes():
@@ -144,8 +166,6 @@ def test_default_hooks_do_nothing():
     fn.load_extra_state({})
     with pytest.raises(ValueError, match="keeps no extra state"):
         fn.load_extra_state({"class_ap": [0.5]})
-    fn.set_class_ap(torch.ones(3))
-    fn.set_class_prior(torch.ones(3))
     fn.set_epoch(2, 10)
     fn.transfer_from(other)
     z, y = batch()
@@ -199,7 +219,7 @@ def test_setwise_reductions_agree(name):
         close(each.sum(), total)
 
 
-@pytest.mark.parametrize("name", MEAN_ONLY + TWO_VIEWS)
+@pytest.mark.parametrize("name", TWO_VIEWS)
 def test_mean_only_losses_refuse_sum_and_none_when_built(name):
     for reduction in ("sum", "none"):
         with pytest.raises(ValueError, match=f"reduction must be one of 'mean', got '{reduction}'"):

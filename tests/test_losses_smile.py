@@ -16,12 +16,12 @@ import pytest
 import torch
 from sklearn.metrics import euclidean_distances
 
-from spmlkit import losses
-from spmlkit.losses import graph as graph_module
-from spmlkit.losses.graph import GraphConv, KnnGraph, nearest_rows
-from spmlkit.losses.smile import (SmileLoss, beta_kl_term, beta_rsample, smile_classifier_loss,
-                                  smile_enhancement_loss)
-from spmlkit.models import FeatureHead
+from spmlkit.labels import LabelBatch, PseudoLabels
+from spmlkit.losses.smile import beta_kl_term, beta_rsample, smile_classifier_loss, smile_enhancement_loss
+from spmlkit.methods import METHODS, RunInfo
+from spmlkit.models import FeatureHead, ModelOutput
+from spmlkit.models import graph as graph_module
+from spmlkit.models.graph import GraphConv, KnnGraph, nearest_rows
 
 torch.set_num_threads(1)
 
@@ -50,6 +50,17 @@ def _sig(z: float) -> float:
 
 def _nl(x: float) -> float:
     return -math.log(x + 1e-5)
+
+
+def smile(features, num_classes: int, seed: int = 0, **hparams):
+    """The SMILE method of a run whose training rows are ``features``."""
+    info = RunInfo(num_train=0 if features is None else len(features), num_classes=num_classes, observed=None,
+                   expected_num_pos=1.0, epochs=1, seed=seed, features=lambda: features)
+    return METHODS["smile"](info, **hparams)
+
+
+def batch(labels, index):
+    return LabelBatch(labels, PseudoLabels(torch.zeros_like(labels, dtype=torch.bool), torch.zeros_like(labels)), index)
 
 
 # --------------------------------------------------------------------------- the graph
@@ -131,7 +142,7 @@ def test_graph_conv_gradients_match_finite_differences(dims):
 
 def test_a_batch_needs_only_the_rows_within_two_edges_and_gets_the_same_values():
     X = torch.randn(40, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    fn = losses.create("smile", features=X, num_classes=5, seed=1).double()
+    fn = smile(X, 5, seed=1).double()
     index = torch.tensor([7, 0, 33, 12])
     whole = fn.encoder()
     assert torch.allclose(fn.encoder(index), whole[index], rtol=0, atol=1e-12)
@@ -219,7 +230,7 @@ def test_the_beta_draw_and_its_gradient_are_torch_betas_from_the_same_stream():
 
 
 def test_the_loss_is_the_sum_of_its_two_losses_on_the_gcn_computed_by_hand():
-    fn = losses.create("smile", features=LINE, num_classes=2, seed=0, k=2, mu=0.4, p=0.1, bias=False,
+    fn = smile(LINE, 2, seed=0, k=2, mu=0.4, p=0.1, bias=False,
                        rate=0.2).double()
     draw = torch.tensor([[0.6, 0.3], [0.2, 0.9]], dtype=torch.float64)
     fn.sample = lambda concentration: torch.stack([draw, 1 - draw], -1)
@@ -240,7 +251,7 @@ def test_the_loss_is_the_sum_of_its_two_losses_on_the_gcn_computed_by_hand():
     assert torch.allclose(parts.distribution, d, rtol=0, atol=1e-14)
     assert torch.equal(parts.draw, draw)
     assert parts.adjacency.tolist() == [[0, 1], [0, 0]]  # row 3 points at row 1, not back
-    value = fn(logits, labels, index=index).detach()
+    value = fn.loss(ModelOutput(logits), batch(labels, index)).detach()
     assert torch.equal(value, (parts.classifier + parts.enhancement).detach())
     assert torch.equal(parts.classifier.detach(),
                        smile_classifier_loss(logits, labels, d, mu=0.4, p=0.1, bias=False, rate=0.2))
@@ -253,7 +264,7 @@ def test_one_adam_step_on_the_sum_equals_the_official_two_optimisers():
     the step are the same bits."""
     X = torch.randn(30, 5, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     head = FeatureHead(5, 4, "mlp", hidden=4).double()
-    fn = losses.create("smile", features=X, num_classes=4, seed=2, bias=False, p=0.05, rate=0.1).double()
+    fn = smile(X, 4, seed=2, bias=False, p=0.05, rate=0.1).double()
     draw = torch.rand(6, 4, 2, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
     index = torch.tensor([4, 17, 0, 29, 8, 11])
     labels = torch.zeros(6, 4, dtype=torch.float64)
@@ -262,7 +273,7 @@ def test_one_adam_step_on_the_sum_equals_the_official_two_optimisers():
     for together in (False, True):
         h, f = copy.deepcopy(head), copy.deepcopy(fn)
         f.sample = lambda concentration: draw
-        parts = f.terms(h(X[index]), labels, index)
+        parts = f.terms(h(X[index]).logits, labels, index)
         if together:
             opt = torch.optim.Adam(h.param_groups(1e-3) + f.param_groups(1e-3), lr=1e-3, foreach=False)
             (parts.classifier + parts.enhancement).backward()
@@ -280,15 +291,14 @@ def test_one_adam_step_on_the_sum_equals_the_official_two_optimisers():
 
 
 # --------------------------------------------------------------------------- the loss contract
-def test_declarations_data_arguments_and_hyperparameters():
-    cls = losses.loss_class("smile")
-    assert cls.needs_index and cls.batchable and cls.reductions == ("mean",)
-    assert losses.data_arguments("smile") == ("features", "num_classes", "seed")
-    assert losses.hyperparameters("smile") == {"mu": 0.5, "p": 0.5, "bias": True, "rate": 1.0, "gamma": 0.001,
-                                               "delta": 1.0, "k": 3}
-    fn = losses.create("smile", features=torch.randn(6, 2), num_classes=3)
+def test_declarations_and_hyperparameters():
+    cls = METHODS["smile"]
+    assert cls.batchable and cls.group_varies == ("lr", "weight_decay") and cls.requires == frozenset()
+    assert cls.hyperparameters() == {"mu": 0.5, "p": 0.5, "bias": True, "rate": 1.0, "gamma": 0.001, "delta": 1.0,
+                                     "k": 3}
+    fn = smile(torch.randn(6, 2), 3)
     (group,) = fn.param_groups(0.01)
-    assert (group["lr"], group["weight_decay"]) == (0.01, 0.0)
+    assert (group["lr"], group["name"]) == (0.01, "smile")
     assert {id(p) for p in group["params"]} == {id(p) for p in fn.parameters()}
 
 
@@ -298,18 +308,19 @@ def test_declarations_data_arguments_and_hyperparameters():
     ({"k": 6}, "its 6-nearest-neighbour graph needs at least 7 training rows, this run has 6"),
     ({"mu": 1.5}, "mu must be <= 1.0"),
     ({"features": None}, "needs the training rows' features"),
-    ({"num_classes": 1}, "needs num_classes, the number of labels \\(at least 2\\), got 1"),
+    ({"num_classes": 1}, "needs at least 2 labels, got 1"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
+    arguments = {"features": torch.randn(6, 2), "num_classes": 3, **kwargs}
     with pytest.raises(ValueError, match=message):
-        losses.create("smile", **{"features": torch.randn(6, 2), "num_classes": 3, **kwargs})
+        smile(arguments.pop("features"), arguments.pop("num_classes"), **arguments)
 
 
 def test_features_that_are_not_finite_are_refused_with_their_row():
     X = torch.randn(6, 2)
     X[4, 1] = float("nan")
     with pytest.raises(ValueError, match="training row 4's features hold nan"):
-        losses.create("smile", features=X, num_classes=3)
+        smile(X, 3)
 
 
 def test_the_draws_continue_from_a_saved_state_and_seeds_fix_the_weights():
@@ -317,7 +328,7 @@ def test_the_draws_continue_from_a_saved_state_and_seeds_fix_the_weights():
     z, y, index = torch.zeros(4, 3), torch.eye(3)[[0, 1, 2, 0]], torch.tensor([1, 5, 9, 13])
 
     def make(seed=1):
-        return losses.create("smile", features=X, num_classes=3, seed=seed)
+        return smile(X, 3, seed=seed)
 
     straight = make()
     straight.terms(z, y, index)
@@ -325,16 +336,57 @@ def test_the_draws_continue_from_a_saved_state_and_seeds_fix_the_weights():
     cut = make()
     cut.terms(z, y, index)
     resumed = make()
-    resumed.load_extra_state(cut.extra_state())
+    resumed.set_extra_state(cut.get_extra_state())
     assert torch.equal(resumed.terms(z, y, index).draw, second_draw)
     assert not torch.equal(make().terms(z, y, index).draw, second_draw)
     assert all(torch.equal(a, b) for a, b in zip(make().parameters(), make().parameters()))
     assert not torch.equal(make(1).encoder.conv1.weight, make(2).encoder.conv1.weight)
     with pytest.raises(ValueError, match="keeps only its draws' generator"):
-        make().load_extra_state({"class_ap": 1})
+        make().set_extra_state({"class_ap": 1})
     moved = make(3)
     moved.transfer_from(straight)
     assert torch.equal(moved.terms(z, y, index).draw, straight.terms(z, y, index).draw)
     assert all(torch.equal(a, b) for a, b in zip(moved.parameters(), straight.parameters()))
-    with pytest.raises(TypeError, match="another 'smile' loss"):
-        moved.transfer_from(losses.create("an"))
+    with pytest.raises(TypeError, match="another 'smile' method"):
+        moved.transfer_from(METHODS["an"](RunInfo(4, 3, np.zeros((4, 3), np.int8), 1.0, 1, 0, lambda: None)))
+
+
+# --------------------------------------------------------------------------- R runs in one call
+def test_r_runs_of_the_method_in_one_call_equal_their_separate_steps():
+    """R SMILE methods, their networks stacked as a batched group stacks them (the training rows and
+    their graph are data the group shares), the first one handed the group: each run's loss, gradient
+    and Beta draws equal its own separate step's, its draws from its own generator."""
+    from torch.func import functional_call
+
+    from spmlkit.training.batched import is_data_buffer
+
+    runs, rows, classes = 3, 6, 4
+    X = torch.randn(12, 5, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    methods = [smile(X, classes, seed=r, bias=False, rate=0.3).double() for r in range(runs)]
+    fresh = [copy.deepcopy(m) for m in methods]  # the separate steps draw what the call of all R drew
+    gen = torch.Generator().manual_seed(2)
+    z = torch.randn(runs, rows, classes, generator=gen, dtype=torch.float64, requires_grad=True)
+    y = torch.zeros(runs, rows, classes, dtype=torch.float64)
+    y[..., 0] = 1.0
+    index = torch.stack([torch.randperm(12, generator=gen)[:rows] for _ in range(runs)])
+    states = [dict(m.named_parameters()) | dict(m.named_buffers()) for m in methods]
+    stacked = {f"method.{k}": torch.stack([s[k] for s in states]) for k in states[0]
+               if not is_data_buffer(methods[0], k)}
+
+    class Step(torch.nn.Module):  # the method as a batched step calls it: its loss on the stacked tensors
+        def __init__(self, method):
+            super().__init__()
+            self.method = method
+
+        def forward(self, out, labels):
+            return self.method.loss(out, labels)
+
+    methods[0].join_group(methods)
+    together = functional_call(Step(methods[0]), stacked, (ModelOutput(z), batch(y, index)), tie_weights=False)
+    methods[0].join_group(None)
+    apart = torch.stack([m.loss(ModelOutput(z[r]), batch(y[r], index[r])) for r, m in enumerate(fresh)])
+    assert together.shape == (runs,)
+    assert torch.allclose(together, apart, atol=1e-12, rtol=0)
+    (g_together,) = torch.autograd.grad(together.sum(), z)
+    (g_apart,) = torch.autograd.grad(apart.sum(), z)
+    assert torch.allclose(g_together, g_apart, atol=1e-12, rtol=0)

@@ -19,7 +19,7 @@ from spmlkit.labeling import ConfidentPositives
 from spmlkit.labels import Kind, LabelState
 from spmlkit.models import BottleneckNet, GaussianBottleneck, create_backbone
 from spmlkit.training import RunConfig, train, train_group
-from spmlkit.training.model_check import check_model
+from spmlkit.training.network import check_network
 from spmlkit.training.plan import plan_run
 
 E = math.e
@@ -114,14 +114,15 @@ def test_the_bottleneck_of_shared_features_worked_by_hand() -> None:
     m = _bottleneck(per_class=False)
     h = torch.tensor([[1.0, 0.5], [-1.0, 10.0]], dtype=torch.float64)  # row 1: μ = 0, σ clipped at e^6
     noise = torch.tensor([[0.2], [0.1]], dtype=torch.float64)
-    logits, (mu, std) = m(h, noise=noise, latent=True)
+    logits, _, _, (mu, std) = m(h, noise=noise)
     assert torch.allclose(mu, torch.tensor([[1.0], [0.0]], dtype=torch.float64), atol=1e-15)
     assert torch.allclose(std, torch.tensor([[math.exp(0.5)], [math.exp(6.0)]], dtype=torch.float64), rtol=1e-15)
     z0, z1 = 1 + 0.2 * math.exp(0.5), 0.1 * math.exp(6.0)  # z = μ + σ ε̄, one code per row
     hand = torch.tensor([[z0 + 0.5, -2 * z0], [z1 + 0.5, -2 * z1]], dtype=torch.float64)
     assert torch.allclose(logits, hand, atol=1e-12, rtol=0)
     m.eval()  # eval mode classifies μ: deterministic, whatever noise is passed
-    assert torch.allclose(m(h, noise=noise), torch.tensor([[1.5, -2.0], [0.5, 0.0]], dtype=torch.float64), atol=1e-15)
+    assert torch.allclose(m(h, noise=noise).logits, torch.tensor([[1.5, -2.0], [0.5, 0.0]], dtype=torch.float64),
+                          atol=1e-15)
 
 
 def test_the_bottleneck_of_per_class_features_and_the_code_s_separate_draws() -> None:
@@ -129,11 +130,11 @@ def test_the_bottleneck_of_per_class_features_and_the_code_s_separate_draws() ->
     h = torch.tensor([[[1.0, 0.5], [0.0, 1.0]]], dtype=torch.float64)  # class 0: μ 1, σ e^½; class 1: μ 0, σ e
     noise = torch.tensor([[[0.2], [-0.1]]], dtype=torch.float64)
     hand = torch.tensor([[1 + 0.2 * math.exp(0.5) + 0.5, -2 * (-0.1 * E)]], dtype=torch.float64)
-    assert torch.allclose(m(h, noise=noise), hand, atol=1e-12, rtol=0)
+    assert torch.allclose(m(h, noise=noise).logits, hand, atol=1e-12, rtol=0)
     # the code's form: 4 draws averaged as it averages its codes, mean_k(μ + σ ε_k), is the same code
     draws = torch.tensor([0.5, -0.1, 0.3, 0.1], dtype=torch.float64).view(4, 1, 1, 1) * torch.tensor(
         [[[1.0], [-0.5]]], dtype=torch.float64)
-    assert torch.allclose(m(h, noise=draws), hand, atol=1e-12, rtol=0)
+    assert torch.allclose(m(h, noise=draws).logits, hand, atol=1e-12, rtol=0)
     with pytest.raises(ValueError, match="does not fit codes of shape"):
         m(h, noise=noise[..., 0])
 
@@ -148,7 +149,7 @@ def test_the_bottleneck_against_finite_differences() -> None:
 
     def logits_of(x, *weights):
         state = dict(zip(names, weights))
-        return torch.func.functional_call(m, state, (x,), {"noise": noise})
+        return torch.func.functional_call(m, state, (x,), {"noise": noise}).logits
 
     assert torch.autograd.gradcheck(logits_of, (h, *params))
 
@@ -167,7 +168,7 @@ def test_the_image_model_with_label_queries_trains_every_part_after_the_backbone
     body, dim = create_backbone("small:cnn")
     model = BottleneckNet(body, dim, 3, 4, samples=2, label_queries=True)
     x = torch.randn(2, 3, 32, 32)
-    logits, (mu, std) = model(x, noise=torch.zeros(2, 3, 4), latent=True)
+    logits, _, _, (mu, std) = model(x, noise=torch.zeros(2, 3, 4))
     assert logits.shape == (2, 3) and mu.shape == std.shape == (2, 3, 4)
     # the query head's own linear classifier is gone: the bottleneck classifies, nothing sits untrained
     assert not any(name.startswith("head.queries.weight") or name == "head.queries.bias"
@@ -177,9 +178,9 @@ def test_the_image_model_with_label_queries_trains_every_part_after_the_backbone
     assert groups["head"]["lr"] == pytest.approx(1e-3) and head == {id(p) for p in model.head.parameters()}
     assert {id(p) for p in model.head["queries"].parameters()} <= head
     model.eval()
-    assert torch.equal(model(x), model(x))  # predictions read μ
+    assert torch.equal(model(x).logits, model(x).logits)  # predictions read μ
     pooled = BottleneckNet(body, dim, 3, 4)  # without queries: pooled features, one code per row
-    assert pooled(x, noise=torch.zeros(2, 4), latent=True)[1][0].shape == (2, 4)
+    assert pooled(x, noise=torch.zeros(2, 4)).latent[0].shape == (2, 4)
 
 
 # --------------------------------------------------------------------------------------- pseudo-labels
@@ -235,15 +236,17 @@ def test_a_batched_group_of_mime_runs_equals_its_solo_runs_and_makes_pseudo_labe
 
 
 def test_what_a_run_cannot_give_mime_is_refused_in_one_line() -> None:
-    with pytest.raises(InputError, match="method 'mime' trains the KL term.*bottleneck 0 removes it"):
+    with pytest.raises(InputError, match="method 'mime' reads the model's latent, which the linear head does not "
+                                         "give: a Gaussian bottleneck makes them: leave bottleneck unset"):
         plan_run(_config(bottleneck=0))
-    with pytest.raises(InputError, match="bottleneck 16 is MIME's model part, and method 'an' does not train"):
+    with pytest.raises(InputError, match="bottleneck 16 is a model part whose KL term only a method that reads its "
+                                         "codes trains, and method 'an' does not"):
         plan_run(_config(method="an", hparams={}))
     with pytest.raises(InputError, match="head 'mlp' would be a second one"):
         plan_run(_config(head="mlp"))
     images = RunConfig(dataset="voc2012", method="mime", linear_init_epochs=2)
     with pytest.raises(ValueError, match="LinearInit trains a linear layer.*Gaussian bottleneck"):
-        check_model(images, "images")
+        check_network(images, "images")
     with pytest.raises(ValueError, match="bottleneck must be an integer >= 0"):
         RunConfig(bottleneck=-1)
     with pytest.raises(InputError, match="image_head only apply to image runs, but 'yeast' is a feature dataset"):

@@ -52,7 +52,7 @@ def test_torchvision_resnet_backbone_is_resnet_without_pool_and_fc():
         # backbone + GAP + linear with the reference fc reproduces torchvision's logits
         net = SPMLNet(body, channels, 1000).eval()
         net.head.load_state_dict(reference.fc.state_dict())
-        torch.testing.assert_close(net(x), reference(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(net(x).logits, reference(x), rtol=1e-5, atol=1e-5)
 
 
 def test_resnet50_channels_and_v1_default_weights():
@@ -148,7 +148,7 @@ def test_spmlnet_logits_by_hand_and_pooling():
             for k in range(3):
                 total += w[c, k] * sum(xn[n, k, i, j] for i in range(4) for j in range(5)) / 20
             expected[n, c] = total
-    np.testing.assert_allclose(net(x).detach().numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(net(x).logits.detach().numpy(), expected, rtol=1e-12)
     np.testing.assert_allclose(net.features(x).detach().numpy(), xn.mean(axis=(2, 3)), rtol=1e-12)
     # tokens and vectors
     tok = torch.randn(2, 7, 3)
@@ -163,7 +163,7 @@ def test_spmlnet_gradcheck_float64():
     torch.manual_seed(0)
     net = SPMLNet(nn.Conv2d(3, 4, 3, padding=1), feat_dim=4, num_classes=3).double()
     x = torch.randn(2, 3, 4, 4, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(net, (x,), eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradcheck(lambda inputs: net(inputs).logits, (x,), eps=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -175,7 +175,7 @@ def test_spmlnet_finite_logits_at_extremes(dtype):
     x = torch.zeros(2, 3, 2, 2, dtype=dtype)
     x[0, 0] = 50.0
     x[1, 0] = -50.0
-    logits = net(x)
+    logits = net(x).logits
     assert torch.equal(logits, torch.tensor([[50.0, -50.0], [-50.0, 50.0]], dtype=dtype))
     assert torch.isfinite(torch.sigmoid(logits)).all()
 
@@ -216,7 +216,7 @@ def test_freeze_backbone_keeps_batchnorm_in_eval():
     assert all(not p.requires_grad for p in net.backbone.parameters())
     bn = net.backbone.stem[1]
     before = bn.running_mean.clone()
-    loss = net(torch.randn(8, 3, 32, 32)).sum()
+    loss = net(torch.randn(8, 3, 32, 32)).logits.sum()
     loss.backward()
     assert torch.equal(bn.running_mean, before)  # statistics untouched
     assert net.head.weight.grad is not None
@@ -240,7 +240,7 @@ def test_small_cnn_shapes_and_learning():
     opt = torch.optim.Adam(net.parameters(), lr=1e-2)
     losses = []
     for _ in range(15):
-        loss = nn.functional.binary_cross_entropy_with_logits(net(x), y)
+        loss = nn.functional.binary_cross_entropy_with_logits(net(x).logits, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -252,6 +252,6 @@ def test_build_model_with_lgconv():
     torch.manual_seed(0)
     net = build_model("small:cnn", 4, lgconv=True, lgconv_options={"gamma_init": "normal"})
     assert count_lgconv(net) == 8
-    assert net(torch.randn(2, 3, 32, 32)).shape == (2, 4)
+    assert net(torch.randn(2, 3, 32, 32)).logits.shape == (2, 4)
     with pytest.raises(ValueError, match="lgconv=False"):
         build_model("small:cnn", 4, lgconv_options={"heads": 4})

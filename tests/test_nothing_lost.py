@@ -66,7 +66,7 @@ def test_subset_cuts_only_the_training_rows():
     mean, std = feature_scaling(ds.X_train[tr])
     X_test = torch.from_numpy(((ds.X_test - mean) / std).astype(np.float32))
     with torch.no_grad():
-        probs = torch.sigmoid(res.model(X_test)).numpy()
+        probs = torch.sigmoid(res.model(X_test).logits).numpy()
     assert len(probs) == len(ds.Y_test) == 917
     assert res.test_map == pytest.approx(metrics.mean_average_precision(probs, ds.Y_test), abs=1e-12)
 

@@ -56,8 +56,8 @@ def test_the_one_registry_knows_who_registered_each_name(my_loss: Path) -> None:
     assert (plugin.name, plugin.module, plugin.kind) == ("my_loss.py", "my_loss", "file")
     assert plugin.sha256 == hashlib.sha256(my_loss.read_bytes()).hexdigest()
     # a loss is also a method of its name, trained on the observed labels with nothing around it
-    recipe = REGISTRY.method["my_loss"]
-    assert (recipe.loss, recipe.labels, recipe.labeling, recipe.regularizers) == ("my_loss", "observed", None, ())
+    method = REGISTRY.method["my_loss"]
+    assert (method.parts(), method.labels, method.made_of.regularizers) == ((("loss", "my_loss"),), "observed", ())
     assert REGISTRY.loss.origin("my_loss") == REGISTRY.method.origin("my_loss") == "my_loss"
     assert REGISTRY.loss.origin("an") == REGISTRY.method.origin("an") == BUILTIN
     assert REGISTRY.registered_by("my_loss") == ["loss my_loss", "method my_loss"]
@@ -70,10 +70,10 @@ def test_a_recipe_of_the_losses_author_takes_the_place_of_its_derived_method(tmp
     from spmlkit.plugins import load_plugins
 
     path = tmp_path / "recipe.py"
-    path.write_text(MY_LOSS + "\nfrom spmlkit.methods import Method, register as register_method\n"
-                    "register_method(Method('my_loss', 'my_loss', 'my loss with APL', 'me', labeling='apl'))\n")
+    path.write_text(MY_LOSS + "\nfrom spmlkit.methods import loss_method, register as register_method\n"
+                    "register_method('my_loss', 'my loss with APL', paper='me')(loss_method('my_loss', labeling='apl'))\n")
     load_plugins([str(path)])
-    assert (METHODS["my_loss"].labeling, METHODS["my_loss"].description) == ("apl", "my loss with APL")
+    assert (METHODS["my_loss"].made_of.labeling, METHODS["my_loss"].description) == ("apl", "my loss with APL")
 
 
 def test_an_unknown_method_is_answered_with_the_closest_and_where_yours_come_from(capsys) -> None:
@@ -301,11 +301,11 @@ def test_a_plugin_dataset_label_algorithm_and_recipe(tmp_path: Path, capsys) -> 
     path.write_text(
         "import numpy as np\nfrom spmlkit import labeling\nfrom spmlkit.data import TabularDataset\n"
         "from spmlkit.data.registry import register_dataset\nfrom spmlkit.labeling import APL\n"
-        "from spmlkit.methods import Method, register\n\n"
+        "from spmlkit.methods import loss_method, register\n\n"
         "@labeling.register('early_apl')\nclass EarlyAPL(APL):\n"
         "    def __init__(self, theta=0.9, warmup_epochs=2, num_epochs=10):\n"
         "        super().__init__(theta, warmup_epochs, num_epochs)\n\n"
-        "register(Method('em_early_apl', 'em_apl', 'EM + early APL', 'me', labeling='early_apl'))\n\n"
+        "register('em_early_apl', 'EM + early APL', paper='me')(loss_method('em_apl', labeling='early_apl'))\n\n"
         "@register_dataset('toy', source='generated', labels=3)\ndef toy():\n"
         "    rng = np.random.default_rng(0)\n"
         "    Y = np.eye(3, dtype=np.uint8)[rng.integers(0, 3, 120)]\n"

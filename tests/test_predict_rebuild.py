@@ -1,7 +1,7 @@
 """`spmlkit predict` and `export` rebuild a run's network as the trainer built it.
 
 :func:`spmlkit.predict.load_model` reads a run's saved configuration back and builds its network
-with :func:`spmlkit.training.run_data.build_run_model`, the trainer's own function. For every
+with :func:`spmlkit.training.network.build_run_model`, the trainer's own function. For every
 kind of network a run can have, the network built as the trainer builds it is given weights of its
 own (as training would), saved the way a run folder saves ``best.pt``, and loaded back: the
 rebuilt network's probabilities equal the trained one's bit for bit (one process, the CPU). A
@@ -24,7 +24,7 @@ from spmlkit.io import atomic_torch_save
 from spmlkit.predict import load_model
 from spmlkit.training.checkpoint import plain_checkpoint
 from spmlkit.training.config import config_from_dict
-from spmlkit.training.run_data import build_run_model
+from spmlkit.training.network import build_run_model
 from spmlkit.training.run_dir import RunDirectory
 
 CLASSES = ["a", "b", "c"]
@@ -97,7 +97,7 @@ def _built_and_saved(folder: Path, settings: dict, kind: str, transform: dict | 
 
 def _probabilities(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        return torch.sigmoid(model(x))
+        return torch.sigmoid(model(x).logits)
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -157,11 +157,12 @@ def test_a_file_that_is_not_a_run_checkpoint_is_one_line(tmp_path: Path) -> None
 # ----------------------------------------------------------------------------- plug-ins (docs/plugins.md)
 #: a plug-in's methods that add parts to the network: BoostLU's head, and MIME's bottleneck
 MY_PARTS = '''\
-from spmlkit.methods import Method, register
+from spmlkit.methods import loss_method, register
+from spmlkit.methods.boostlu import BoostLU
 
-register(Method("my_boost", "an", "AN with BoostLU's head", "me", head="boostlu",
-                images_only="BoostLU's head needs a spatial map"))
-register(Method("my_bottleneck", "mime", "MIME's loss and bottleneck", "me", bottleneck=8))
+register("my_boost", "AN with BoostLU's head", paper="me")(loss_method("an", base=BoostLU))
+register("my_bottleneck", "MIME's loss and bottleneck", paper="me")(
+    loss_method("mime", model_settings={"bottleneck": 8}))
 '''
 
 

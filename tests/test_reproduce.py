@@ -96,7 +96,7 @@ def test_a_method_takes_the_hyperparameters_a_paper_published_for_the_set_not_sp
 def test_a_method_with_its_own_network_on_features_trains_it_in_a_sweep_of_its_own():
     from spmlkit.experiments.sweep import expand, run_config
     from spmlkit.models import FeatureHead, GaussianBottleneck
-    from spmlkit.training.run_data import build_run_model
+    from spmlkit.training.network import build_run_model
 
     rep = get_reproduction("crisp-tabular")
     specs = reproduction_sweeps(rep, "x.db", datasets=["yeast", "scene"], methods=["an", "mime"])

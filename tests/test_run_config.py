@@ -70,7 +70,7 @@ def test_without_validation_the_last_epoch_is_kept():
     # rows (a C-ordered copy: its float32 column means round as the run's do)
     _, X_test = standardize(ds.X_train[np.arange(200)], ds.X_test)
     with torch.no_grad():
-        probs = torch.sigmoid(res.model(torch.from_numpy(X_test))).numpy()
+        probs = torch.sigmoid(res.model(torch.from_numpy(X_test)).logits).numpy()
     ap = [average_precision_score(ds.Y_test[:, c], probs[:, c]) for c in range(ds.Y_test.shape[1])]
     assert res.test_map == pytest.approx(float(np.mean(ap)), abs=1e-12)
     with pytest.raises(ValueError, match="needs validation data"):

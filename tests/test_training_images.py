@@ -68,7 +68,7 @@ def test_train_then_predict_on_exported_mosaics(tmp_path, capsys):
 
     model, classes, _, _ = load_predictor(run)
     x = torch.stack([DigitsMosaicDataset(mosaic.test_images)[i][0] for i in range(6)])
-    expected = torch.sigmoid(model(x)).detach().numpy()
+    expected = torch.sigmoid(model(x).logits).detach().numpy()
     got = np.array([[p["scores"][c] for c in classes] for p in payload["predictions"]])
     np.testing.assert_allclose(got, expected, atol=1e-5)
     labels = [p["labels"] for p in payload["predictions"]]
@@ -137,14 +137,14 @@ def test_linear_init_then_fine_tune_with_role(tmp_path):
     res = train(cfg)
     assert res.finished and len(res.history) == 1   # phase 1 is not an epoch of the run's history
     ckpt = load_checkpoint(tmp_path / "run" / "best.pt")
-    phi = ckpt["components"]["loss"]["estimator.phi"]
+    phi = ckpt["method"]["criterion.estimator.phi"]
     # the estimator starts phase 2 from phase 1 through the clamped logit: bounded by logit(1 - 1e-5)
     assert phi.abs().max() <= np.log((1 - 1e-5) / 1e-5) + 1e-3
     plain = train(config_from_dict({**BASE, "method": "role", "epochs": 1, "out": str(tmp_path / "plain")}))
     ref = load_checkpoint(tmp_path / "plain" / "best.pt")
     # phase 1 really trained the head and the estimator: phase 2 starts elsewhere and ends elsewhere
     assert not torch.equal(ckpt["model"]["head.weight"], ref["model"]["head.weight"])
-    assert not torch.equal(phi, ref["components"]["loss"]["estimator.phi"])
+    assert not torch.equal(phi, ref["method"]["criterion.estimator.phi"])
     assert res.history[0]["val_map"] != plain.history[0]["val_map"]
 
 

@@ -41,7 +41,7 @@ def test_a_feature_run_builds_its_graph_from_the_rows_the_model_sees():
     plan = plan_run(config, data=data)
     run = _build_run(plan, _source(plan, Distributed()))
     expected = standardize(data.X_train[plan.split.train_idx])[0]
-    assert np.array_equal(run.components.loss.encoder.features.numpy(), expected)
+    assert np.array_equal(run.method.encoder.features.numpy(), expected)
     result = train(config, data=data)
     assert result.finished and np.isfinite([h["train_loss"] for h in result.history]).all()
 
@@ -56,7 +56,7 @@ def test_an_image_run_builds_its_graph_from_the_initial_backbones_pooled_feature
     with torch.no_grad():
         pixels = images.pixels(np.asarray(plan.split.train_idx))
         expected = model.features(source.transform.normalize(pixels.to(plan.device)))
-    assert torch.allclose(run.components.loss.encoder.features, expected, rtol=0, atol=1e-6)
+    assert torch.allclose(run.method.encoder.features, expected, rtol=0, atol=1e-6)
     assert run.model.training  # computing them left the model as it was
 
 
@@ -69,6 +69,7 @@ def test_a_resumed_image_run_rebuilds_the_same_graph_and_continues_the_draws(tmp
     assert [h["train_loss"] for h in resumed.history] == [h["train_loss"] for h in full.history]
     assert resumed.test_map == full.test_map
     a, b = load_checkpoint(tmp_path / "full" / "last.pt"), load_checkpoint(tmp_path / "cut" / "last.pt")
-    assert all(torch.equal(a["components"]["loss"][k], b["components"]["loss"][k]) for k in a["components"]["loss"])
-    assert torch.equal(a["components"]["loss_extra"]["draws"], b["components"]["loss_extra"]["draws"])
-    assert "encoder.features" not in a["components"]["loss"]  # the data is not checkpointed
+    tensors = [k for k in a["method"] if k != "_extra_state"]
+    assert tensors and all(torch.equal(a["method"][k], b["method"][k]) for k in tensors)
+    assert torch.equal(a["method"]["_extra_state"]["draws"], b["method"]["_extra_state"]["draws"])
+    assert "encoder.features" not in a["method"]  # the data is not checkpointed

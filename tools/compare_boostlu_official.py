@@ -148,9 +148,8 @@ def spmlkit_side(official_npz: str, scheme: str, epoch: int, out: str) -> None:
 
     from spmlkit.data.images import ImageTransform, flip_rows
     from spmlkit.labels import LabelState
-    from spmlkit.methods import cam_boost, resolve_hparams
+    from spmlkit.methods import METHODS, RunInfo
     from spmlkit.models import build_model
-    from spmlkit.training.components import build_components
     from spmlkit.training.config import config_from_dict
     from spmlkit.training.loop import Group, Run, train_epoch
     from spmlkit.training.trainer import _optimizer, _param_groups
@@ -158,8 +157,8 @@ def spmlkit_side(official_npz: str, scheme: str, epoch: int, out: str) -> None:
     ref = np.load(official_npz)
     method, delta = SCHEMES[scheme]
     hparams = {"delta_rel": delta, "boost_alpha": ALPHA}
-    resolved = resolve_hparams(method, hparams)
-    model = build_model("torchvision:resnet50", CLASSES, pretrained=False, cam_boost=cam_boost(resolved))
+    alpha = METHODS[method].model_parts(METHODS[method].check_hparams(hparams))["cam_boost"]
+    model = build_model("torchvision:resnet50", CLASSES, pretrained=False, cam_boost=alpha)
     state = {spmlkit_name(k[len("init/"):]): torch.as_tensor(ref[k]) for k in ref.files if k.startswith("init/")}
     state["head.weight"] = state["head.weight"].reshape(CLASSES, -1)  # the 1 x 1 convolution's [C, D, 1, 1]
     model.load_state_dict(state)
@@ -171,15 +170,16 @@ def spmlkit_side(official_npz: str, scheme: str, epoch: int, out: str) -> None:
     observed = ref["observed"].astype(np.int8)
 
     config = config_from_dict({"method": method, "hparams": hparams, "lr": LR, "head_lr_mult": LR_MULT})
-    components = build_components(resolved, num_train=ROWS, num_classes=CLASSES, observed=observed,
-                                  expected_num_pos=1.0, epochs=10, seed=0)
-    components.set_epoch(epoch, 10)  # what run_loop does before each epoch
-    run = Run(model, components, LabelState(observed), torch.Generator().manual_seed(0))
+    info = RunInfo(num_train=ROWS, num_classes=CLASSES, observed=observed, expected_num_pos=1.0, epochs=10, seed=0,
+                   features=lambda: None)
+    method_object = METHODS[method](info, **hparams)
+    method_object.set_epoch(epoch, 10)  # what run_loop does before each epoch
+    run = Run(model, method_object, LabelState(observed), torch.Generator().manual_seed(0))
     logits = {}
 
     def keep_logits(module, args, output) -> None:  # a hook that returns nothing leaves the output as it is
-        logits["z"] = output.detach().clone()
-        output.register_hook(lambda grad: logits.__setitem__("grad", grad.detach().clone()))
+        logits["z"] = output.logits.detach().clone()
+        output.logits.register_hook(lambda grad: logits.__setitem__("grad", grad.detach().clone()))
 
     hook = model.register_forward_hook(keep_logits)
 
@@ -197,15 +197,15 @@ def spmlkit_side(official_npz: str, scheme: str, epoch: int, out: str) -> None:
 
     # where the differences come from: the same network's backward from the official logit gradient,
     # and the trainer's optimiser stepping the official gradients
-    same = build_model("torchvision:resnet50", CLASSES, pretrained=False, cam_boost=cam_boost(resolved))
+    same = build_model("torchvision:resnet50", CLASSES, pretrained=False, cam_boost=alpha)
     same.load_state_dict(state)
     same.train()
-    same(x).backward(torch.as_tensor(ref["logit_grad"]))
+    same(x).logits.backward(torch.as_tensor(ref["logit_grad"]))
     from_dz = {k: p.grad.numpy() for k, p in same.named_parameters()}
     same.load_state_dict(state)
     for k, p in same.named_parameters():
         p.grad = torch.as_tensor(ref["grad/" + official_name(k)]).reshape(p.shape)
-    stepped = Run(same, components, LabelState(observed), torch.Generator())
+    stepped = Run(same, method_object, LabelState(observed), torch.Generator())
     _optimizer(config, _param_groups(config, stepped)).step()
     np.savez(out, image=x.numpy(), logits=logits["z"].numpy(), loss=record["losses"][0],
              logit_grad=logits["grad"].numpy(),

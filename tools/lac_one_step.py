@@ -275,11 +275,8 @@ def ours(args: argparse.Namespace) -> None:
     def step(model, optimizer, recipe, loss_fn, x, labels, embed: bool):
         model.train()
         freeze_batchnorm(model)
-        if embed:
-            logits, emb = model.embed(x)
-            emb = emb.view(2, BATCH, *emb.shape[1:])
-        else:
-            logits, emb = model(x), None
+        logits, _, emb, _ = model(x)  # a projector's embeddings come out of the same forward (LAC's stage 2)
+        emb = emb.view(2, BATCH, *emb.shape[1:]) if embed else None
         value = loss_fn(logits[:BATCH], labels, strong=logits[BATCH:], embeddings=emb)
         optimizer.zero_grad(set_to_none=True)
         value.backward()

@@ -20,7 +20,7 @@ run in two processes, so that the official code never sees spmlkit and the rever
 2. ``ours`` (with spmlkit importable): builds the ``mime/<dataset>`` presets' model and recipe on the code's
    ResNet-18 (``image_head: label_query``, ``bottleneck`` 256, ``constant_bn``, ``train_only`` layers 2-4 and
    the head), loads the same weights, takes the same step through spmlkit's own step (``RunStep`` with the
-   ``mime`` components, the recorded draws passed in as ``noise``, the generator set to the recorded
+   ``mime`` method, the recorded draws passed in as ``noise``, the generator set to the recorded
    state for the dropout masks) and optimiser (``optimizer: adamax``, ``head_lr_mult`` 10; ``--numerics
    stable`` and ``--averaged`` measure spmlkit's defaults instead of the code's arithmetic), runs
    :class:`spmlkit.labeling.ConfidentPositives` on the round's recorded predictions, and prints each
@@ -197,11 +197,10 @@ def ours(args: argparse.Namespace) -> None:
 
     from spmlkit.labeling import ConfidentPositives
     from spmlkit.labels import LabelState
-    from spmlkit.methods import resolve_hparams
-    from spmlkit.training.components import build_components
+    from spmlkit.methods import METHODS, RunInfo
     from spmlkit.training.config import RunConfig
+    from spmlkit.training.network import build_run_model
     from spmlkit.training.recipe import prepare_parts
-    from spmlkit.training.run_data import build_run_model
     from spmlkit.training.step import RunStep
     from spmlkit.training.trainer import _optimizer
 
@@ -222,7 +221,7 @@ def ours(args: argparse.Namespace) -> None:
 
     images, truth, observed = _inputs()
     compare("input images", images[rec["index"]], rec["x"])
-    # the mime/<dataset> presets' model and recipe, on the code's ResNet-18 (training.run_data.build_run_model):
+    # the mime/<dataset> presets' model and recipe, on the code's ResNet-18 (training.network.build_run_model):
     # label queries, the bottleneck, constant BatchNorm, the stem and layer1 frozen
     config = RunConfig(dataset="voc2012", method="mime", backbone="torchvision:resnet18", pretrained=False,
                        image_head="label_query", bottleneck=WIDTH, bottleneck_samples=10, constant_bn=True,
@@ -232,10 +231,9 @@ def ours(args: argparse.Namespace) -> None:
     model.load_state_dict(mapped("before/"))
     prepare_parts(config, model)
     optimizer = _optimizer(config, model.param_groups(LR, 10.0))
-    resolved = resolve_hparams("mime", {"beta": BETA, "numerics": args.numerics})
-    components = build_components(resolved, num_train=ROWS, num_classes=CLASSES, observed=observed.astype(np.int8),
-                                  expected_num_pos=1.0, epochs=1, seed=0)
-    step = RunStep(model, components)
+    info = RunInfo(num_train=ROWS, num_classes=CLASSES, observed=observed.astype(np.int8), expected_num_pos=1.0,
+                   epochs=1, seed=0, features=lambda: None)
+    step = RunStep(model, METHODS["mime"](info, beta=BETA, numerics=args.numerics))
     model.train()
     index = torch.as_tensor(rec["index"], dtype=torch.long)
     labels = torch.as_tensor(rec["labels"], dtype=torch.float32)
@@ -246,7 +244,7 @@ def ours(args: argparse.Namespace) -> None:
     if args.averaged:  # their mean as one draw, the form spmlkit's own runs draw (docs/methods.md, "mime")
         noise = noise.mean(dim=0)
     with torch.no_grad():
-        logits, (mu, std) = model(x, noise=noise, latent=True)
+        logits, _, _, (mu, std) = model(x, noise=noise)
     torch.set_rng_state(torch.from_numpy(rec["rng_before_forward"]))
     compare("logits", logits, rec["logits"])
     compare("codes: mean", mu, rec["mu"])

@@ -16,7 +16,7 @@ PyTorch (docs/methods.md, "smile"):
   two loss functions and torch's Dirichlet sampler); the run stops after the first step. It also
   runs DGL's ``GraphConv`` on a small graph;
 * spmlkit's environment loads the official initial weights, batch and Beta draw into ``smile``,
-  takes the same step through spmlkit's components and optimiser, and prints each quantity with the
+  takes the same step through spmlkit's method and optimiser, and prints each quantity with the
   largest difference (``OUT/comparison.json`` keeps them).
 
 Run it (the official code at commit 8feb9b8, e.g. ``git clone https://github.com/palm-ml/smile``)::
@@ -234,10 +234,9 @@ def compare(out: Path) -> list[dict]:
 
     from spmlkit.experiments.presets import resolve_config
     from spmlkit.labels import LabelBatch, PseudoLabels
-    from spmlkit.losses.graph import GraphConv, KnnGraph
-    from spmlkit.methods import resolve_hparams
-    from spmlkit.models import FeatureHead
-    from spmlkit.training.components import build_components
+    from spmlkit.methods import METHODS, RunInfo
+    from spmlkit.models import FeatureHead, ModelOutput
+    from spmlkit.models.graph import GraphConv, KnnGraph
     from spmlkit.training.trainer import _optimizer
 
     torch.set_num_threads(1)
@@ -259,9 +258,9 @@ def compare(out: Path) -> list[dict]:
     # the graph, and DGL's GraphConv on a small one
     hparams = {"bias": False, "p": YEAST_ARGS["p"], "mu": YEAST_ARGS["mu"], "rate": YEAST_ARGS["rate"]}
     observed = np.where(data["Y_obs"] > 0, 1, 0).astype(np.int8)
-    comp = build_components(resolve_hparams("smile", hparams), num_train=n, num_classes=classes, observed=observed,
-                            expected_num_pos=1.0, epochs=1, seed=0, features=lambda: X)
-    loss = comp.loss
+    info = RunInfo(num_train=n, num_classes=classes, observed=observed, expected_num_pos=1.0, epochs=1, seed=0,
+                   features=lambda: X)
+    loss = METHODS["smile"](info, **hparams)  # the method: its networks, its draws, its two losses
     ours_adj = np.zeros((n, n), dtype=np.uint8)
     ours_adj[np.repeat(np.arange(n), loss.k), loss.encoder.graph.neighbours.reshape(-1).numpy()] = 1
     rows.append({"quantity": "k-NN graph: edges that differ", "shape": [n, n],
@@ -297,7 +296,7 @@ def compare(out: Path) -> list[dict]:
     idx = torch.from_numpy(off["batch_idx"]).long()
     labels = torch.from_numpy(observed[idx.numpy()]).float()
     row("observed labels of the batch", off["labels"], labels)
-    logits = head(X[idx])
+    logits = head(X[idx]).logits
     parts = loss.terms(logits, labels, idx)
     row("GCN logits, every training row", off["gcn_logits"], loss.encoder())
     row("D of the batch", off["distribution"], parts.distribution)
@@ -324,8 +323,8 @@ def compare(out: Path) -> list[dict]:
     for name, value in ours_parts.items():
         row(f"enhancement part {name}", off[f"part/{name}"], value)
     batch = LabelBatch(labels, PseudoLabels(torch.zeros_like(labels, dtype=torch.bool), torch.zeros_like(labels)), idx)
-    total = comp.training_loss(head, X[idx], logits, batch, None, head.parameters)
-    row("the step's loss through MethodComponents = classifier + enhancement",
+    total = loss.loss(ModelOutput(logits), batch)
+    row("the step's loss through the method's loss hook = classifier + enhancement",
         off["classifier_loss"] + off["enhancement_loss"], total)
     total.backward()
     before = {key: modules[_our_name(key)[0]].get_parameter(_our_name(key)[1]).detach().clone() for key in keys}
@@ -333,7 +332,7 @@ def compare(out: Path) -> list[dict]:
         where, name = _our_name(key)
         row(f"gradient {key}", off[f"grad/{key}"], modules[where].get_parameter(name).grad)
     config = resolve_config({"dataset": "yeast", "method": "smile", "lr": YEAST_ARGS["lr"], "optimizer": "adam"})
-    optimizer = _optimizer(config, head.param_groups(config.optimisation.lr) + comp.param_groups(config.optimisation.lr))
+    optimizer = _optimizer(config, head.param_groups(config.optimisation.lr) + loss.param_groups(config.optimisation.lr))
     optimizer.step()
     for key in keys:
         where, name = _our_name(key)

@@ -75,7 +75,7 @@ class Probabilities(nn.Module):
         self.net = net
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.net(x).float())
+        return torch.sigmoid(self.net(x).logits.float())
 
 
 def default_out(run: Path, fmt: str) -> Path:

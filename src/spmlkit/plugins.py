@@ -143,13 +143,11 @@ def plugin_code(method: str, dataset: str) -> list[str]:
     a new run."""
     origins: set[str] = set()
     if method in REGISTRY.method:
-        recipe = REGISTRY.method[method]
         origins.add(REGISTRY.method.origin(method))
-        for loss in (recipe.loss, *(name for name, _ in recipe.regularizers)):
-            if loss in REGISTRY.loss:
-                origins.add(REGISTRY.loss.origin(loss))
-        if recipe.labeling in REGISTRY.labeling:
-            origins.add(REGISTRY.labeling.origin(recipe.labeling))
+        families = {"loss": REGISTRY.loss, "labeling": REGISTRY.labeling}
+        for family, name in REGISTRY.method[method].parts():  # the registered parts it is made of
+            if name in families[family]:
+                origins.add(families[family].origin(name))
     if dataset in REGISTRY.dataset:
         origins.add(REGISTRY.dataset.origin(dataset))
     origins.discard(BUILTIN)

@@ -57,11 +57,11 @@ def load_model(checkpoint: str | Path, device: str = "cpu") -> tuple[torch.nn.Mo
 
     Returns the model, the checkpoint (config, class names, threshold, ``"transform"``) and
     the file read. The network is rebuilt from the run's saved configuration by the function the
-    trainer builds it with (:func:`~spmlkit.training.run_data.build_run_model`), so one place
+    trainer builds it with (:func:`~spmlkit.training.network.build_run_model`), so one place
     decides a run's network; no pretrained weights are downloaded (the checkpoint holds every
     weight). A feature run's input width is :func:`feature_width`.
     """
-    from .training.run_data import build_run_model
+    from .training.network import build_run_model
 
     path = Path(checkpoint)
     if path.is_dir():
@@ -364,7 +364,7 @@ def predict_images(
     for x, idx, bad_idx in loader:
         bad += bad_idx.tolist()
         if x is not None:
-            scores[idx.numpy()] = torch.sigmoid(model(x.to(device)).float()).cpu().numpy()
+            scores[idx.numpy()] = torch.sigmoid(model(x.to(device)).logits.float()).cpu().numpy()
         if on_batch:
             on_batch(len(idx) + len(bad_idx))
     bad_set = set(bad)

@@ -255,13 +255,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "tests/test_sweep_leases.py::test_the_heartbeat_renews_the_lease_of_a_run_longer_than_the_lease"]),
     _m("smile-group-shares-one-generator",
        "a batched group of SMILE runs draws every run's Beta samples from the first run's generator",
-       [Edit("src/spmlkit/losses/smile.py", "generator=m._generator(c.device))", "generator=self._generator(c.device))")],
-       ["tests/test_losses_batched.py::test_a_loss_of_r_problems_equals_its_r_separate_losses[smile]",
+       [Edit("src/spmlkit/methods/smile.py", "generator=m._generator(c.device))", "generator=self._generator(c.device))")],
+       ["tests/test_losses_smile.py::test_r_runs_of_the_method_in_one_call_equal_their_separate_steps",
         "tests/test_batched.py::test_smile_runs_that_share_their_batches_equal_their_solo_runs_bit_for_bit"]),
     _m("smile-group-rows-sorted",
        "a batched SMILE group computes its batches' rows in sorted order, not in the order a solo run "
        "computes them, so a group that shares its batches no longer equals its solo runs bit for bit",
-       [Edit("src/spmlkit/losses/smile.py", "    order = first.argsort()\n",
+       [Edit("src/spmlkit/methods/smile.py", "    order = first.argsort()\n",
              "    order = torch.arange(len(rows), device=flat.device)\n")],
        ["tests/test_batched.py::test_smile_runs_that_share_their_batches_equal_their_solo_runs_bit_for_bit"]),
 )

@@ -28,9 +28,13 @@ def run_methods(args: argparse.Namespace) -> int:
     for col in ("method", "loss", "labels", "label-state algorithm", "description", "paper", "on features"):
         table.add_column(col)
     for m in METHODS.values():
-        on_features = (f"no: {m.images_only}" if m.images_only else
-                       f"yes, without {m.features_without}" if m.features_without else "yes")
-        table.add_row(m.name, m.loss, m.labels, m.labeling or "", m.description, m.paper, on_features)
+        meaning = m.on_features
+        on_features = ("yes" if not meaning.note else f"yes, without {meaning.note}") if meaning.trains \
+            else f"no: {meaning.note}"
+        parts = m.parts()  # (family, name), its main loss first
+        loss = parts[0][1] if parts else "(its own)"
+        labeling = next((name for family, name in parts if family == "labeling"), "")
+        table.add_row(m.name, loss, m.labels, labeling, m.description, m.paper, on_features)
     console().print(table)
     return 0
 

@@ -257,7 +257,7 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
         methods = tuple(m for m in methods if m not in references)
         notes.append(f"left out {', '.join(references)}: references that train on full labels, which "
                      f"{', '.join(own)} {'does' if len(own) == 1 else 'do'} not have (--methods names them)")
-    image_only = [m for m in METHODS if METHODS[m].images_only and m not in methods]
+    image_only = [m for m in METHODS if not METHODS[m].on_features.trains and m not in methods]
     if image_only and not args.methods:  # default_methods leaves them out where a data set is features
         notes.append(f"left out {', '.join(image_only)}: methods that train on images only (`spmlkit methods` says "
                      "why); a benchmark of images alone includes them")

@@ -82,8 +82,8 @@ def add_run_options(p: argparse.ArgumentParser, *, extract: bool = False) -> Non
                        help="add PU-MLC's local-global convolutions (default: off)")
     model.add_argument("--image-head", choices=("linear", "label_query"),
                        help="the classifier: linear (pooling + one linear layer, the SPML papers') or label_query "
-                            "(the LAC and MIME code's label-query transformer; the plc, lac and mime presets use it) "
-                            f"(default: {_default('image_head')})")
+                            "(the LAC and MIME code's label-query transformer; the mime presets use it) (default: the "
+                            "method's own: label_query for plc and lac, linear for the others)")
     model.add_argument("--image-size", type=int, metavar="PIXELS",
                        help=f"images are resized to PIXELS x PIXELS (default: {_default('image_size')})")
     machine = p.add_argument_group("machine")

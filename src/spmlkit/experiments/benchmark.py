@@ -152,13 +152,13 @@ class BenchmarkSpec:
 
 def default_methods(datasets: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """Every registered method (built-in or a plug-in's) that has a meaning on each of ``datasets``:
-    a method that learns from image augmentations or activation maps (``Method.images_only``) is
+    a method that learns from image augmentations or activation maps (``Method.on_features``) is
     left out when any of them is a feature set, where every run of it would be refused
     (docs/methods.md, "Two views of each image"); a benchmark of images includes it."""
     from ..data.registry import is_feature_dataset
 
     features = any(is_feature_dataset(d) for d in datasets)
-    return tuple(m for m in METHODS if not (features and METHODS[m].images_only))
+    return tuple(m for m in METHODS if not (features and not METHODS[m].on_features.trains))
 
 
 def labels_measured(spec: BenchmarkSpec) -> dict[str, str | None]:

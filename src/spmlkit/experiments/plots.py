@@ -621,18 +621,13 @@ def _ap_gain_heatmap(gains: dict[str, np.ndarray], names: Sequence[str], with_na
 
 
 def _keeps_label_state(method: str) -> bool:
-    """Whether a method makes pseudo-labels: a label-state algorithm that writes the label state
-    (APL's pseudo-negatives, OPML's corrections; CRISP's class-prior estimate leaves it as it is)
-    or a loss that corrects labels (LL-Cp)."""
-    from ..labeling import ALGORITHMS
-    from ..losses import loss_class
+    """Whether a method makes pseudo-labels (:attr:`~spmlkit.methods.Method.writes_labels`: APL's
+    pseudo-negatives, OPML's corrections, LL-Cp's; CRISP's class-prior estimate leaves the label state
+    as it is)."""
     from ..methods import METHODS
 
-    if method not in METHODS:  # a method this installation does not know (another version's, a plug-in not loaded)
-        return False
-    recipe = METHODS[method]
-    writes_state = recipe.labeling is not None and not ALGORITHMS.get(recipe.labeling).provides_class_prior
-    return writes_state or bool(loss_class(recipe.loss).corrects_labels)
+    # a method this installation does not know (another version's, a plug-in not loaded) is not asked
+    return method in METHODS and METHODS[method].writes_labels
 
 
 def plot_pseudo_labels(records: Sequence[Record]) -> Figure:

@@ -68,15 +68,16 @@ def reproduction_methods(rep: Reproduction) -> tuple[str, ...]:
 
     published = {r.method for table in rep.tables for r in published_rows(source=table)}
     return tuple(m for m in dict.fromkeys(rep.method_labels.values())
-                 if m in published and m in METHODS and not METHODS[m].images_only)
+                 if m in published and m in METHODS and METHODS[m].on_features.trains)
 
 
 def images_only_methods(rep: Reproduction) -> tuple[str, ...]:
     """Methods the paper compares (on its image sets) that spmlkit has but that train on images only,
-    so a reproduction on features leaves them out (``Method.images_only`` says why)."""
+    so a reproduction on features leaves them out (``Method.on_features`` says why)."""
     from ..methods import METHODS
 
-    return tuple(m for m in dict.fromkeys(rep.method_labels.values()) if m in METHODS and METHODS[m].images_only)
+    return tuple(m for m in dict.fromkeys(rep.method_labels.values())
+                 if m in METHODS and not METHODS[m].on_features.trains)
 
 
 def images_only_note(rep: Reproduction) -> str:
@@ -94,18 +95,19 @@ def check_methods(rep: Reproduction, methods: Sequence[str]) -> None:
 
     for name in methods:
         method = get_method(name)
-        if method.images_only:
+        if not method.on_features.trains:
             raise ValueError(f"{rep.name} trains on the features of MULAN's sets, and method {name!r} trains on "
-                             f"images only: {method.images_only}; leave it out of the methods")
+                             f"images only: {method.on_features.note}; leave it out of the methods")
 
 
 def _own_network(method: str) -> bool:
     """Whether ``method``'s network on features is its own (MIME's Gaussian bottleneck over the row,
     docs/methods.md, "mime"): SMILE's MLP would be a second network before it, so such a method trains
     its own in the protocol's partitions, grid and epochs."""
-    from ..methods import bottleneck_width
+    from ..methods import get_method
 
-    return bottleneck_width(method, None) > 0
+    cls = get_method(method)
+    return int(cls.model_parts(cls.check_hparams({})).get("bottleneck", 0)) > 0
 
 
 def _dataset_argument(rep: Reproduction, dataset: str) -> str:

@@ -1,5 +1,5 @@
 """Between-epoch label-state algorithms (APL, LL-Cp, OPML correction, SPLC, MIME's confident positives) and CRISP's
-class-prior estimation."""
+class-prior estimation (not registered: it writes no labels, and the ``crisp`` method uses it itself)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ def register(name: str) -> Callable[[type[LabelingAlgorithm]], type[LabelingAlgo
 
 register("apl")(APL)
 register("opml_correction")(OPMLCorrection)
-register("class_prior")(ClassPriorEstimation)
 register("confident_positives")(ConfidentPositives)
 
 

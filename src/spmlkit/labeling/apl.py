@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..labels import LabelState
-from .base import ClassAP, LabelingAlgorithm, Probabilities, check_epoch, round_record
+from .base import LabelingAlgorithm, Probabilities, check_epoch, round_record
 
 __all__ = ["APL", "as_probabilities", "select_smallest_per_class"]
 
@@ -180,11 +180,11 @@ class APL(LabelingAlgorithm):
         return self.warmup_epochs <= epoch < self.num_epochs
 
     # ------------------------------------------------------------------ the round
-    def step(self, probs: Probabilities, state: LabelState, epoch: int, *, class_ap: ClassAP = None) -> dict[str, Any]:
+    def step(self, probs: Probabilities, state: LabelState, epoch: int) -> dict[str, Any]:
         """Run the round after the training phase of ``epoch`` (1-indexed).
 
         ``probs`` are the predictions ``sigmoid(z)`` over the whole training split, row n =
-        example n of ``state``. ``class_ap`` is accepted for the common signature and unused.
+        example n of ``state``.
         Returns ``{"epoch", "active", "selected", "selected_per_class"}`` (int, bool, int,
         long tensor ``[C]``).
         """

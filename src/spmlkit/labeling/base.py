@@ -5,7 +5,7 @@ whole training split and writes pseudo-labels or corrections into the
 :class:`~spmlkit.labels.LabelState`. The trainer drives every algorithm with the same calls
 (:meth:`LabelingAlgorithm.initialize`, :meth:`~LabelingAlgorithm.is_active`,
 :meth:`~LabelingAlgorithm.step`, ``state_dict``/``load_state_dict``) and learns what an
-algorithm needs from its class attributes, never by inspecting signatures.
+algorithm needs from its class attributes (``run_arguments``), never by inspecting signatures.
 
 Constructor arguments split in two: *run arguments* (``run_arguments``), which the trainer
 fills from the run (APL's total number of epochs), and *hyperparameters*, everything else,
@@ -41,20 +41,9 @@ class LabelingAlgorithm(ABC):
     #: constructor arguments the trainer fills from the run (e.g. APL's ``num_epochs``);
     #: never hyperparameters
     run_arguments: ClassVar[tuple[str, ...]] = ()
-    #: True if :meth:`step` wants the per-class AP of the training predictions against the
-    #: observed positives (the trainer computes it once and shares it with the loss)
-    needs_class_ap: ClassVar[bool] = False
-    #: True if the algorithm estimates each class's prior (:meth:`class_prior`), which the trainer
-    #: hands to a loss that ``needs_class_prior`` after every round (CRISP)
-    provides_class_prior: ClassVar[bool] = False
 
     def initialize(self, state: LabelState) -> None:
         """Read what the algorithm needs from the label state before training. No-op by default."""
-
-    def class_prior(self) -> torch.Tensor | None:
-        """The latest estimate of each class's prior ``[C]`` (``provides_class_prior`` only; None
-        before the first round and for every other algorithm)."""
-        return None
 
     @abstractmethod
     def is_active(self, epoch: int) -> bool:
@@ -64,10 +53,9 @@ class LabelingAlgorithm(ABC):
         """
 
     @abstractmethod
-    def step(self, probs: Probabilities, state: LabelState, epoch: int, *, class_ap: ClassAP = None) -> dict[str, Any]:
+    def step(self, probs: Probabilities, state: LabelState, epoch: int) -> dict[str, Any]:
         """Run the round after ``epoch`` on ``probs`` (``sigmoid(z)``, whole training split).
 
-        ``class_ap`` is passed when ``needs_class_ap`` is set; other algorithms ignore it.
         Returns a record of the round; its scalar entries are what the trainer logs.
         """
 

@@ -39,7 +39,7 @@ import torch
 
 from ..labels import LabelState
 from .apl import as_probabilities
-from .base import ClassAP, LabelingAlgorithm, Probabilities, check_epoch
+from .base import LabelingAlgorithm, Probabilities, check_epoch
 
 __all__ = ["ClassPriorEstimate", "ClassPriorEstimation", "estimate_class_prior"]
 
@@ -127,16 +127,14 @@ def _estimate_chunk(s: torch.Tensor, lab: torch.Tensor, eps: float, log_term: fl
 class ClassPriorEstimation(LabelingAlgorithm):
     """Re-estimate every class's prior after each epoch (CRISP's Algorithm 1, steps 2-6).
 
-    It leaves the label state as it is: what it makes is a vector of priors, which the trainer
-    hands to a loss that declares ``needs_class_prior`` (``crisp``) through
-    :meth:`class_prior` (docs/architecture.md, "Contracts").
+    It leaves the label state as it is: what it makes is a vector of priors (:meth:`class_prior`),
+    which the ``crisp`` method hands to its loss (:mod:`spmlkit.methods.crisp`).
 
     Args:
         delta: δ of the confidence bound (paper: 0.01).
         tau: τ of the confidence bound (paper: 0.01).
     """
 
-    provides_class_prior = True
 
     def __init__(self, delta: float = 0.01, tau: float = 0.01) -> None:
         self.delta = _check_unit("delta", delta)
@@ -152,7 +150,7 @@ class ClassPriorEstimation(LabelingAlgorithm):
         """The latest estimate (float64 ``[C]``), None before the first round."""
         return self._prior
 
-    def step(self, probs: Probabilities, state: LabelState, epoch: int, *, class_ap: ClassAP = None) -> dict[str, Any]:
+    def step(self, probs: Probabilities, state: LabelState, epoch: int) -> dict[str, Any]:
         """Estimate the priors from ``probs`` (``sigmoid(z)`` over the whole training split) and the
         observed positives of ``state``. Returns ``{"epoch", "active", "prior_mean",
         "class_prior"}``; the label state is not changed."""

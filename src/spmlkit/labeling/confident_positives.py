@@ -16,7 +16,7 @@ import torch
 
 from ..labels import LabelState
 from .apl import as_probabilities
-from .base import ClassAP, LabelingAlgorithm, Probabilities, check_epoch, round_record
+from .base import LabelingAlgorithm, Probabilities, check_epoch, round_record
 
 __all__ = ["ConfidentPositives"]
 
@@ -51,7 +51,7 @@ class ConfidentPositives(LabelingAlgorithm):
     def is_active(self, epoch: int) -> bool:
         return epoch >= self.start_epoch
 
-    def step(self, probs: Probabilities, state: LabelState, epoch: int, *, class_ap: ClassAP = None) -> dict[str, Any]:
+    def step(self, probs: Probabilities, state: LabelState, epoch: int) -> dict[str, Any]:
         """The round after ``epoch``: ``{"epoch", "active", "positives", "positives_per_class"}``,
         ``positives`` counting the entries this round made positive."""
         epoch = check_epoch("ConfidentPositives.step", epoch)

@@ -52,11 +52,9 @@ class OPMLCorrection(LabelingAlgorithm):
         kappa: cap as a multiple of the observed positives of the class (>= 0, default 1).
         every_epoch: also run after every later epoch, not only after ``start_epoch``.
 
-    ``needs_class_ap``: the trainer passes the AP it computes for the epoch anyway to
-    :meth:`step`, which then skips computing it again.
+    :meth:`step` takes the AP when its caller has computed it for the epoch anyway (the
+    ``opml_sp`` method, whose soft loss reads it too) and computes it otherwise.
     """
-
-    needs_class_ap = True
 
     def __init__(
         self, rho: float, *, start_epoch: int = 5, kappa: float = 1.0, every_epoch: bool = False

@@ -8,15 +8,16 @@ Every loss is an ``nn.Module`` called as ``fn(logits, labels, **context)``:
 * ``labels``: float tensor of the logits' shape with ``1`` = observed positive, ``0`` = unobserved,
   ``-1`` = observed negative (the effective labels of the label state: permanent corrections
   such as LL-Cp's already appear as ``1``);
-* optional keyword context that only some methods read, so the training loop can pass the
-  same context to every loss without knowing which one runs:
-  ``pseudo`` (:class:`PseudoLabels`, the soft pseudo-negatives of APL), ``index`` (long
-  ``[B]`` dataset indices, for ROLE's per-example estimator), ``latent`` (the model's Gaussian
-  codes ``(μ, σ)``, for MIME's KL term). Subclasses receive them as one :class:`LossContext`.
+* ``context``: what some losses read beside the logits, by name (:data:`CONTEXT` lists the names:
+  APL's soft pseudo-negatives, the batch's row indices, a strong view's logits, label-wise
+  embeddings, a bottleneck's codes). A loop may hand every loss the same context; each loss
+  receives exactly what its class declares in :attr:`SPMLLoss.reads`, as one :class:`LossContext`.
 
-What a loss needs from the loop beyond that (``index``, label corrections, the class AP,
-extra optimiser groups, checkpoint state) is declared by :class:`SPMLLoss` class attributes
-and hook methods with do-nothing defaults; docs/losses-api.md describes the contract.
+What a loss needs from whoever trains it is declared by class attributes with defaults
+(``reads``, ``data_arguments``, ``batchable``, ``corrects_labels``) and hooks that do nothing by
+default; docs/losses-api.md describes the contract. A loss is a formula: everything a method
+needs beyond it (a step between epochs, random draws, networks of its own) belongs to the
+method (:mod:`spmlkit.methods`).
 
 The registry is the single source of truth for names, one-line descriptions and
 hyperparameters: a loss declares its hyperparameters as keyword arguments of ``__init__``
@@ -40,6 +41,7 @@ from ..names import REGISTRY, Registry, origin_of
 from ..signatures import init_defaults
 
 __all__ = [
+    "CONTEXT",
     "PseudoLabels",
     "LossContext",
     "LossOptions",
@@ -74,26 +76,38 @@ class LossOptions(TypedDict, total=False):
     validate_args: bool
 
 
-@dataclass(frozen=True)
+#: what a loss may read beside ``(logits, labels)`` (:attr:`SPMLLoss.reads`), and what each is
+CONTEXT: dict[str, str] = {
+    "pseudo": "APL's soft pseudo-negatives of the batch (PseudoLabels: mask and target, [B, C])",
+    "index": "the batch rows' indices in the training split (long [B])",
+    "strong": "the logits of a strong augmentation of the same rows ([B, C]; logits are the weak view's)",
+    "embeddings": "unit label-wise embeddings of the weak and the strong view ([2, B, C, D])",
+    "latent": "a Gaussian bottleneck's codes (mu, sigma), each [B, C, w] or [B, w]",
+}
+
+
 class LossContext:
-    """Batch context beside ``(logits, labels)`` that only some losses read.
+    """The context a loss reads beside ``(logits, labels)``: exactly the names its class declares
+    in :attr:`SPMLLoss.reads`, each None where the caller gave none (a loss says what it needs).
 
-    One object instead of one keyword per context item keeps every loss's :meth:`SPMLLoss.loss`
-    signature the same, however many context items exist.
-    """
+    One object instead of one keyword per item keeps every loss's :meth:`SPMLLoss.loss` signature
+    the same, however many kinds of context exist."""
 
-    #: soft pseudo-negatives of APL (read by ``em_apl``)
-    pseudo: PseudoLabels | None = None
-    #: long ``[B]`` dataset indices of the batch rows (read by losses with ``needs_index``)
-    index: Tensor | None = None
-    #: logits ``[B, C]`` of the strong view of the same rows (read by losses with ``needs_views``;
-    #: ``logits`` are then the weak view's)
-    strong: Tensor | None = None
-    #: label-wise embeddings ``[2, B, C, D]`` of the weak and the strong view (read by losses with
-    #: ``needs_embeddings``)
-    embeddings: Tensor | None = None
-    #: the model's Gaussian codes ``(μ, σ)``, each ``[B, C, w]`` (read by losses with ``needs_latent``)
-    latent: tuple[Tensor, Tensor] | None = None
+    __slots__ = ("_items", "_owner")
+
+    def __init__(self, owner: str, reads: tuple[str, ...], given: dict[str, Any]) -> None:
+        object.__setattr__(self, "_items", {name: given.get(name) for name in reads})
+        object.__setattr__(self, "_owner", owner)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise AttributeError(f"loss {self._owner!r} reads {name!r} without declaring it: add it to the class's "
+                                 f"`reads` ({', '.join(self._items) or 'none yet'})") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a loss's context is read-only")
 
 
 class SPMLLoss(nn.Module):
@@ -109,26 +123,13 @@ class SPMLLoss(nn.Module):
 
     #: registry name, filled in by :func:`register`
     name: ClassVar[str] = ""
-    #: True for losses whose forward reads ``index=`` (ROLE's per-example estimator)
-    needs_index: ClassVar[bool] = False
+    #: what :meth:`loss` reads beside the logits and labels, names of :data:`CONTEXT` (``index``:
+    #: ROLE's per-example estimator; ``pseudo``: APL's pseudo-negatives; ``latent``: a bottleneck's
+    #: codes); the loss is called with exactly these
+    reads: ClassVar[tuple[str, ...]] = ()
     #: True for losses that make permanent label corrections (LL-Cp): :meth:`corrections`
     #: returns the bool ``[B, C]`` mask of entries a step turns positive
     corrects_labels: ClassVar[bool] = False
-    #: True for losses that need the per-class training AP once per epoch (soft OPML)
-    needs_class_ap: ClassVar[bool] = False
-    #: True for losses that need each class's estimated prior once per epoch (CRISP): the method's
-    #: label algorithm estimates it (``provides_class_prior``) and the trainer passes it to
-    #: :meth:`set_class_prior`
-    needs_class_prior: ClassVar[bool] = False
-    #: True for losses of two augmented views of each row (LAC/PLC): the loop forwards a weak and
-    #: a strong view, hands the weak view's logits as ``logits`` and the strong view's as ``strong=``
-    needs_views: ClassVar[bool] = False
-    #: True for losses of label-wise embeddings (LAC): the model must produce one embedding per
-    #: (row, class) of each view (:class:`~spmlkit.models.LabelQueryNet`), passed as ``embeddings=``
-    needs_embeddings: ClassVar[bool] = False
-    #: True for losses of the model's latent codes (MIME's KL term): the model must have a Gaussian
-    #: bottleneck (:class:`~spmlkit.models.GaussianBottleneck`), whose ``(μ, σ)`` the step passes as ``latent=``
-    needs_latent: ClassVar[bool] = False
     #: constructor arguments that describe the data rather than the method; the trainer fills
     #: them, and they are never listed as hyperparameters
     data_arguments: ClassVar[tuple[str, ...]] = ()
@@ -140,17 +141,12 @@ class SPMLLoss(nn.Module):
     #: in seed or learning rate) in one call (docs/architecture.md, "Many runs at once"). That asks
     #: of :meth:`loss`: every statistic over the batch or the classes taken over the last two
     #: dimensions (``dim=-2`` / ``-1``), nothing stored on the module during the forward, no draws
-    #: from a stream the problems share (randomness is drawn outside and passed in, or, where a draw
-    #: depends on the forward's own values as SMILE's Beta samples do, from each problem's own
-    #: generator, which :meth:`join_group` hands over), and per-problem state (a parameter table,
-    #: a buffer) that may carry the same leading dimensions. Every built-in loss does, and a test
-    #: checks each against its per-problem values; a loss that does not declare it (the default, so
-    #: a loss written for ``[B, C]`` only is never misused) trains one run at a time.
+    #: from a stream the problems share (randomness is drawn outside and passed in), and
+    #: per-problem state (a parameter table, a buffer) that may carry the same leading dimensions.
+    #: Every built-in loss does, and a test checks each against its per-problem values; a loss that
+    #: does not declare it (the default, so a loss written for ``[B, C]`` only is never misused)
+    #: trains one run at a time.
     batchable: ClassVar[bool] = False
-    #: False when a batched group of this loss should hold only runs of one seed, which draw the same
-    #: batches (the sweep then groups each seed's learning rates and weight decays): SMILE, whose
-    #: graph network would compute the rows of every run's batch for every run
-    groups_across_seeds: ClassVar[bool] = True
 
     def __init__(self, *, reduction: str = "mean", validate_args: bool = True) -> None:
         super().__init__()
@@ -177,18 +173,6 @@ class SPMLLoss(nn.Module):
         """
         return None
 
-    def join_group(self, members: list[SPMLLoss] | None) -> None:
-        """While R runs train as one batched group (:attr:`batchable`), the first run's loss computes
-        every run's and is handed the R runs' losses, in run order (itself first), for per-run state
-        that is no tensor and so is not stacked (SMILE's generators); None when the group's epoch
-        ends. No-op by default."""
-
-    def set_class_ap(self, ap: Tensor) -> None:
-        """Receive the per-class training AP ``[C]`` (``needs_class_ap`` only). No-op by default."""
-
-    def set_class_prior(self, prior: Tensor) -> None:
-        """Receive each class's estimated prior ``[C]`` (``needs_class_prior`` only). No-op by default."""
-
     def extra_state(self) -> dict[str, Any]:
         """Non-parameter state that must survive a checkpoint (none by default).
 
@@ -214,20 +198,19 @@ class SPMLLoss(nn.Module):
         """Carry state over from the loss of an earlier phase (LinearInit). No-op by default."""
 
     # ------------------------------------------------------------------ evaluation
-    def forward(
-        self,
-        logits: Tensor,
-        labels: Tensor,
-        *,
-        pseudo: PseudoLabels | None = None,
-        index: Tensor | None = None,
-        strong: Tensor | None = None,
-        embeddings: Tensor | None = None,
-        latent: tuple[Tensor, Tensor] | None = None,
-    ) -> Tensor:
-        _check_inputs(self.name or type(self).__name__, logits, labels, values=self.validate_args)
+    def forward(self, logits: Tensor, labels: Tensor, **context: Any) -> Tensor:
+        """The loss of ``logits`` against ``labels``. ``context``: items of :data:`CONTEXT` by name; the
+        loss receives those it reads (:attr:`reads`), so that a loop may hand every loss the same
+        context, and a name that is no context at all (a typo) is refused."""
+        cls = type(self)
+        label = self.name or cls.__name__
+        unknown = set(context) - set(CONTEXT)
+        if unknown:
+            raise TypeError(f"loss {label!r} got {', '.join(sorted(unknown))}, which is no context a loss reads: the "
+                            f"context is {', '.join(CONTEXT)} (this loss reads {', '.join(cls.reads) or 'none'})")
+        _check_inputs(label, logits, labels, values=self.validate_args)
         labels = labels.to(dtype=logits.dtype)
-        return self.loss(logits, labels, LossContext(pseudo, index, strong, embeddings, latent))
+        return self.loss(logits, labels, LossContext(label, cls.reads, context))
 
     def loss(self, logits: Tensor, labels: Tensor, ctx: LossContext) -> Tensor:
         """The formula, on inputs :meth:`forward` has already checked."""
@@ -374,6 +357,10 @@ def register(name: str, description: str, *, method: bool = True) -> Callable[[t
         missing = sorted(set(cls.data_arguments) - set(init_defaults(cls)))
         if missing:
             raise RuntimeError(f"loss {name!r} declares data arguments {missing} that __init__ does not take")
+        unknown = sorted(set(cls.reads) - set(CONTEXT))
+        if unknown:
+            raise RuntimeError(f"loss {name!r} declares that it reads {unknown}; a loss may read "
+                               f"{', '.join(CONTEXT)} (a method of its own may hand it anything else)")
         cls.name = name
         # a name registered twice fails here, at import
         _REGISTRY.register(name, _Entry(cls, description, method), origin=origin_of(cls.__module__))
@@ -395,8 +382,8 @@ def hyperparameters(name: str) -> dict[str, Any]:
 
 
 def loss_class(name: str) -> type[SPMLLoss]:
-    """The class registered as ``name``: what it declares (``batchable``, ``needs_index``, ...)
-    can be read without building it."""
+    """The class registered as ``name``: what it declares (``batchable``, ``reads``, ...) can be
+    read without building it."""
     return _lookup(name).cls
 
 

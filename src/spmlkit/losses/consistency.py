@@ -103,7 +103,7 @@ class PLCLoss(SPMLLoss):
     """``L_an + plc_weight · L_plc`` (module docstring). ``threshold`` τ in [0.5, 1]: entries with
     ``σ(z) ≥ τ`` become positives, ``σ(z) < 1 − τ`` negatives, the rest are left out."""
 
-    needs_views = True
+    reads = ("strong",)
     reductions = ("mean",)
 
     def __init__(self, threshold: float = 0.6, plc_weight: float = 1.0, **options: Unpack[LossOptions]) -> None:
@@ -132,7 +132,7 @@ class LACLoss(PLCLoss):
     much has been written. It is allocated at the first step, when the embedding width is known.
     """
 
-    needs_embeddings = True
+    reads = ("strong", "embeddings")
 
     def __init__(self, threshold: float = 0.9, plc_weight: float = 1.0, lac_weight: float = 1.0,
                  temperature: float = 0.5, queue_size: int = 512, **options: Unpack[LossOptions]) -> None:

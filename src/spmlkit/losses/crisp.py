@@ -66,8 +66,7 @@ class CRISPLoss(SPMLLoss):
 
     Epochs up to ``warmup_epochs`` train AN (BCE, unobserved labels as negatives); later epochs
     train :func:`crisp_risk` with the priors last passed to :meth:`set_class_prior` (the ``crisp``
-    method's ``class_prior`` algorithm estimates them after every epoch; ``needs_class_prior`` tells
-    the trainer to pass them). The priors live in a buffer, so checkpoints carry them, and R runs
+    method estimates them after every epoch and passes them, :mod:`spmlkit.methods.crisp`). The priors live in a buffer, so checkpoints carry them, and R runs
     trained as one group stack their own (docs/architecture.md, "Many runs at once").
 
     Args:
@@ -83,7 +82,6 @@ class CRISPLoss(SPMLLoss):
     """
 
     batchable = True
-    needs_class_prior = True
     data_arguments = ("observed",)
     class_prior: Tensor | None
     weight: Tensor | None

@@ -280,6 +280,8 @@ class EMAPL(EM):
     pair (VOC 0.2 / 0.02, NUS 0.1 / 0.2, CUB 0.01 / 0.4).
     """
 
+    reads = ("pseudo",)
+
     def __init__(self, alpha: float = 0.1, beta: float = 0.9, **options: Unpack[LossOptions]) -> None:
         super().__init__(alpha, **options)
         self.beta = check_number("em_apl", "beta", beta, low=0.0)

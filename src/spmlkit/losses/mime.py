@@ -46,7 +46,7 @@ class MIME(SPMLLoss):
     Label 1 (observed positives, and MIME's pseudo-positives, which the label state hands over as
     corrections) gets ``−log p``; labels 0 and −1 get ``−log(1 − p)`` [ours for −1: the code has no
     observed negatives and gives such an entry no loss]. The loss needs the model's codes
-    (``needs_latent``): its model must have a bottleneck (``bottleneck`` > 0).
+    (``reads`` ``latent``): its model must have a bottleneck (``bottleneck`` > 0).
 
     Args:
         beta: weight of the KL term (the code's 1e-4 on every image set).
@@ -54,7 +54,7 @@ class MIME(SPMLLoss):
             ``−log(σ(z) + 1e-5)`` and ``−log(1 − σ(z) + 1e-5)`` (docs/methods.md, "mime").
     """
 
-    needs_latent = True
+    reads = ("latent",)
     batchable = True
 
     def __init__(self, beta: float = 1e-4, numerics: str = "stable", **options: Unpack[LossOptions]) -> None:

@@ -216,7 +216,7 @@ class RoleLoss(SPMLLoss):
     :meth:`param_groups` to it. Φ lives in this module's ``state_dict``, so checkpoints
     carry it.
 
-    Contract: ``needs_index``; the training-set shape, the observed labels and the seed of
+    Contract: it reads ``index``; the training-set shape, the observed labels and the seed of
     the initial estimate are *data arguments* (filled by the trainer, not tuned), leaving
     ``expected_num_pos`` and ``lr_mult`` as hyperparameters. :meth:`transfer_from` copies
     the estimate of an earlier ROLE loss (LinearInit's phase 1). ``reduction``: ``"mean"``
@@ -225,7 +225,7 @@ class RoleLoss(SPMLLoss):
 
     batchable = True
 
-    needs_index = True
+    reads = ("index",)
     data_arguments = ("num_train", "num_classes", "observed", "seed")
     reductions = ("mean", "sum")
 

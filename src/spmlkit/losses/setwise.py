@@ -220,8 +220,8 @@ class SoftOPMLLoss(OPMLLoss):
     ``AP_c`` is class c's training AP against the observed labels, set by the training loop
     after each epoch with :meth:`set_class_ap`: a class whose predictions already rank the
     observed positives well is trusted more, and ``r`` sharpens or flattens that trust.
-    Until the first AP is set ``ε = 0`` and the loss equals OPML. ``needs_class_ap`` tells
-    the trainer to make that call; the AP lives in a buffer, so checkpoints carry it.
+    Until the first AP is set ``ε = 0`` and the loss equals OPML. The ``opml_sp`` method makes that
+    call after every epoch (:mod:`spmlkit.methods.opml_sp`); the AP lives in a buffer, so checkpoints carry it.
     ``reduction`` as for ``opml``.
 
     The trust ``AP_c^r`` is taken once, when the AP is set, on the run's own ``[C]`` vector,
@@ -232,7 +232,6 @@ class SoftOPMLLoss(OPMLLoss):
     ``pow`` differently in the last bit.
     """
 
-    needs_class_ap = True
     class_ap: torch.Tensor | None
     trust: torch.Tensor | None
 

@@ -42,7 +42,7 @@ from .example_based import (
 )
 from .label_quality import pseudo_label_accuracy, unobserved_wasserstein
 from .ranking import average_precision, empty_classes, mean_average_precision
-from .smile_convention import SMILE_METRICS, smile_metrics
+from .smile_convention import SMILE_METRICS, convention_columns, smile_metrics
 from .thresholded import oracle_threshold_metrics, threshold_metrics, topk_metrics
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "ranking_loss",
     "ranking_metrics",
     "SMILE_METRICS",
+    "convention_columns",
     "smile_metrics",
     "threshold_metrics",
     "topk_metrics",

@@ -27,7 +27,7 @@ import numpy as np
 
 from ._inputs import ArrayLike, _binary_targets, _finite_scores, _same_shape
 
-__all__ = ["smile_metrics", "SMILE_METRICS"]
+__all__ = ["SMILE_METRICS", "convention_columns", "smile_metrics"]
 
 #: the names :func:`smile_metrics` returns, in the order of the papers' tables
 SMILE_METRICS = ("ranking_loss", "example_ap", "coverage", "hamming_loss", "one_error")
@@ -66,3 +66,11 @@ def smile_metrics(scores: ArrayLike, targets: ArrayLike, *, threshold: float = 0
     hamming = float(((s > threshold) != y).mean())
     return {"ranking_loss": ranking_loss, "example_ap": example_ap, "coverage": coverage, "hamming_loss": hamming,
             "one_error": one_error}
+
+
+def convention_columns(scores: ArrayLike, targets: ArrayLike) -> dict[str, float]:
+    """:func:`smile_metrics` under the names a run's record gives them (``smile.coverage``, ...,
+    ``smile.hamming_loss@0.5``): the columns of the papers' tables on MULAN's sets, beside spmlkit's
+    own. The Hamming loss decides ``p > 0.5`` whatever the method's threshold, as that code does."""
+    values = smile_metrics(scores, targets)
+    return {f"smile.{k}" + ("@0.5" if k == "hamming_loss" else ""): v for k, v in values.items()}

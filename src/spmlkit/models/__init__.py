@@ -1,4 +1,6 @@
-"""Image models: backbones (torchvision / timm / a small CPU net), the SPML head, LgConv.
+"""Networks: backbones (torchvision / timm / a small CPU net), the SPML head, LgConv, and the parts
+methods add. Every network returns a :class:`ModelOutput` (``.logits``, and the outputs only some
+networks have) and derives from :class:`SPMLModel` (what the trainer asks of a network).
 
 ``build_model("torchvision:resnet50", num_classes, pretrained=True)`` is the model of every
 SPML paper (docs/protocol.md, "Training protocols"): ImageNet-V1 ResNet-50 -> global average
@@ -15,6 +17,7 @@ from .cam import boost_lu, boosted_logits, class_activation_maps, spatial_map_re
 from .head import FeatureHead, SPMLNet, build_model, global_average_pool
 from .label_query import LabelQueryHead, LabelQueryNet, sine_positions
 from .lgconv import LgConv, convert_lgconv, count_lgconv, lgconv_branch_parameters, skip_reason
+from .output import OUTPUTS, ModelOutput, SPMLModel
 
 __all__ = [
     "SMALL_MODELS",
@@ -24,6 +27,9 @@ __all__ = [
     "LabelQueryHead",
     "LabelQueryNet",
     "LgConv",
+    "ModelOutput",
+    "OUTPUTS",
+    "SPMLModel",
     "SPMLNet",
     "SmallResNet",
     "boost_lu",

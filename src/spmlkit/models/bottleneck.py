@@ -40,6 +40,7 @@ from .backbones import create_backbone
 from ..stacked import affine
 from .head import backbone_and_head_groups, global_average_pool
 from .label_query import LabelQueryHead
+from .output import ModelOutput, SPMLModel
 
 __all__ = ["BottleneckNet", "GaussianBottleneck", "Latent", "build_bottleneck_net"]
 
@@ -54,7 +55,7 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-class GaussianBottleneck(nn.Module):
+class GaussianBottleneck(SPMLModel):
     """Features ``h`` -> Gaussian codes -> logits (module docstring).
 
     ``h`` is ``[..., B, C, in_dim]`` with ``per_class`` (codes ``[..., B, C, w]``) and ``[..., B,
@@ -68,6 +69,7 @@ class GaussianBottleneck(nn.Module):
     """
 
     batchable = True
+    outputs = frozenset({"latent"})
 
     def __init__(self, in_dim: int, num_classes: int, width: int, *, samples: int = 10, per_class: bool = False
                  ) -> None:
@@ -119,21 +121,19 @@ class GaussianBottleneck(nn.Module):
                              f"{tuple(mu.shape)}")
         return mu + noise * std
 
-    def forward(self, h: torch.Tensor, *, noise: torch.Tensor | None = None, latent: bool = False
-                ) -> torch.Tensor | tuple[torch.Tensor, Latent]:
-        """Logits ``[..., B, C]``; with ``latent`` also ``(μ, σ)``. Training mode samples the code
+    def forward(self, h: torch.Tensor, *, noise: torch.Tensor | None = None) -> ModelOutput:
+        """Logits ``[..., B, C]`` and the codes ``(μ, σ)`` (``latent``). Training mode samples the code
         (``noise``: :meth:`sample`); eval mode classifies ``μ``."""
         mu, std = self.latent(h)
         z = self.sample(mu, std, noise) if self.training else mu
-        logits = self.classify(z)
-        return (logits, (mu, std)) if latent else logits
+        return ModelOutput(self.classify(z), latent=(mu, std))
 
     def param_groups(self, lr: float, head_lr_mult: float = 1.0) -> list[dict[str, Any]]:
         """One group: on features the bottleneck is the whole model (``head_lr_mult`` does not apply)."""
         return [{"params": list(self.parameters()), "lr": lr, "name": "head"}]
 
 
-class BottleneckNet(nn.Module):
+class BottleneckNet(SPMLModel):
     """``backbone -> (label queries | global average pooling) -> GaussianBottleneck``: MIME's image model.
 
     With ``label_queries`` the backbone's feature map goes through the label-query transformer of
@@ -145,6 +145,7 @@ class BottleneckNet(nn.Module):
     """
 
     batchable = False
+    outputs = frozenset({"latent"})
 
     def __init__(self, backbone: nn.Module, feat_dim: int, num_classes: int, width: int, *, samples: int = 10,
                  label_queries: bool = False) -> None:
@@ -168,11 +169,10 @@ class BottleneckNet(nn.Module):
     def draw_noise(self, generator: torch.Generator, batch: int) -> torch.Tensor:
         return self.bottleneck.draw_noise(generator, batch)
 
-    def forward(self, x: torch.Tensor, *, noise: torch.Tensor | None = None, latent: bool = False
-                ) -> torch.Tensor | tuple[torch.Tensor, Latent]:
+    def forward(self, x: torch.Tensor, *, noise: torch.Tensor | None = None) -> ModelOutput:
         fmap = self.backbone(x)
         h = self.head["queries"].outputs(fmap) if self.label_queries else global_average_pool(fmap)
-        return self.bottleneck(h, noise=noise, latent=latent)
+        return self.bottleneck(h, noise=noise)
 
     def param_groups(self, lr: float, head_lr_mult: float = 1.0) -> list[dict[str, Any]]:
         """Backbone at ``lr``, head at ``lr * head_lr_mult``; trainable parameters only."""

@@ -24,10 +24,26 @@ layout of every other image run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
-__all__ = ["boost_lu", "boosted_logits", "class_activation_maps", "spatial_map_reason"]
+__all__ = ["CAM_BOOST", "ModelPart", "boost_lu", "boosted_logits", "class_activation_maps", "spatial_map_reason"]
+
+
+@dataclass(frozen=True)
+class ModelPart:
+    """A part a method adds to the network, in the words of every refusal that names it: what it
+    does, and what it needs of the backbone."""
+
+    does: str
+    needs: str
+
+
+#: BoostLU's boosted class activation maps (:func:`boosted_logits`), the ``cam_boost`` of a network
+CAM_BOOST = ModelPart("BoostLU boosts class activation maps", "a convolutional backbone's spatial feature map "
+                      "[B, D, h, w]")
 
 
 def boost_lu(cam: torch.Tensor, alpha: float) -> torch.Tensor:

@@ -31,6 +31,7 @@ from ..stacked import affine
 from .backbones import create_backbone
 from .cam import boosted_logits
 from .lgconv import convert_lgconv
+from .output import ModelOutput, SPMLModel
 
 __all__ = ["FeatureHead", "SPMLNet", "backbone_and_head_groups", "build_model", "global_average_pool"]
 
@@ -53,7 +54,7 @@ def global_average_pool(features: torch.Tensor) -> torch.Tensor:
     )
 
 
-class SPMLNet(nn.Module):
+class SPMLNet(SPMLModel):
     """``logits = head(GAP(backbone(x)))`` with ``head = Linear(feat_dim, num_classes)``.
 
     The linear layer uses PyTorch's default initialisation, as the papers' code does.
@@ -107,14 +108,14 @@ class SPMLNet(nn.Module):
             )
         return pooled
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> ModelOutput:
         """Logits ``[B, num_classes]``: of the pooled features, or with ``cam_boost`` of the boosted
         class activation maps."""
         if self.cam_boost is None:
-            return self.head(self.features(x))
+            return ModelOutput(self.head(self.features(x)))
         if x.ndim != 4:
             raise ValueError(f"expected images [B, channels, H, W], got shape {tuple(x.shape)}")
-        return boosted_logits(self.backbone(x), self.head.weight, self.head.bias, self.cam_boost)
+        return ModelOutput(boosted_logits(self.backbone(x), self.head.weight, self.head.bias, self.cam_boost))
 
     def freeze_backbone(self, flag: bool = True) -> SPMLNet:
         """Freeze (``flag=True``) or unfreeze the backbone.
@@ -188,7 +189,7 @@ def build_model(
     return SPMLNet(body, feat_dim, num_classes, cam_boost=cam_boost)
 
 
-class FeatureHead(nn.Module):
+class FeatureHead(SPMLModel):
     """The model of a feature run: a linear layer, or a one-hidden-layer MLP, on fixed features.
 
     It offers the same :meth:`param_groups` as :class:`SPMLNet`, so the trainer builds the
@@ -196,10 +197,14 @@ class FeatureHead(nn.Module):
     """
 
     def __init__(self, in_dim: int, num_classes: int, kind: str = "linear", hidden: int = 256,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, *, layer: nn.Linear | None = None) -> None:
         super().__init__()
-        if kind == "linear":
-            self.net: nn.Module = nn.Linear(in_dim, num_classes)
+        if layer is not None:  # LinearInit trains an image model's own linear layer on its pooled features
+            if kind != "linear" or (layer.in_features, layer.out_features) != (in_dim, num_classes):
+                raise ValueError(f"a given layer makes a linear head of {in_dim} -> {num_classes}, got {layer}")
+            self.net: nn.Module = layer
+        elif kind == "linear":
+            self.net = nn.Linear(in_dim, num_classes)
         elif kind == "mlp":
             self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(dropout),
                                      nn.Linear(hidden, num_classes))
@@ -215,14 +220,14 @@ class FeatureHead(nn.Module):
         which R batched copies cannot consume the way R solo runs would."""
         return kind == "linear" or dropout == 0
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> ModelOutput:
         """Logits ``[B, C]`` of features ``[B, D]``. With the weights of R heads stacked in
         (``[R, C, D]``, in place of its own; docs/architecture.md, "Many runs at once") it
         computes all R heads at once: ``[R, B, D]`` (or shared ``[B, D]``) to ``[R, B, C]``."""
         if self.kind == "linear":
-            return affine(x, self.net.weight, self.net.bias)
+            return ModelOutput(affine(x, self.net.weight, self.net.bias))
         first, activation, dropout, last = self.net
-        return affine(dropout(activation(affine(x, first.weight, first.bias))), last.weight, last.bias)
+        return ModelOutput(affine(dropout(activation(affine(x, first.weight, first.bias))), last.weight, last.bias))
 
     def param_groups(self, lr: float, head_lr_mult: float = 1.0) -> list[dict[str, Any]]:
         """One group: every parameter is part of the head (``head_lr_mult`` does not apply)."""

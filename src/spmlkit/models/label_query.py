@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .head import backbone_and_head_groups
+from .output import ModelOutput, SPMLModel
 
 __all__ = ["LabelQueryHead", "LabelQueryNet", "sine_positions"]
 
@@ -153,12 +154,14 @@ class LabelQueryHead(nn.Module):
         return self.classify(self.outputs(fmap))
 
 
-class LabelQueryNet(nn.Module):
-    """``backbone -> LabelQueryHead``: logits (``forward``) and label-wise embeddings (``embed``).
+class LabelQueryNet(SPMLModel):
+    """``backbone -> LabelQueryHead``: logits and, with a projector, label-wise embeddings.
 
     It offers what the trainer asks of an image model (:meth:`param_groups`, ``batchable``,
     ``backbone`` and ``head`` for a recipe's ``train_only``); it has no pooled features, so
-    LinearInit is refused for it.
+    LinearInit is refused for it. With a projector (``embed_dim``), a training-mode forward also
+    returns the unit label-wise embeddings of its one pass (``outputs``: LAC's contrast reads them);
+    in eval mode it computes the logits alone.
     """
 
     batchable = False
@@ -168,14 +171,14 @@ class LabelQueryNet(nn.Module):
         self.backbone = backbone
         self.head = LabelQueryHead(dim, num_classes, **head)
         self.feat_dim, self.num_classes = dim, num_classes
+        self.outputs = frozenset() if self.head.projector is None else frozenset({"embeddings"})
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.backbone(x))
-
-    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(logits [B, C], unit embeddings [B, C, embed_dim])`` of one forward pass."""
+    def forward(self, x: torch.Tensor) -> ModelOutput:
         out = self.head.outputs(self.backbone(x))
-        return self.head.classify(out), self.head.embed(out)
+        logits = self.head.classify(out)
+        if self.head.projector is None or not self.training:
+            return ModelOutput(logits)
+        return ModelOutput(logits, embeddings=self.head.embed(out))
 
     def param_groups(self, lr: float, head_lr_mult: float = 1.0) -> list[dict[str, Any]]:
         """Backbone at ``lr``, head at ``lr * head_lr_mult``; trainable parameters only."""

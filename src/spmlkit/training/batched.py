@@ -10,8 +10,8 @@ its own model, loss and label algorithm, label state, generator, stopping rule -
 (:mod:`spmlkit.training.loop`) treats a solo run as R = 1. For R > 1 this module calls the runs'
 one step function, :class:`~spmlkit.training.step.RunStep`, once for all of them:
 
-* for the length of an epoch, each parameter of the R runs (model and loss terms: ROLE's label
-  estimator) lives in one ``[R, ...]`` leaf, and each run's own parameter is a view of its row.
+* for the length of an epoch, each parameter of the R runs (model and method: a label estimator,
+  networks of the method's own) lives in one ``[R, ...]`` leaf, and each run's own parameter is a view of its row.
   The leaves take the place of the template step's own parameters for the epoch, so a step
   stacks nothing: stacking the weights on every step, and splitting the stacked gradient back
   through autograd, cost more than the head's product (docs/architecture.md, "Many runs at
@@ -20,9 +20,9 @@ one step function, :class:`~spmlkit.training.step.RunStep`, once for all of them
   rate and state, as it would a solo run's (it keeps one tensor per run: views over blocks of
   runs would cost it less Python, but its fused kernel would then round the runs' last elements
   in its vector code rather than in the scalar tail a solo tensor gets);
-* the model and the losses take that leading run dimension natively: a batchable model (the
-  feature head) computes R heads with one batched product, and every built-in loss treats leading
-  dimensions as independent problems (:attr:`~spmlkit.losses.SPMLLoss.batchable`). Measured here,
+* the model and the method take that leading run dimension natively: a batchable model (the
+  feature head) computes R heads with one batched product, and every built-in method's loss treats
+  leading dimensions as independent problems (:attr:`~spmlkit.methods.Method.batchable`). Measured here,
   that is about twice as fast as running the same code under ``torch.func.vmap``, whose batching
   layer costs more than the arithmetic on tensors this small.
 
@@ -40,7 +40,6 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..labels import LabelBatch
-from .components import Mixing
 from .sources import predict_proba
 from .step import RunStep
 
@@ -54,12 +53,12 @@ class BatchedSteps:
     On entry every parameter of the runs is copied once into a ``[R, ...]`` leaf and each run's
     parameter becomes a view of its row (``Parameter.data``: the same parameter object, so the
     optimiser's state and groups stay the run's own); buffers (soft OPML's class AP) are stacked
-    once, as a loss replaces them only between epochs -- but for the buffers a module declares as
-    data (its ``data_buffers``: SMILE's training features and their graph), which are a function of
+    once, as a method replaces them only between epochs -- but for the buffers a module declares as
+    data (its ``data_buffers``: a method's training features and their graph), which are a function of
     the data the group shares, so the template's own serve every run (checked equal on entry).
-    Each loss of the template is handed its runs' losses for the epoch
-    (:meth:`~spmlkit.losses.SPMLLoss.join_group`), for per-run state that is no tensor: SMILE draws
-    each run's Beta samples from that run's own generator. The leaves and stacked buffers then take
+    The template's method is handed its runs' methods for the epoch
+    (:meth:`~spmlkit.methods.Method.join_group`), for per-run state that is no tensor: a method
+    that draws from a generator of its own draws each run's samples from that run's generator. The leaves and stacked buffers then take
     the place of the template's own (``steps[0]``, whose code runs) for the epoch, under the same
     names, so a step is a plain call of the template: nothing is stacked or swapped per step.
     On exit the template gets its own tensors back and each run's parameters memory of their
@@ -78,7 +77,6 @@ class BatchedSteps:
         for step in steps:  # recorded as the runs' group size (docs/architecture.md, "How a run trained")
             step.group_size = max(step.group_size, len(steps))
         self._own: list[tuple[nn.Module, str, Tensor]] = []  # the template's tensors while swapped out
-        self._joined: list[tuple[nn.Module, list[nn.Module]]] = []  # the template's losses, each with its runs'
         self._entered = False
 
     def __enter__(self) -> BatchedSteps:
@@ -105,18 +103,15 @@ class BatchedSteps:
             module = self.template.get_submodule(path)
             self._own.append((module, attr, getattr(module, attr)))
             setattr(module, attr, tensor)
-        # a loss with per-run state that is no tensor (SMILE's generators) sees the group's losses
-        self._joined = [(term, [step.terms[i] for step in self.steps]) for i, term in enumerate(self.template.terms)]
-        for term, members in self._joined:
-            term.join_group(members)
+        # a method with per-run state that is no tensor (a generator of its own) sees the group's methods
+        self.template.method.join_group([step.method for step in self.steps])
         self._entered = True
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self._entered = False
-        for term, _ in self._joined:
-            term.join_group(None)
+        self.template.method.join_group(None)
         while self._own:
             module, attr, tensor = self._own.pop()
             setattr(module, attr, tensor)
@@ -124,15 +119,15 @@ class BatchedSteps:
             for p in params:
                 p.data = p.data.clone()
 
-    def losses(self, x: Tensor, batch: LabelBatch, mixing: Mixing | None, noise: Tensor | None = None
+    def losses(self, x: Tensor, batch: LabelBatch, draws: tuple[Tensor, ...] | None, noise: Tensor | None = None
                ) -> tuple[Tensor, Tensor | None]:
         """``(loss [R], corrections [R, B, C] or None)`` of one step: run r's inputs are ``x[r]``,
-        its labels row r of ``batch`` (:class:`~spmlkit.labels.RunLabels`), its draws row r of
-        ``mixing`` (the runs' permutations ``[R, B/2]`` and lambdas ``[R]``) and of ``noise`` (a
-        bottleneck model's draws, ``[R, B, C, w]``)."""
+        its labels row r of ``batch`` (:class:`~spmlkit.labels.RunLabels`), its draws row r of each of
+        ``draws`` (its method's, :meth:`~spmlkit.methods.Method.draw`) and of ``noise`` (the network's
+        draws, ``[R, B, ...]``)."""
         if not self._entered:
             raise RuntimeError("BatchedSteps.losses is called inside `with BatchedSteps(...)`")
-        return self.template(x, batch.index, batch.labels, batch.pseudo.mask, batch.pseudo.target, mixing, noise)
+        return self.template(x, batch.index, batch.labels, batch.pseudo.mask, batch.pseudo.target, draws, noise)
 
 
 def is_data_buffer(module: nn.Module, name: str) -> bool:

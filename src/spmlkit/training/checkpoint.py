@@ -119,8 +119,9 @@ def load_initial_weights(model: torch.nn.Module, path: str | os.PathLike) -> Non
     """Start ``model`` from the weights of a checkpoint (``init_weights``, docs/protocol.md, "Recipes").
 
     Every tensor the checkpoint holds must fit the model; tensors the model has and the checkpoint
-    lacks keep their fresh initialisation only when they are new parts (LAC's projector, which its
-    first stage does not train), and anything else missing is refused, naming it, so a checkpoint of
+    lacks keep their fresh initialisation only when they are new parts (a label-query head's
+    projector, which a first stage without embeddings does not train), and anything else missing is
+    refused, naming it, so a checkpoint of
     another network never half-loads."""
     ckpt = load_checkpoint(path)
     weights = ckpt.get("model") if isinstance(ckpt, dict) else None

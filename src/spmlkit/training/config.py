@@ -58,7 +58,7 @@ class DataConfig:
     dataset: str = "yeast"
     root: str | None = _images()  # dataset root (as downloaded) for benchmark image datasets
     prepared: str | None = _images()  # folder written by `spmlkit prepare` (default: <root>/spmlkit-prepared/...)
-    dataset_variant: str | None = _images()  # e.g. coco2014: None (the SPML list) or "pu_mlc"
+    dataset_variant: str | None = _images()  # another list of a data set (docs/protocol.md, "MS-COCO 2014")
     subset: int | None = None  # only the first N rows of the official train list (quick checks)
     observation: str = "single_positive"
     #: fraction of the official train list held out for validation; 0 trains on all of it and
@@ -67,8 +67,8 @@ class DataConfig:
     val_variant: str = "clean"  # model selection on clean val labels or on the observed positives
     #: which rows train, validate and test (feature data sets): "official" (the set's own train and
     #: test lists, validation split off the train list as the reference does) or "random" (every row
-    #: of the set, partitioned 80 / 10 / 10 afresh by the run's seed: the tabular protocol of SMILE
-    #: and CRISP; docs/protocol.md, "The tabular protocol")
+    #: of the set, partitioned 80 / 10 / 10 afresh by the run's seed: the protocol of the papers on
+    #: MULAN's sets; docs/protocol.md, "The tabular protocol")
     partition: str = _features("official")
     image_size: int = _images(448)  # images are resized to image_size x image_size
     hflip: bool = _images(True)  # random horizontal flips of training images
@@ -99,24 +99,26 @@ class ModelConfig:
 
     backbone: str = _images("torchvision:resnet50")
     pretrained: bool = _images(True)
-    lgconv: bool = _images(False)  # PU-MLC's local-global convolutions
+    lgconv: bool = _images(False)  # local-global convolutions in the backbone (spmlkit.models.lgconv)
     #: image runs' classifier: linear (global average pooling + one linear layer, the SPML papers') |
-    #: label_query (the LAC and MIME code's label-query transformer, one embedding per class; docs/methods.md,
-    #: "lac"; with a bottleneck, the bottleneck classifies each class's embedding, docs/methods.md, "mime")
-    image_head: str = _images("linear")
+    #: label_query (a label-query transformer, one embedding per class; with a bottleneck, the
+    #: bottleneck classifies each class's embedding) | None: the method's own, else linear
+    #: (Method.model_parts; training/network.py)
+    image_head: str | None = _images(None)
     head: str = _features("linear")  # feature runs: linear | mlp
     #: the MLP's hidden width: a number, or "classes" for as many units as the data set has labels
-    #: (SMILE's MLP, which the tabular protocol trains; docs/protocol.md, "The tabular protocol")
+    #: (the MLP the tabular protocol trains; docs/protocol.md, "The tabular protocol")
     hidden: int | str = _features(256)
     dropout: float = _features(0.0)
-    #: width of a Gaussian bottleneck before the classifier (MIME's; docs/methods.md, "mime"): None takes
-    #: the method's own (256 for mime, none for every other method), 0 none
+    #: width of a Gaussian bottleneck before the classifier: None takes the method's own (none for most
+    #: methods; Method.model_parts), 0 none
     bottleneck: int | None = None
-    bottleneck_samples: int = 10  # the bottleneck's draws averaged per step (MIME's code: 10)
+    bottleneck_samples: int = 10  # the bottleneck's draws averaged per step (docs/methods.md has whose 10)
 
     def __post_init__(self) -> None:
         _choice("head", self.head, ("linear", "mlp"))
-        _choice("image_head", self.image_head, ("linear", "label_query"))
+        if self.image_head is not None:
+            _choice("image_head", self.image_head, ("linear", "label_query"))
         if self.hidden != "classes":
             try:
                 _positive_int("hidden", self.hidden)
@@ -138,8 +140,8 @@ class MethodConfig:
     name: str = "an"  # the setting "method" (docs/methods.md; `spmlkit methods` lists them)
     hparams: dict[str, Any] = field(default_factory=dict)
     #: under torch.distributed: "global" (the loss sees the whole global batch, equal to one
-    #: process), "process" (each process's own slice, as PU-MLC's code) or None (the method's
-    #: default); docs/architecture.md, "Distributed training"
+    #: process), "process" (each process's own slice) or None (the method's default,
+    #: Method.batch_statistics); docs/architecture.md, "Distributed training"
     batch_statistics: str | None = None
     #: the plug-ins (a .py file or a module name, docs/plugins.md) whose methods, losses or datasets the
     #: run may name; loaded by whoever builds the configuration (experiments.presets.resolve_config), so a
@@ -162,7 +164,7 @@ class MethodConfig:
 class OptimisationConfig:
     """How the model is optimised: the optimiser, its step, the batch, the seed."""
 
-    optimizer: str = "adam"  # adam | adamw (decoupled weight decay, the LAC code's) | adamax (MIME's code) | sgd
+    optimizer: str = "adam"  # adam | adamw (decoupled weight decay) | adamax | sgd (docs/protocol.md, "Recipes")
     lr: float = 1e-5
     head_lr_mult: float = _images(1.0)
     weight_decay: float = 0.0
@@ -222,7 +224,8 @@ class RecipeConfig:
     #: StepLR), stepped after every optimiser step
     lr_schedule: str = "none"
     #: the schedule's length in epochs, independent of ``epochs``: a run may stop before its
-    #: schedule ends (PU-MLC: an 80-epoch one-cycle stopped after 56 / 41 epochs); None: ``epochs``
+    #: schedule ends (an 80-epoch one-cycle stopped after 56 epochs, docs/protocol.md, "Recipes");
+    #: None: ``epochs``
     schedule_epochs: int | None = None
     warmup_frac: float = 0.3  # onecycle: share of the schedule spent warming up (OneCycleLR's pct_start)
     anneal: str = "cos"  # onecycle: cos | linear (OneCycleLR's anneal_strategy)
@@ -239,15 +242,16 @@ class RecipeConfig:
     train_only: list[str] | None = None
     #: every BatchNorm stays in eval mode: running statistics never change, batch statistics unused
     freeze_bn: bool = False
-    #: every BatchNorm becomes a constant affine map: statistics, scale and shift all fixed (the LAC code)
+    #: every BatchNorm becomes a constant affine map: statistics, scale and shift all fixed (docs/protocol.md,
+    #: "Recipes")
     constant_bn: bool = _images(False)
-    #: start from the weights of an earlier run's checkpoint (its best.pt), e.g. LAC's second stage from
-    #: a plc run; parts the checkpoint lacks (LAC's projector) keep their fresh initialisation
+    #: start from the weights of an earlier run's checkpoint (its best.pt), e.g. a second stage from its
+    #: first stage's run; parts the checkpoint lacks (a projector) keep their fresh initialisation
     init_weights: str | None = None
     #: what batch_size counts under torch.distributed: "global" (split across the processes) or
     #: "process" (each process's own batch; the global batch is batch_size x processes)
     batch_per: str = "global"
-    #: drop each epoch's last batch when it is shorter than the rest (the PU-MLC code's loader)
+    #: drop each epoch's last batch when it is shorter than the rest (as some official code's loader does)
     drop_last: bool = False
     #: training images: "resize" (to image_size, the base protocol) or "multiscale_crop" (resize
     #: to crop_scale, a random square crop of a side drawn from crop_sizes, resize to image_size)

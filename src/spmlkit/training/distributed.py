@@ -13,9 +13,9 @@ Design (docs/architecture.md, "Distributed training"):
   by W again: the parameter gradient equals the single-process gradient of the same global
   batch, for every loss (element-wise, set-wise and batch-wise alike). Batch normalisation is
   synchronised (``SyncBatchNorm`` on CUDA, :class:`GlobalBatchNorm` on CPU) for the same reason.
-* **Per-process statistics on request** (``batch_statistics: process``, the default of PU-MLC,
-  whose code computes its temperature, prior and mixup on each GPU's own batch): each process
-  computes the loss on its slice and DDP averages, as the paper's code does.
+* **Per-process statistics on request** (``batch_statistics: process``, the default of a method
+  whose code computes its statistics on each GPU's own batch, :attr:`spmlkit.methods.Method.batch_statistics`):
+  each process computes the loss on its slice and DDP averages, as that code does.
 * **Whole-set predictions are gathered.** Training-set predictions for the label algorithms,
   validation and test are sharded over the processes and gathered in index order, so every
   process runs the same deterministic label algorithm on the same predictions and holds the

@@ -8,8 +8,8 @@
   once (they need no threshold), Hamming loss and example/micro/macro F1 at every threshold
   above. Every decision metric's key names its threshold (``micro_f1@0.5``,
   ``OF1@val_global``), so no number is read at a threshold it was not computed at; and the
-  same five as SMILE's and CRISP's code computes them (``smile.coverage``, ...,
-  ``smile.hamming_loss@0.5``; docs/protocol.md, "Metric conventions");
+  same five as the papers on MULAN's sets compute them (:func:`spmlkit.metrics.convention_columns`;
+  docs/protocol.md, "Metric conventions");
 * the analysis of the training split's *unobserved* entries that the papers plot: per-class
   histograms of predicted probabilities for unobserved true positives and negatives and the
   Wasserstein distance between them (EM Fig. 2c/4a/4b, GR Fig. 3).
@@ -42,10 +42,9 @@ def evaluate_test(
     ap = metrics.average_precision(test_probs, test_targets)
     out: dict[str, Any] = {"map": float(ap.mean()), "ap": [float(a) for a in ap]}
     out.update(metrics.ranking_metrics(test_probs, test_targets))
-    # the same field's metrics as SMILE's and CRISP's code computes them, to compare with their tables
-    # (docs/protocol.md, "Metric conventions"); its Hamming loss decides p > 0.5
-    smile = metrics.smile_metrics(test_probs, test_targets)
-    out.update({f"smile.{k}" + ("@0.5" if k == "hamming_loss" else ""): v for k, v in smile.items()})
+    # the field's metrics as the papers on MULAN's sets compute them, to compare with their tables
+    # (docs/protocol.md, "Metric conventions"); their Hamming loss decides p > 0.5
+    out.update(metrics.convention_columns(test_probs, test_targets))
     for t in sorted({*FIXED_THRESHOLDS, float(threshold)}):  # the same columns for every method
         for k, v in metrics.threshold_metrics(test_probs, test_targets, t).items():
             out[f"{k}@{t:g}"] = v

@@ -3,9 +3,9 @@
 Features of the train and val splits are extracted once (eval mode, no augmentation), the
 head is trained on them with the method's own loss for ``linear_init_epochs`` epochs as a
 feature run (a group of one through the same loop), the best epoch by validation mAP is kept,
-and the phase-1 loss hands its state to the phase-2 loss through the declared
-:meth:`~spmlkit.losses.SPMLLoss.transfer_from` (ROLE's label estimator carries over; other
-losses keep nothing).
+and the phase-1 method hands its state to the phase-2 method through the declared
+:meth:`~spmlkit.methods.Method.transfer_from` (ROLE's label estimator carries over; other
+methods keep nothing).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..labels import LabelState
+from ..models import FeatureHead
 from .loop import Group, Run, run_loop
 from .sources import FeatureSource, ImageSource
 
@@ -33,9 +34,9 @@ def linear_init(plan: RunPlan, run: Run, source: ImageSource) -> None:
     feats_tr = source.features(run.model, "train")
     feats_va = source.features(run.model, "val")
     labels = run.state.observed.numpy()
-    phase1 = plan.build_components(epochs=config.schedule.linear_init_epochs, device="cpu",
-                                   features=lambda: feats_tr)
-    head = run.model.head.cpu()
+    phase1 = plan.build_method(epochs=config.schedule.linear_init_epochs, device="cpu", features=lambda: feats_tr)
+    linear = run.model.head.cpu()
+    head = FeatureHead(linear.in_features, linear.out_features, layer=linear)  # the model's own layer, trained
     lr = config.schedule.linear_init_lr or config.optimisation.lr
     optimizer = torch.optim.Adam([{"params": list(head.parameters()), "lr": lr}, *phase1.param_groups(lr)], lr=lr)
     phase = Run(head, phase1, LabelState(labels), torch.Generator().manual_seed(config.optimisation.seed + PHASE1_SEED_OFFSET))
@@ -43,4 +44,4 @@ def linear_init(plan: RunPlan, run: Run, source: ImageSource) -> None:
     run_loop(group, epochs=config.schedule.linear_init_epochs, val_targets=plan.split.val_targets,
              truth_train=plan.split.truth_train)
     head.to(plan.device)
-    run.components.loss.transfer_from(phase1.loss)
+    run.method.transfer_from(phase1)

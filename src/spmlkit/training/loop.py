@@ -1,7 +1,7 @@
 """The one training loop: epochs of mini-batches, label-state updates, validation, selection,
 for R >= 1 runs at once.
 
-A *run* (:class:`Run`) is one model with its own method components, label state, generator and
+A *run* (:class:`Run`) is one model with its own method object, label state, generator and
 stopping rule. A :class:`Group` is R runs that share their data source and one optimiser (each
 run's parameters in groups of its own, with its own learning rate). A solo run is a group of
 one, and trains through exactly this code; R > 1 runs (feature runs that differ only in seed or
@@ -11,8 +11,10 @@ the stopping rule, the best-epoch snapshot) stays the run's own, so a run that s
 simply leaves the group (docs/architecture.md, "Many runs at once").
 
 Feature runs and image runs differ only in where batches and predictions come from (a
-:class:`~spmlkit.training.sources.DataSource`), so the loop is method-agnostic: a method's
-behaviour lives in :class:`~spmlkit.training.components.MethodComponents`.
+:class:`~spmlkit.training.sources.DataSource`), and the loop knows no method: it calls every
+method through the hooks of :class:`~spmlkit.methods.Method` (its step's draws, its loss through
+:class:`~spmlkit.training.step.RunStep`, its step between epochs with the arguments it asks for)
+and the network through :class:`~spmlkit.models.SPMLModel` (its draws).
 
 Selection (docs/protocol.md, "Training protocols"): the epoch with the best validation mAP is
 kept (a snapshot of model, loss state and label state) and restored at the end. The
@@ -50,9 +52,9 @@ from torch import nn
 from .. import metrics
 from ..labels import LabelBatch, LabelState, PseudoLabels, RunLabels, pseudo_label_stats
 from ..transfer import to_device
+from ..methods import Method
 from .batched import BatchedSteps
 from .batched import probabilities as batched_probabilities
-from .components import MethodComponents, Mixing
 from .distributed import Distributed
 from .sources import DataSource
 from .step import RunStep
@@ -114,7 +116,7 @@ class Run:
     """
 
     model: nn.Module
-    components: MethodComponents
+    method: Method
     state: LabelState
     generator: torch.Generator
     rule: StoppingRule = field(default_factory=StoppingRule)
@@ -123,9 +125,6 @@ class Run:
     step: RunStep | None = None
     #: the run's schedule, EMA and BatchNorm freeze (:class:`~spmlkit.training.recipe.Recipe`), or None
     recipe: Any = None
-    #: a bottleneck model's draws for a step of B rows, ``(generator, B) -> tensor``, from the run's own
-    #: generator (MIME's ``ε̄``, :meth:`~spmlkit.models.GaussianBottleneck.draw_noise`); None for other models
-    noise: Callable[[torch.Generator, int], torch.Tensor] | None = None
 
 
 @dataclass
@@ -159,7 +158,7 @@ class Group:
     def __post_init__(self) -> None:
         for run in self.runs:
             if run.step is None:
-                run.step = RunStep(run.model, run.components, train_model=run.train_model, dist=self.dist,
+                run.step = RunStep(run.model, run.method, train_model=run.train_model, dist=self.dist,
                                    global_batch=self.global_batch, autocast=self.autocast)
         if len(self.runs) > 1 and (self.dist.enabled or self.scaler is not None or self.autocast is not None):
             raise ValueError("batched runs train in one process, in float32")
@@ -178,13 +177,13 @@ class Group:
 def snapshot(run: Run) -> dict[str, Any]:
     """A copy of what the best epoch restores: the model, the method's state and the label state."""
     weights = run.model.state_dict() if run.recipe is None else run.recipe.selected_state(run.model)
-    return {"model": _copied(weights), "components": _copied(run.components.state_dict()),
+    return {"model": _copied(weights), "method": _copied(run.method.state_dict()),
             "label_state": run.state.state_dict()}
 
 
 def restore(run: Run, snap: dict[str, Any]) -> None:
     run.model.load_state_dict(snap["model"])
-    run.components.load_state_dict(snap["components"])
+    run.method.load_state_dict(snap["method"])
     run.state.load_state_dict(snap["label_state"])
 
 
@@ -240,16 +239,16 @@ def _train_steps(group: Group, runs: list[Run], labels: RunLabels, batched: Batc
         # the rows the loss sees: the whole global batch, or this process's slice of it
         rows = idx if (group.global_batch or not dist.enabled) else idx[:, dist.shard(size)]
         batch = labels.batch(rows, group.device)
-        mixing = _mixing([run.components.draw_mixing(run.generator, size) for run in runs], group.device)
+        draws = _draws([run.method.draw(run.generator, size) for run in runs], group.device)
         noise = _noise(runs, size, dist, group.device)
         if batched is None:
             loss, corrections = runs[0].step(x[0], *_on(group.device, rows[0], batch.labels[0], batch.pseudo.mask[0],
                                                        batch.pseudo.target[0]),
-                                             None if mixing is None else (mixing[0][0], mixing[1][0]),
+                                             None if draws is None else tuple(d[0] for d in draws),
                                              None if noise is None else noise[0])
             losses, corrections = loss[None], None if corrections is None else corrections[None]
         else:
-            losses, corrections = batched.losses(x, _batch_on(batch, group.device), mixing, noise)
+            losses, corrections = batched.losses(x, _batch_on(batch, group.device), draws, noise)
         _backward_and_step(group, losses.sum())
         for run in runs:
             if run.recipe is not None:  # the schedule's next lr, the EMA's update
@@ -269,21 +268,24 @@ def _on(device: torch.device | str, *tensors: torch.Tensor) -> tuple[torch.Tenso
     return tuple(to_device(t, device) for t in tensors)
 
 
-def _mixing(draws: list[Mixing | None], device: torch.device | str) -> Mixing | None:
-    """The runs' mixup draws, stacked (``[R, B/2]`` permutations, ``[R]`` lambdas) and sent to
-    ``device`` together: two copies per step, whatever R."""
+def _draws(draws: list[tuple[torch.Tensor, ...] | None], device: torch.device | str
+           ) -> tuple[torch.Tensor, ...] | None:
+    """The runs' method draws (:meth:`~spmlkit.methods.Method.draw`), each stacked over the runs (a
+    leading ``[R]``) and sent to ``device`` together: one copy per kind of draw, whatever R."""
     if draws[0] is None:
         return None
-    return _on(device, torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws]))
+    return _on(device, *(torch.stack(kind) for kind in zip(*draws)))
 
 
 def _noise(runs: list[Run], size: int, dist: Distributed, device: torch.device | str) -> torch.Tensor | None:
-    """The runs' bottleneck draws for a step of ``size`` rows (``[R, B, ...]``), each from its own
-    generator after its mixup draws, sent to ``device`` in one copy; under torch.distributed this
-    process's rows of them. None for models that draw nothing."""
-    if runs[0].noise is None:
+    """The runs' network draws for a step of ``size`` rows (``[R, B, ...]``,
+    :meth:`~spmlkit.models.SPMLModel.draw_noise`), each from its own generator after its method's
+    draws, sent to ``device`` in one copy; under torch.distributed this process's rows of them. None
+    for networks that draw nothing."""
+    first = runs[0].model.draw_noise(runs[0].generator, size)
+    if first is None:
         return None
-    draws = torch.stack([run.noise(run.generator, size) for run in runs])
+    draws = torch.stack([first, *(run.model.draw_noise(run.generator, size) for run in runs[1:])])
     if dist.enabled:
         draws = draws[:, dist.shard(size)]
     return to_device(draws, device)
@@ -317,38 +319,29 @@ def _clear_grads(optimizer: torch.optim.Optimizer) -> None:
 
 def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndarray,
                  truth_train: np.ndarray | None) -> list[dict[str, float]]:
-    """Each run's label-state algorithm on its whole-training-set predictions, then validation mAP."""
+    """Each run's method's step between epochs (:meth:`~spmlkit.methods.Method.after_epoch`, given
+    what it asks for: the whole training split's predictions, the label state, the truth), then
+    validation mAP."""
     records: list[dict[str, float]] = [{} for _ in runs]
-    if group.source.track_train or any(run.components.needs_train_predictions for run in runs):
+    probs: torch.Tensor | None = None
+    if group.source.track_train or any("probs" in run.method.epoch_arguments for run in runs):
         probs = group.probabilities(runs, "train")
         _mark_non_finite(runs, probs, epoch, "training rows")
         losses = _observed_positive_losses(probs, [run.state for run in runs])
-        for run, record, run_probs, loss in zip(runs, records, probs, losses):
+        for run, record, loss in zip(runs, records, losses):
             if run.loop.diverged is None:
                 record["observed_pos_loss"] = loss
-                record.update(run.components.after_epoch(run_probs, run.state, epoch))
+    for r, (run, record) in enumerate(zip(runs, records)):
+        if run.loop.diverged is None:
+            given = {"probs": None if probs is None else probs[r], "state": run.state, "truth": truth_train}
+            record.update(run.method.after_epoch(epoch, **{name: given[name] for name in run.method.epoch_arguments}))
     for record, val_map in zip(records, _val_maps(group, runs, val_targets, epoch)):
         record["val_map"] = val_map
     # counted with or without the training rows' full labels (a user's data has none): the
     # console's pseudo-label column and metrics.csv read these; only the accuracies need a truth
     for record, stats in zip(records, pseudo_label_stats([run.state for run in runs], truth_train)):
         record.update(stats)
-    if truth_train is not None:
-        _prior_errors(runs, records, truth_train)
     return records
-
-
-def _prior_errors(runs: list[Run], records: list[dict[str, float]], truth_train: np.ndarray) -> None:
-    """``class_prior_error``: the mean over classes of |estimated prior - the training split's true
-    prior|, for runs whose method estimates priors (CRISP; the curve of the paper's Figure 4)."""
-    truth = None
-    for run, record in zip(runs, records):
-        prior = run.components.class_prior()
-        if prior is None:
-            continue
-        if truth is None:
-            truth = np.asarray(truth_train, dtype=np.float64).mean(axis=0)
-        record["class_prior_error"] = float(np.abs(prior.detach().cpu().numpy() - truth).mean())
 
 
 def _val_maps(group: Group, runs: list[Run], val_targets: np.ndarray, epoch: int) -> list[float]:
@@ -454,7 +447,7 @@ def run_loop(group: Group, *, epochs: int, val_targets: np.ndarray, truth_train:
             hooks.on_epoch_start(epoch)
         t0 = time.perf_counter()
         for run in runs:
-            run.components.set_epoch(epoch, epochs)
+            run.method.set_epoch(epoch, epochs)
         trained = train_epoch(group, runs, epoch, hooks.on_step)
         _mark_diverged(runs, trained, epoch, by_loss=not group.dist.enabled)
         kept = [i for i, run in enumerate(runs) if run.loop.diverged is None]

@@ -1,21 +1,21 @@
 """The run plan: everything a run derives before its first step, built once by :func:`plan_run`.
 
 Why one object. A run's setup -- its data, the protocol's split and observation, the label
-matrix its method trains on (and the checks on it), its device, the statistics its method
-needs from the data -- used to be derived in the trainer, again in a second trainer for
-batched runs, and in part again by the sweep to decide which runs can train together. Now
-:func:`plan_run` derives it once into a :class:`RunPlan`, and everything downstream reads it:
-the loop (:mod:`spmlkit.training.loop`), the trainer (a group of runs shares one plan's data),
-resume (the checkpoint is checked against the plan's model), and the sweep's grouping
+matrix its method trains on (and the checks on it), its network, its device, the statistics its
+method needs from the data -- is derived once into a :class:`RunPlan`, and everything downstream
+reads it: the loop (:mod:`spmlkit.training.loop`), the trainer (a group of runs shares one plan's
+data), resume (the checkpoint is checked against the plan's model), and the sweep's grouping
 (:func:`batch_key`).
 
 Which runs train together (docs/architecture.md, "Many runs at once"). Runs that share their
-data, model architecture and method, and differ only in :data:`VARYING` (seed, learning rate),
-can train as R parallel copies of one model in one loop. Whether a run may join such a group
-is decided by what its parts *declare* -- the losses' ``batchable``, the model's
-``batchable`` -- and by its machinery (a run folder, loggers, several processes,
-``--compile``, LinearInit: each of these is one run's own). :func:`unbatchable_reason` says
-why not, from the configuration alone, so the sweep can group runs without loading any data.
+data, network and method, and differ only in the settings their method lets a group vary
+(:attr:`~spmlkit.methods.Method.group_varies`: seed, learning rate, weight decay), can train as R
+parallel copies of one model in one loop. Whether a run may join such a group is decided by what
+its parts *declare* -- the method's ``batchable``, the network's ``batchable`` -- and by its
+machinery (a run folder, loggers, several processes, ``--compile``, LinearInit: each of these is
+one run's own). :func:`unbatchable_reason` says why not and :func:`group_settings` which settings
+a group varies, from the configuration alone, so the sweep groups runs by the same decision
+without loading any data.
 """
 
 from __future__ import annotations
@@ -32,45 +32,68 @@ import torch
 from torch import nn
 
 from ..labels import validate_observed
-from ..methods import Method, ResolvedMethod, bottleneck_width, resolve_hparams
-from .components import MethodComponents, build_components, expected_positives, method_label_matrix
+from ..methods import GROUP_SETTINGS, Method, RunInfo, get_method
 from .config import RecipeConfig, RunConfig
 from .device import resolve_device
 from .distributed import Distributed
-from .model_check import check_model
+from .network import NetworkSpec, check_network
 from .recipe import check_recipe
 from .run_data import RunData, RunSplit, is_feature_run, load_run_data, split_and_observe
 
-__all__ = ["VARYING", "RunPlan", "batch_key", "varying", "plan_run", "requested_device", "unbatchable_reason"]
+__all__ = ["VARYING", "RunPlan", "batch_key", "expected_positives", "group_settings", "method_label_matrix",
+           "plan_run", "requested_device", "unbatchable_reason", "varying"]
 
-#: the settings in which runs of one batched group may differ; everything else they share
-VARYING = ("seed", "lr", "weight_decay")
+#: every setting in which runs of one batched group may differ; everything else they share
+VARYING = GROUP_SETTINGS
+
+
+def group_settings(method: str, partition: str) -> tuple[str, ...]:
+    """The settings in which runs of ``method`` may differ within one batched group: the method's
+    :attr:`~spmlkit.methods.Method.group_varies`, without the seed when the seed also draws the
+    run's rows (partition 'random', docs/protocol.md, "The tabular protocol"), since a group shares
+    its data. The one place that decides it: :func:`batch_key` and the sweep's grouping
+    (:func:`spmlkit.experiments.sweep.spec.group_key`) both read it."""
+    varies = get_method(method).group_varies
+    return tuple(k for k in VARYING if k in varies and not (k == "seed" and partition == "random"))
 
 
 def varying(config: RunConfig) -> tuple[str, ...]:
-    """:data:`VARYING` for ``config``: without the seed when the seed also draws the run's rows
-    (partition 'random', docs/protocol.md, "The tabular protocol"), since a group shares its data,
-    and when the method's loss groups only runs that share their batches
-    (:attr:`~spmlkit.losses.SPMLLoss.groups_across_seeds`: SMILE)."""
-    if config.data.partition == "random" or not _groups_across_seeds(config):
-        return tuple(k for k in VARYING if k != "seed")
-    return VARYING
+    """:func:`group_settings` of ``config``'s method and partition."""
+    return group_settings(config.method.name, config.data.partition)
 
 
-def _groups_across_seeds(config: RunConfig) -> bool:
-    try:
-        classes = _loss_classes(config)
-    except (ValueError, OSError):  # unbatchable_reason reports it
-        return True
-    return all(cls.groups_across_seeds for cls in classes.values())
+def method_label_matrix(method: type[Method], observed: np.ndarray, truth: np.ndarray | None) -> np.ndarray:
+    """The {-1, 0, 1} matrix a method trains on (:attr:`~spmlkit.methods.Method.labels`).
+
+    Most methods train on the observed partial labels; the oracle references need the truth:
+    ``full`` = 2Y - 1 (every label known), ``1p_alln`` = the observed positives plus every
+    true negative as -1 (docs/methods.md, "bce" and "iun").
+    """
+    if method.labels == "observed":
+        return observed.astype(np.int8)
+    if truth is None:
+        raise ValueError(
+            f"method {method.name!r} trains on {method.labels!r} labels and needs the full training labels; "
+            "it is a reference that cannot run on partially labelled data alone"
+        )
+    truth = np.asarray(truth)
+    if truth.shape != observed.shape:
+        raise ValueError(f"truth shape {truth.shape} does not match observed labels {observed.shape}")
+    if method.labels == "full":
+        return (2 * truth.astype(np.int8) - 1).astype(np.int8)
+    out = np.where(truth == 0, -1, 0).astype(np.int8)
+    out[observed == 1] = 1
+    return out
 
 
-def _loss_classes(config: RunConfig) -> dict[str, type]:
-    """The method's loss and regularisers, by name: the classes whose declarations decide grouping."""
-    from .. import losses
+def expected_positives(train_labels: np.ndarray, truth_train: np.ndarray | None) -> float:
+    """Mean number of positives per training example: the prior of EPR and ROLE.
 
-    method = resolve_hparams(config.method.name, config.method.hparams).method
-    return {name: losses.loss_class(name) for name in (method.loss, *(reg for reg, _ in method.regularizers))}
+    The papers set it from the dataset's true statistics (docs/methods.md, "epr"); without
+    the truth we fall back to the observed positives, a lower bound.
+    """
+    source = train_labels == 1 if truth_train is None else np.asarray(truth_train)
+    return float(np.asarray(source).sum(axis=1).mean())
 
 
 @dataclass(frozen=True)
@@ -82,7 +105,9 @@ class RunPlan:
     """
 
     config: RunConfig
-    resolved: ResolvedMethod
+    #: the method's class (its declarations) and the hyperparameters the run gives it
+    method: type[Method]
+    hparams: dict[str, Any]
     data: RunData
     split: RunSplit
     #: the {-1, 0, 1} matrix the method trains on (observed labels, or the truth for the oracle
@@ -94,10 +119,8 @@ class RunPlan:
     #: under torch.distributed, whether the loss sees the whole global batch (docs/architecture.md,
     #: "Distributed training"); in one process the two coincide
     global_batch: bool
-
-    @property
-    def method(self) -> Method:
-        return self.resolved.method
+    #: the run's network, with its method's parts (:mod:`spmlkit.training.network`)
+    network: NetworkSpec
 
     @property
     def kind(self) -> str:
@@ -105,17 +128,10 @@ class RunPlan:
         return self.data.kind
 
     @property
-    def bottleneck(self) -> int:
-        """The width of the model's Gaussian bottleneck (MIME's), 0 for none: the run's ``bottleneck``
-        setting, or the method's own."""
-        return bottleneck_width(self.method, self.config.model.bottleneck)
-
-    @property
-    def components_needs_views(self) -> bool:
-        """Whether the method's loss trains on a weak and a strong view of each image (LAC/PLC)."""
-        from .. import losses
-
-        return losses.loss_class(self.method.loss).needs_views
+    def two_views(self) -> bool:
+        """Whether the method reads a strong view of every row beside the weak one (the data source
+        then makes both, and the step forwards them as one batch)."""
+        return "strong" in self.method.requires
 
     @functools.cached_property
     def group_key(self) -> str | None:
@@ -124,15 +140,18 @@ class RunPlan:
         return batch_key(self.config)
 
     def for_config(self, config: RunConfig) -> RunPlan:
-        """The plan of another run of this run's group (same :func:`batch_key`): only the
-        seed, the learning rate and the weight decay differ, so everything derived from the data
-        is shared."""
+        """The plan of another run of this run's group (same :func:`batch_key`): only the settings
+        the method lets a group vary differ, so everything derived from the data is shared. A
+        configuration of another group is refused (a ``ValueError``, not an
+        :class:`~spmlkit.errors.InputError`: the sweep groups by this same decision, so there it is a
+        bug of ours and is not taken for a run's bad setting)."""
         key = batch_key(config)
         if key is None or key != self.group_key:
-            raise ValueError(f"run {config.method.name} seed {config.optimisation.seed} lr {config.optimisation.lr:g} cannot train in the group of "
-                             f"seed {self.config.optimisation.seed} lr {self.config.optimisation.lr:g}: "
-                             f"{unbatchable_reason(config) or 'the runs differ in more than ' + ', '.join(varying(config))}")
-        return dataclasses.replace(self, config=config)
+            raise ValueError(f"run {config.method.name} seed {config.optimisation.seed} lr "
+                               f"{config.optimisation.lr:g} cannot train in the group of seed "
+                               f"{self.config.optimisation.seed} lr {self.config.optimisation.lr:g}: "
+                               f"{unbatchable_reason(config) or 'the runs differ in more than ' + ', '.join(varying(config))}")
+        return dataclasses.replace(self, config=config, hparams=self.method.check_hparams(config.method.hparams))
 
     def build_model(self) -> nn.Module:
         """The run's fresh model, on its device: the global torch and numpy RNGs are seeded with the
@@ -148,21 +167,27 @@ class RunPlan:
             model = model.to(memory_format=torch.channels_last)
         return model
 
-    def build_components(self, *, epochs: int | None = None, device: torch.device | str | None = None,
-                         features: Callable[[], torch.Tensor] | None = None) -> MethodComponents:
-        """The method's loss, regularisers and label algorithm for this run (seeded by its seed), on
-        ``device`` (the run's by default); ``epochs`` for a phase shorter than the run (LinearInit).
-        ``features``: the training rows' features in index order, for a loss that asks for them
-        (``DataSource.train_features``)."""
+    def build_method(self, *, epochs: int | None = None, device: torch.device | str | None = None,
+                     features: Callable[[], torch.Tensor] | None = None) -> Method:
+        """The run's method object (its losses, label algorithm, networks), seeded by the run's seed,
+        on ``device`` (the run's by default); ``epochs`` for a phase shorter than the run
+        (LinearInit). ``features``: the training rows' features in index order, for a method that
+        asks for them (``DataSource.train_features``; for an image run a pass over its images)."""
         from ..errors import user_input
 
+        def training_features() -> torch.Tensor:
+            if features is None:
+                raise ValueError(f"method {self.method.name!r} needs the training rows' features, and this run "
+                                 "gives none")
+            return features()
+
+        info = RunInfo(num_train=len(self.split.train_idx), num_classes=self.data.num_classes,
+                       observed=self.train_labels, expected_num_pos=self.expected_num_pos,
+                       epochs=self.config.schedule.epochs if epochs is None else epochs,
+                       seed=self.config.optimisation.seed, features=training_features)
         with user_input():  # hyperparameter values out of range, APL's warm-up beyond the epochs
-            comp = build_components(self.resolved, num_train=len(self.split.train_idx),
-                                    num_classes=self.data.num_classes, observed=self.train_labels,
-                                    expected_num_pos=self.expected_num_pos,
-                                    epochs=self.config.schedule.epochs if epochs is None else epochs,
-                                    seed=self.config.optimisation.seed, features=features)
-        return comp.to(self.device if device is None else device)
+            method = self.method(info, **self.hparams)
+        return method.to(self.device if device is None else device)
 
     def checkpoint_extras(self, with_run_folder: bool) -> dict[str, Any]:
         """What ``best.pt`` records beside the weights, for ``spmlkit predict`` and ``export``: the
@@ -191,39 +216,37 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
 
     dist = dist or Distributed()
     with user_input():
-        resolved = resolve_hparams(config.method.name, config.method.hparams)
+        method = get_method(config.method.name)
+        hparams = method.check_hparams(config.method.hparams)
         data = load_run_data(config) if data is None else data
-        _check_method_fits(config, resolved.method, data.kind, dist)
+        network = _check_method_fits(config, method, data.kind, dist)
         split = split_and_observe(config, data)
-        train_labels = method_label_matrix(resolved.method, split.observed, split.truth_train)
+        train_labels = method_label_matrix(method, split.observed, split.truth_train)
         validate_observed(train_labels, where=f"the training labels of {data.name}")
         if not (train_labels != 0).any():
             raise ValueError(f"the training rows of {data.name} carry no observed label at all under observation "
                              f"{config.data.observation!r}; there is nothing to learn from")
         device = _device(config, data, dist)
         check_recipe(config, data, len(split.train_idx), dist)  # docs/protocol.md, "Recipes"
-    global_batch = (config.method.batch_statistics or resolved.method.batch_statistics) == "global"
-    return RunPlan(config=config, resolved=resolved, data=data, split=split, train_labels=train_labels,
+    global_batch = (config.method.batch_statistics or method.batch_statistics) == "global"
+    return RunPlan(config=config, method=method, hparams=hparams, data=data, split=split, train_labels=train_labels,
                    expected_num_pos=expected_positives(train_labels, split.truth_train), device=device,
-                   global_batch=global_batch)
+                   global_batch=global_batch, network=network)
 
 
-def _check_method_fits(config: RunConfig, method: Method, kind: str, dist: Distributed) -> None:
-    """Refuse, in one line, a method on data or a model it cannot train with (docs/methods.md, "plc")."""
-    from .. import losses
-
-    check_model(config, kind)  # images only (LAC's views, BoostLU's maps); BoostLU's spatial map; MIME's bottleneck
-    loss = losses.loss_class(method.loss)
-    if loss.needs_embeddings and config.model.image_head != "label_query":
-        raise ValueError(f"method {method.name!r} contrasts label-wise embeddings, which the {config.model.image_head} "
-                         "head has not; set image_head: label_query (--image-head label_query)")
-    if loss.needs_views:
+def _check_method_fits(config: RunConfig, method: type[Method], kind: str, dist: Distributed) -> NetworkSpec:
+    """Refuse, in one line, a method on data or a network it cannot train with
+    (:func:`~spmlkit.training.network.check_network`), and two views of each image where spmlkit
+    does not combine them; returns the run's network."""
+    network = check_network(config, kind)
+    if "strong" in method.requires:
         why = ("crops (augment multiscale_crop)" if config.recipe.augment != "resize" else
                "--decode gpu" if config.machine.decode == "gpu" else
                "several processes" if dist.enabled else None)
         if why:
             raise ValueError(f"method {method.name!r} trains on two views of each image, which spmlkit does not "
                              f"combine with {why}; remove it")
+    return network
 
 
 def requested_device(config: RunConfig, kind: str) -> str:
@@ -243,22 +266,20 @@ def unbatchable_reason(config: RunConfig) -> str | None:
     """Why ``config`` trains one run at a time (None: it may join a batched group).
 
     Read from the configuration and from what the parts declare, never from a trial run: the
-    losses' :attr:`~spmlkit.losses.SPMLLoss.batchable`, the model's ``batchable`` (a backbone
-    with batch normalisation and an image pipeline is one run's; a feature head with dropout
-    draws its masks from the global RNG, which R runs cannot share as R solo runs would), and the
-    machinery that belongs to one run.
+    method's :attr:`~spmlkit.methods.Method.batchable`, the network's (a backbone with batch
+    normalisation and an image pipeline is one run's; a feature head with dropout draws its masks
+    from the global RNG, which R runs cannot share as R solo runs would), and the machinery that
+    belongs to one run.
     """
     from ..models import FeatureHead
 
     try:
         feature = is_feature_run(config)
-        classes = _loss_classes(config)
+        method = get_method(config.method.name)
     except (ValueError, OSError) as exc:  # an unknown dataset or method, a missing folder: planning reports it
         return f"the run's settings cannot be checked here ({exc})"
-    for name, cls in classes.items():
-        if not cls.batchable:
-            return f"loss {name!r} declares that it cannot be batched"
     checks = (
+        (not method.batchable, f"method {method.name!r} declares that it cannot be batched"),
         (not feature, "image runs train one at a time (their backbones and input pipelines are one run's)"),
         (feature and not FeatureHead.batchable_with(config.model.head, config.model.dropout),
          "a feature head with dropout draws from the global random stream, which batched runs cannot share"),
@@ -274,7 +295,8 @@ def unbatchable_reason(config: RunConfig) -> str | None:
 
 def batch_key(config: RunConfig) -> str | None:
     """What runs must share to train as one batched group (None when ``config`` cannot): its
-    settings without :data:`VARYING`, as text, so configs with equal keys form one group."""
+    settings without those its method lets a group vary (:func:`varying`), as text, so configs with
+    equal keys form one group."""
     if unbatchable_reason(config) is not None:
         return None
     values = {k: v for k, v in config.flat().items() if k not in varying(config)}

@@ -1,9 +1,9 @@
 """A run's recipe around its loss: the learning-rate schedule, the weight EMA, frozen parts.
 
-The official code of a paper trains in ways the loss alone does not say: PU-MLC's code trains
-only some parts of its network with every BatchNorm frozen, follows a one-cycle schedule that it
-stops early, and evaluates an exponential moving average (EMA) of the weights beside the plain
-ones (docs/protocol.md, "Recipes"). These are general tools, configured by the ``recipe``
+The official code of a paper trains in ways the loss alone does not say: one trains only some
+parts of its network with every BatchNorm frozen, follows a one-cycle schedule that it stops
+early, and evaluates an exponential moving average (EMA) of the weights beside the plain ones
+(docs/protocol.md, "Recipes", says whose code does what). These are general tools, configured by the ``recipe``
 section (:class:`~spmlkit.training.config.RecipeConfig`), and built from PyTorch's own:
 
 * schedules are ``torch.optim.lr_scheduler``'s (OneCycleLR, CosineAnnealingLR, StepLR),
@@ -29,7 +29,7 @@ better of the two (``val_map_plain``, ``val_map_ema`` are recorded, and ``ema_se
 which won, 1 for the EMA), and a new best epoch keeps the winner's weights. Without validation
 data (``val_frac: 0``) there is nothing to compare on, so the EMA weights are kept: they are what
 averaging is for. The official code instead reports the better of the two on the test set,
-which spmlkit does not imitate (docs/protocol.md, "PU-MLC code differs from the paper").
+which spmlkit does not imitate (docs/protocol.md, "Recipes").
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def check_parts(config: RunConfig, kind: str) -> None:
     Needs no data: which parts a model has depends on its kind and its settings (``"features"``: a
     head; ``"images"``: the backbone, LgConv, the image head), never on the feature width or the
     class count, so a stand-in is built on the meta device (no memory, no weights read) with one
-    input and one class (:func:`~spmlkit.training.run_data.build_run_model`, as the run builds its
+    input and one class (:func:`~spmlkit.training.network.build_run_model`, as the run builds its
     own). A sweep's dry run and its start check every run's names this way before any run trains,
     as a run's plan does; the same model settings are built once per process."""
     if config.recipe.train_only is None:
@@ -122,7 +122,7 @@ def _check_part_names(key: str, config: RunConfig, kind: str) -> None:
     done = _checked(key)
     if done:
         return
-    from .run_data import build_run_model
+    from .network import build_run_model
 
     try:
         with torch.device("meta"):

@@ -2,7 +2,7 @@
 
 :func:`load_run_data` turns ``config.data.dataset`` into a :class:`RunData`: full labels of the
 official train list (which the protocol splits into train/val and observes) and of the
-test list, the class names, and how to build the run's :class:`DataSource` and model. A
+test list, the class names, and how to build the run's model. A
 feature dataset and an image dataset differ only here; the trainer above is the same. Reading
 them is the data layer's (``data/registry.py`` for features, ``data/image_sets.py`` for images,
 docs/architecture.md, "Who owns what"): this module passes a run's values down and cuts,
@@ -80,58 +80,12 @@ class RunData:
         return len(self.observed if self.observed is not None else self.Y_train)
 
     def build_model(self, config: RunConfig) -> nn.Module:
-        """A fresh model; call after seeding the global torch RNG (its initial weights)."""
+        """A fresh model (:func:`~spmlkit.training.network.build_run_model`); call after seeding the
+        global torch RNG (its initial weights)."""
+        from .network import build_run_model
+
         width = int(self.X_train.shape[1]) if self.kind == "features" else 0
         return build_run_model(config, self.kind, self.num_classes, width)
-
-
-def build_run_model(config: RunConfig, kind: str, num_classes: int, feature_width: int = 0) -> nn.Module:
-    """The network a run of ``kind`` ("features" or "images") trains; :meth:`RunData.build_model` with
-    the data's sizes, or a stand-in of any sizes whose parts are the run's (training.recipe.check_parts).
-    A method with BoostLU's head gets it (:func:`~spmlkit.methods.cam_boost`), a model with MIME's Gaussian
-    bottleneck its bottleneck (:func:`~spmlkit.methods.bottleneck_width`)."""
-    from ..methods import bottleneck_width, cam_boost, resolve_hparams
-    from ..models import FeatureHead, GaussianBottleneck, build_bottleneck_net, build_model
-
-    width = bottleneck_width(config.method.name, config.model.bottleneck)  # MIME's Gaussian bottleneck, or 0
-    samples = config.model.bottleneck_samples
-    if kind == "features":
-        if width:  # the bottleneck is the whole network on the features (training.model_check.check_model)
-            return GaussianBottleneck(feature_width, num_classes, width, samples=samples)
-        hidden = num_classes if config.model.hidden == "classes" else config.model.hidden  # SMILE's MLP
-        return FeatureHead(feature_width, num_classes, config.model.head, hidden, config.model.dropout)
-    recipe = config.recipe  # the official PU-MLC code's LgConv: a projection bias, gamma ~ N(0, 1e-4)
-    options = ({"project_bias": recipe.lgconv_bias, "gamma_init": recipe.lgconv_gamma_init}
-               if config.model.lgconv else None)
-    if width:  # docs/methods.md, "mime": pooled features or label queries, then the bottleneck classifies
-        model = build_bottleneck_net(config.model.backbone, num_classes, width, samples=samples,
-                                     label_queries=config.model.image_head == "label_query",
-                                     pretrained=config.model.pretrained)
-    elif config.model.image_head == "label_query":
-        model = _label_query_model(config, num_classes)
-    else:
-        model = build_model(config.model.backbone, num_classes, pretrained=config.model.pretrained,
-                            lgconv=config.model.lgconv, lgconv_options=options,
-                            cam_boost=cam_boost(resolve_hparams(config.method.name, config.method.hparams)))
-    if recipe.constant_bn:  # docs/protocol.md, "Recipes"
-        from ..models.parts import constant_batchnorm
-
-        constant_batchnorm(model)
-    return model
-
-
-def _label_query_model(config: RunConfig, num_classes: int) -> nn.Module:
-    """The LAC code's network (docs/methods.md, "lac"), with the projector when the method's loss
-    reads label-wise embeddings (128 wide, the code's)."""
-    from .. import losses
-    from ..methods import get_method
-    from ..models import LabelQueryNet, create_backbone
-
-    if config.model.lgconv:
-        raise ValueError("image_head label_query takes the backbone as it is; lgconv changes it: choose one")
-    body, dim = create_backbone(config.model.backbone, pretrained=config.model.pretrained)
-    embeds = losses.loss_class(get_method(config.method.name).loss).needs_embeddings
-    return LabelQueryNet(body, dim, num_classes, embed_dim=128 if embeds else None)
 
 
 def _check_features(name: str, split: str, X: np.ndarray | None, rows: int | None, dim: int | None = None) -> None:

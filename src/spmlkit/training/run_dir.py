@@ -198,7 +198,7 @@ class RunDirectory:
         # the best epoch's snapshot travels with the checkpoint, so that under torch.distributed
         # rank 0 alone reads the folder and hands both to every process
         best = load_checkpoint(self.best)
-        ckpt["best_snapshot"] = {k: best[k] for k in ("model", "components", "label_state")}
+        ckpt["best_snapshot"] = {k: best[k] for k in ("model", _method_key(best), "label_state")}
         return ckpt
 
     # ------------------------------------------------------------------ per epoch
@@ -212,7 +212,7 @@ class RunDirectory:
                                                 "val_map": ls.best_val_map, **extra_best}, "best.pt"), self.best)
         atomic_torch_save(plain_checkpoint({
             "model": run.model.state_dict(), "optimizer": optimizer.state_dict(),
-            "components": run.components.state_dict(), "label_state": run.state.state_dict(),
+            "method": run.method.state_dict(), "label_state": run.state.state_dict(),
             "generator": run.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "numpy_rng": numpy_rng_state(), "config": saved, "loop": ls.progress(),
             **({} if run.recipe is None else {"recipe": run.recipe.state_dict()}),
@@ -255,9 +255,9 @@ class RunDirectory:
     def restore(self, ckpt: dict[str, Any], run: Run, optimizer: torch.optim.Optimizer) -> LoopState:
         """Load ``last.pt`` into the run's objects and rebuild the loop state (with the best snapshot)."""
         self.check_compatible(ckpt, run.model)
+        _adopt_legacy_method_state(ckpt, run)
         for name, target, key in (("model", run.model, "model"), ("optimizer", optimizer, "optimizer"),
-                                  ("method components", run.components, "components"),
-                                  ("label state", run.state, "label_state")):
+                                  ("method", run.method, "method"), ("label state", run.state, "label_state")):
             try:
                 target.load_state_dict(ckpt[key])
             except (RuntimeError, ValueError, KeyError) as exc:  # size mismatches, missing entries
@@ -281,6 +281,21 @@ class RunDirectory:
                        stopped_early=loop["stopped_early"])
         ls.best_snapshot = ckpt["best_snapshot"]
         return ls
+
+
+def _method_key(ckpt: dict[str, Any]) -> str:
+    """Where a checkpoint holds the method's state: "method", or "components" in checkpoints written
+    before a method was one object (:func:`_adopt_legacy_method_state`)."""
+    return "components" if "components" in ckpt and "method" not in ckpt else "method"
+
+
+def _adopt_legacy_method_state(ckpt: dict[str, Any], run: Run) -> None:
+    """A ``last.pt`` (and its best snapshot) written before a method was one object held the method's
+    parts under "components"; the run's method reads them into its own layout
+    (:meth:`~spmlkit.methods.Method.legacy_state`), so such a run resumes rather than starts over."""
+    for holder in (ckpt, ckpt.get("best_snapshot") or {}):
+        if _method_key(holder) == "components":
+            holder["method"] = run.method.legacy_state(holder.pop("components"))
 
 
 def feature_spec(X_fit: np.ndarray, standardize: bool) -> dict[str, Any]:

@@ -48,7 +48,7 @@ class DataSource(Protocol):
 
     def train_features(self, model: nn.Module) -> torch.Tensor:
         """The training rows' features ``[N_train, D]`` in index order, on the run's device: what a
-        loss that works on the whole training set reads (SMILE's k-NN graph and its network's
+        method that works on the whole training set reads (a k-NN graph of the rows and a network's
         input). A feature run's rows as the model sees them; an image run's pooled backbone features."""
 
 
@@ -56,16 +56,16 @@ class DataSource(Protocol):
 def predict_proba(model: nn.Module, X: torch.Tensor, batch_size: int = 4096,
                   forward: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """Probabilities for every row of ``X`` in eval mode (no augmentation, index order), in
-    chunks of ``batch_size`` rows. ``forward`` (default: ``model`` itself) maps rows to logits
-    ``[..., rows, C]``: R runs' stacked heads give ``[R, N, C]``
-    (:func:`~spmlkit.training.batched.probabilities`)."""
+    chunks of ``batch_size`` rows. ``forward`` (default: ``model`` itself) maps rows to a
+    :class:`~spmlkit.models.ModelOutput` whose logits are ``[..., rows, C]``: R runs' stacked heads
+    give ``[R, N, C]`` (:func:`~spmlkit.training.batched.probabilities`)."""
     forward = model if forward is None else forward
     was_training = model.training
     model.eval()
     try:
         if len(X) <= batch_size:  # one product (the same values a one-chunk torch.cat would copy)
-            return torch.sigmoid(forward(X))
-        return torch.cat([torch.sigmoid(forward(X[i : i + batch_size])) for i in range(0, len(X), batch_size)],
+            return torch.sigmoid(forward(X).logits)
+        return torch.cat([torch.sigmoid(forward(X[i : i + batch_size]).logits) for i in range(0, len(X), batch_size)],
                          dim=-2)
     finally:
         model.train(was_training)
@@ -140,7 +140,7 @@ class _PixelRows(Dataset):
 
     def _split(self, items: list[Any]) -> tuple[list[int], torch.Tensor | None, list | None]:
         """``(local indices, flips or None, strong-view draws or None)`` of a batch's items: ``i``,
-        ``(i, flip)`` or ``(i, flip or None, draw)`` (LAC/PLC's strong view)."""
+        ``(i, flip)`` or ``(i, flip or None, draw)`` (the strong view's draw)."""
         if not (items and isinstance(items[0], tuple)):
             return [int(i) for i in items], None, None
         local = [int(item[0]) for item in items]
@@ -254,7 +254,7 @@ class ImageSource:
         #: the multi-scale crops of training images (:class:`~spmlkit.data.crops.CropPolicy`), or None
         self.crop = crop
         self.drop_last = drop_last  # an epoch's last, shorter batch is not trained on
-        #: each training row also as LAC/PLC's strong view (:mod:`spmlkit.data.strong_augment`): a batch
+        #: each training row also as a strong view (:mod:`spmlkit.data.strong_augment`): a batch
         #: of b rows is 2b images, the weak views first
         self.strong = strong
         if crop is not None and decode != "cpu":  # planning refuses it first (training.recipe.check_recipe)
@@ -363,7 +363,7 @@ class ImageSource:
         out = []
         for x in self._eval_inputs(loader):
             with self.autocast() if self.autocast else torch.autocast("cpu", enabled=False):
-                out.append(torch.sigmoid(model(x).float()))
+                out.append(torch.sigmoid(model(x).logits.float()))
         model.train(was)
         return torch.cat(out) if out else torch.zeros(0, self.num_classes, device=self.device)
 

@@ -9,8 +9,9 @@ numbers whatever the entry point. A run is:
    observed labels drawn over the official train list, the reference train/val split
    (docs/protocol.md, "Observed labels" and "Train/val split") --, the label matrix its method
    trains on, its device;
-2. its model (a head on features, or backbone + head on images), seeded by ``config.optimisation.seed``, its
-   method components (loss, regularisers, label algorithm) and label state;
+2. its model (a head on features, or backbone + head on images, with its method's parts), seeded by
+   ``config.optimisation.seed``, its method object (:class:`~spmlkit.methods.Method`: losses, label
+   algorithm, networks of its own) and label state;
 3. :func:`~spmlkit.training.loop.run_loop` with the stopping rule of the config, selecting the
    best validation epoch (docs/protocol.md, "Training protocols");
 4. the final evaluation of the selected epoch on the official test list.
@@ -147,21 +148,20 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
 
 def _build_run(plan: RunPlan, source: DataSource) -> Run:
     """A run's own objects, in the order that fixes its random draws: the model first (its initial
-    weights are the seeded global stream's), then the method's components, then its generator.
-    A loss that reads the training rows' features (SMILE) gets them from ``source`` and the model as
-    built: an image run's pooled features of its initial backbone (docs/methods.md, "smile")."""
+    weights are the seeded global stream's), then the method, then its generator. A method that
+    reads the training rows' features gets them from ``source`` and the model as built: an image
+    run's pooled features of its initial backbone."""
     config = plan.config
     model = plan.build_model()
-    if config.recipe.init_weights is not None:  # e.g. LAC's second stage from a plc run
+    if config.recipe.init_weights is not None:  # e.g. a method's second stage from its first stage's run
         from .checkpoint import load_initial_weights
 
         with user_input():
             load_initial_weights(model, config.recipe.init_weights)
     state = LabelState(plan.train_labels)
-    components = plan.build_components(features=lambda: source.train_features(model))
-    return Run(model, components, state, torch.Generator().manual_seed(config.optimisation.seed),
-               StoppingRule(config.schedule.patience, config.schedule.min_delta, config.schedule.stop_drop),
-               noise=model.draw_noise if plan.bottleneck else None)
+    method = plan.build_method(features=lambda: source.train_features(model))
+    return Run(model, method, state, torch.Generator().manual_seed(config.optimisation.seed),
+               StoppingRule(config.schedule.patience, config.schedule.min_delta, config.schedule.stop_drop))
 
 
 def _param_groups(config: RunConfig, run: Run) -> list[dict[str, Any]]:
@@ -169,7 +169,7 @@ def _param_groups(config: RunConfig, run: Run) -> list[dict[str, Any]]:
     batched group may differ in it as they do in learning rate (a solo run's optimiser applies
     its one weight decay to every group: the same numbers)."""
     groups = run.model.param_groups(config.optimisation.lr, config.optimisation.head_lr_mult) \
-        + run.components.param_groups(config.optimisation.lr)
+        + run.method.param_groups(config.optimisation.lr)
     return [{**g, "weight_decay": config.optimisation.weight_decay} for g in groups]
 
 
@@ -192,7 +192,7 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
     config = plan.config
     source = _source(plan, dist)
     run = _build_run(plan, source)
-    if dist.enabled and not plan.global_batch and run.components.loss.corrects_labels:
+    if dist.enabled and not plan.global_batch and run.method.corrects_labels:
         raise InputError(f"{plan.method.name} corrects labels during each step; with per-process batch statistics "
                          "the processes' label states would drift apart: use --batch-statistics global")
     autocast, scaler = autocast_factory(config.machine.amp, plan.device) if plan.kind == "images" else (None, None)
@@ -320,7 +320,7 @@ def _source(plan: RunPlan, dist: Distributed) -> DataSource:
                            hflip=config.data.hflip, num_workers=config.machine.num_workers, device=device,
                            channels_last=config.machine.channels_last, num_classes=data.num_classes, dist=dist,
                            decode=config.machine.decode, crop=crop, drop_last=drop_last,
-                           strong=plan.components_needs_views)
+                           strong=plan.two_views)
 
 
 def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
@@ -330,7 +330,7 @@ def _optimizer(config: RunConfig, groups: list[dict]) -> torch.optim.Optimizer:
     group of R feature runs pays one call per learning rate instead of one per tensor."""
     if config.optimisation.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=config.optimisation.lr, momentum=config.optimisation.momentum, weight_decay=config.optimisation.weight_decay)
-    if config.optimisation.optimizer == "adamax":  # MIME's code: torch's Adamax, its defaults (no fused kernel)
+    if config.optimisation.optimizer == "adamax":  # torch's Adamax, its defaults (no fused kernel)
         return torch.optim.Adamax(groups, lr=config.optimisation.lr, weight_decay=config.optimisation.weight_decay)
     params = [p for g in groups for p in g["params"]]
     fused = {"fused": True} if params and all(p.is_floating_point() for p in params) else {}

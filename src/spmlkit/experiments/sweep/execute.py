@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ...errors import InputError
 from ...training import RunConfig, train
 from ...training.config import applies_to, flat_settings
 from ...training.divergence import RunDiverged
@@ -46,7 +47,7 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     the config-file layer. Image runs get a folder of their own (they checkpoint and resume);
     feature runs stay in memory."""
     from ...data.registry import resolve_dataset
-    from ...training.model_check import check_model
+    from ...training.network import check_network
     from ...training.recipe import check_parts
     from ...training.run_data import check_labels
 
@@ -63,7 +64,7 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
                 if applies_to(k) in (None, kind)}  # another kind's settings: said once by the sweep
     config = resolve_config(values, file_values=settings, file_name=where, hparams_from=run.get("hparams_from"))
     check_labels(config)
-    check_model(config, kind)  # images only (LAC, BoostLU); BoostLU's spatial map
+    check_network(config, kind)  # a method with no meaning on the data; its model parts (training/network.py)
     check_parts(config, kind)  # train_only names the model's parts: said before any run, dry run included
     if kind == "images":
         config.output.out = str(Path(runs_dir or "runs") / run["run_id"])
@@ -97,11 +98,13 @@ def settings_for_other_kinds(spec: SweepSpec) -> dict[str, list[str]]:
 
 
 #: what may stop a group that its runs alone survive, or that names one run's bad setting: a
-#: setting refused when the runs' parts are built (``ValueError``, every user error included;
-#: each run then fails or trains on its own) and memory (a group holds R models at once).
-#: Anything else stopping a group is a bug of ours: it is raised, with its traceback, never
-#: hidden by training the runs again one at a time (docs/architecture.md, "Many runs at once")
-GROUP_FALLBACK = (ValueError, MemoryError, torch.OutOfMemoryError)
+#: setting refused when the runs' parts are built (:class:`~spmlkit.errors.InputError`; each run
+#: then fails with it, or trains, on its own) and memory (a group holds R models at once).
+#: Anything else stopping a group is a bug of ours -- a group the sweep made that the run plan
+#: refuses among them: both read one decision (:func:`~spmlkit.training.plan.group_settings`) --
+#: and is raised, with its traceback, never hidden by training the runs again one at a time
+#: (docs/architecture.md, "Many runs at once")
+GROUP_FALLBACK = (InputError, MemoryError, torch.OutOfMemoryError)
 
 
 def execute_run(run: dict[str, Any], runs_dir: str | None = None, threads: int | None = None,

@@ -67,7 +67,7 @@ class SweepSpec:
     weight_decays: list[float] | None = None
 
     def __post_init__(self) -> None:
-        from ...methods import get_method, resolve_hparams
+        from ...methods import check_hparams, get_method
         from ...plugins import load_plugins
         from ...protocol import Observation
         from ..presets import check_hparams_from
@@ -92,7 +92,7 @@ class SweepSpec:
             if empty:
                 raise ValueError(f"sweep {self.name!r}: hparams.{m}.{empty[0]} must not be empty; give a value or "
                                  f"a list of values")
-            resolve_hparams(m, {k: (v[0] if isinstance(v, list) and v else v) for k, v in grid.items()})
+            check_hparams(m, {k: (v[0] if isinstance(v, list) and v else v) for k, v in grid.items()})
         for key in ("datasets", "methods", "seeds", "lrs", "batch_sizes", "observations"):
             value = getattr(self, key)
             if value is not None and not value:  # None: the default of each data set (batch sizes, observations)
@@ -420,14 +420,16 @@ def iter_runs(spec: SweepSpec) -> Iterator[dict[str, Any]]:
     """Every run of the sweep, made one at a time, in a deterministic order (dataset, method,
     hparams, lr, bs, seed, weight decay): memory stays that of one run whatever the grid's size.
 
-    Where the seed draws each run's rows (partition 'random', docs/protocol.md, "The tabular
-    protocol") the seed and batch size come first instead (seed, bs, lr, weight decay), so that the
-    runs that may train as one group -- one seed's, differing in lr and weight decay -- are next
-    to each other, which is where the sweep looks for them."""
-    by_seed = partitions_by_seed(spec.settings)
+    Where a batched group may not vary the seed (:func:`~spmlkit.training.plan.group_settings`: the
+    seed draws each run's rows under partition 'random', docs/protocol.md, "The tabular protocol";
+    or the method groups one seed's runs) the seed and batch size come first instead (seed, bs, lr,
+    weight decay), so that the runs that may train as one group -- one seed's, differing in lr and
+    weight decay -- are next to each other, which is where the sweep looks for them."""
+    partition = "random" if partitions_by_seed(spec.settings) else "official"
     for dataset in spec.datasets:
         for observation, method in itertools.product(observations_of(spec, dataset), spec.methods):
             sizes = batch_sizes_of(spec, dataset, method)
+            by_seed = "seed" not in _group_settings(method, partition)
             for hp in _hparam_grid(spec.hparams.get(method, {})):
                 if by_seed:
                     points = ((lr, bs, seed, wd) for seed, bs, lr, wd in
@@ -503,9 +505,22 @@ def settings_to_check(spec: SweepSpec) -> Iterator[dict[str, Any]]:
 
 
 def group_key(run: dict[str, Any]) -> str:
-    """Runs of one sweep with equal keys differ only in seed, lr and weight decay (everything else
-    of a run is the rest of its grid point), which is what training them as one group asks; where
-    the seed draws the run's rows (:func:`partitions_by_seed`) the seed stays in the key."""
-    free = ("lr", "weight_decay", "run_id", "sweep") if partitions_by_seed(run.get("settings") or {}) \
-        else ("seed", "lr", "weight_decay", "run_id", "sweep")
+    """Runs of one sweep with equal keys differ only in the settings their method lets one batched
+    group vary, which is what training them as one group asks: the run's settings without those
+    :func:`~spmlkit.training.plan.group_settings` names (the decision the run plan reads too), and
+    without the run's id and sweep. A method unknown here keeps every setting (such a run is
+    refused when it is checked)."""
+    partition = "random" if partitions_by_seed(run.get("settings") or {}) else "official"
+    free = {"run_id", "sweep", *_group_settings(run["method"], partition)}
     return json.dumps({k: v for k, v in run.items() if k not in free}, sort_keys=True, default=str)
+
+
+def _group_settings(method: str, partition: str) -> tuple[str, ...]:
+    """:func:`~spmlkit.training.plan.group_settings`; none for a method unknown here (such a run is
+    refused when it is checked)."""
+    from ...training.plan import group_settings
+
+    try:
+        return group_settings(method, partition)
+    except ValueError:
+        return ()
