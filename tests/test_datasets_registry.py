@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from fixtures.mulan import data_home_with, needs_mulan
+from fixtures.mulan import TINY, tiny_mulan_fixture  # noqa: F401 - the fixture "tiny_mulan"
 from test_user_data_folder import _photos
 
 from spmlkit.cli import main
@@ -20,9 +20,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
-def mulan_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPMLKIT_DATA", str(data_home_with(tmp_path, "emotions", "flags")))
-    monkeypatch.setenv("SPMLKIT_MULAN_URL", "http://127.0.0.1:9/closed")  # never the internet
+def mulan_home(tiny_mulan):
+    """A data folder holding two small sets in MULAN's layout, pinned as MULAN's emotions and flags; the
+    download address on a closed port, so that nothing reaches the internet."""
+    return tiny_mulan.install("emotions", "flags")
 
 
 def _feature_folder(path):
@@ -74,11 +75,10 @@ def test_load_dataset_returns_a_feature_folder_as_written(tmp_path):
     assert ds.Y_train.sum(0).tolist() == [3, 3]
 
 
-@needs_mulan
 def test_load_dataset_of_a_mulan_name_is_read_once(mulan_home):
     first, again = load_dataset("emotions"), load_dataset("emotions")
     assert first is again  # one read per process: a sweep's runs share it
-    assert first.X_train.shape == (391, 72) and first.class_names[0] == "amazed-suprised"
+    assert first.X_train.shape == (TINY.train_rows, TINY.features) and first.class_names == TINY.labels
     assert not first.X_train.flags.writeable
 
 
@@ -92,8 +92,8 @@ def test_the_cli_choices_come_from_the_registry(capsys):
         assert repr(name) in err
 
 
-@needs_mulan
 def test_datasets_lists_names_kinds_sizes_and_whether_they_are_here(mulan_home, capsys):
+    """Sizes are those of MULAN's files (the registry's), whatever the data folder holds."""
     assert main(["datasets"]) == 0
     rows = {}
     for line in capsys.readouterr().out.splitlines():
@@ -108,7 +108,6 @@ def test_datasets_lists_names_kinds_sizes_and_whether_they_are_here(mulan_home, 
     assert "mulan/emotions" not in rows and "mulan/yeast" in rows  # aliases answer without being listed
 
 
-@needs_mulan
 def test_train_and_sweep_take_a_mulan_name(mulan_home, tmp_path):
     assert main(["train", "--dataset", "emotions", "--method", "an", "--epochs", "2", "--device", "cpu", "--quiet",
                  "--out", str(tmp_path / "run")]) == 0

@@ -42,8 +42,11 @@ def test_params_and_errors(yeast):
     assert clf.set_params(lr=0.01).get_params()["lr"] == 0.01
     with pytest.raises(ValueError, match="Invalid parameter 'lrr'"):
         clf.set_params(lrr=1)
-    with pytest.raises(RuntimeError, match="not fitted"):
-        clf.predict_proba(yeast.X_test)
+    from sklearn.exceptions import NotFittedError
+
+    for method in (clf.predict_proba, clf.predict, clf.decision_function):  # scikit-learn's exception, every method
+        with pytest.raises(NotFittedError, match="not fitted yet; call fit"):
+            method(yeast.X_test)
     with pytest.raises(ValueError, match="only contain -1"):
         clf.fit(yeast.X_train, yeast.Y_train * 2)
 
@@ -113,3 +116,61 @@ def test_cross_val_score_trains_on_simulated_observations_and_scores_on_full_lab
     with pytest.raises(ValueError, match="look like observed labels"):
         cross_val_score(SPMLClassifier(method="an", epochs=1), X, protocol.observe_labels(Y), cv=folds,
                         error_score="raise")
+
+
+def test_what_scikit_learn_tools_are_told_and_refused(yeast):
+    """The tags scikit-learn's tools read, and the inputs its checks hold an estimator to refusing, each in
+    one line: sparse features (said to be sparse), no rows or no features (scikit-learn's words), complex
+    numbers, a 1-D X, a y that is not given, continuous or of strings, features other than fit's."""
+    import scipy.sparse
+    from sklearn.base import is_classifier
+    from sklearn.utils import get_tags
+
+    tags = get_tags(SPMLClassifier())
+    assert is_classifier(SPMLClassifier()) and tags.classifier_tags.multi_label
+    assert tags.target_tags.multi_output and not tags.target_tags.single_output and not tags.input_tags.sparse
+    X, obs = yeast.X_train[:300], protocol.observe_labels(yeast.Y_train[:300])
+    refused = [
+        (scipy.sparse.csr_matrix(X), obs, "Sparse data was passed for X, but dense data is required"),
+        (X[:0], obs[:0], r"Found array with 0 sample\(s\) \(shape=\(0, 103\)\) while a minimum of 1 is required"),
+        (X[:, :0], obs, r"Found array with 0 feature\(s\) \(shape=\(300, 0\)\) while a minimum of 1 is required"),
+        (X.astype(np.complex64), obs, r"X holds complex numbers \(Complex data not supported\)"),
+        (X[:, 0], obs, r"X must be a 2-D \[samples, features\] array, got shape \(300,\); Reshape your data"),
+        (X, None, "requires y to be passed, but the target y is None"),
+        (X, obs + 0.5, r"Unknown label type: y holds continuous values \(e\.g\. 0\.5\)"),
+        (X, obs.astype(str), "Unknown label type: y has dtype <U4"),
+        (X, obs[:, 0], r"y must be a 2-D \[samples, classes\] label matrix, got shape \(300,\)"),
+    ]
+    for features, labels, message in refused:
+        with pytest.raises((ValueError, TypeError), match=message) as caught:  # sparse: scikit-learn's TypeError
+            SPMLClassifier(method="an", epochs=1).fit(features, labels)
+        assert "\n" not in str(caught.value), str(caught.value)
+    clf = SPMLClassifier(method="an", epochs=1).fit(X, obs)
+    with pytest.raises(ValueError, match="X has 102 features, but SPMLClassifier is expecting 103 features as input"):
+        clf.predict(X[:, 1:])
+    # predict answers in the labels' dtype (here int8, the protocol's), as scikit-learn's multi-label classifiers do
+    assert obs.dtype == np.int8 and clf.predict(X).dtype == np.int8
+    assert SPMLClassifier(method="an", epochs=1).fit(X, obs.astype(bool)).predict(X[:5]).dtype == bool
+
+
+def test_a_rows_scores_do_not_depend_on_the_rows_scored_beside_it(yeast):
+    """In float32 a row's score changed in its last bits with the number of rows scored together (one
+    matrix product rounds differently from another); the estimator scores in float64."""
+    clf = SPMLClassifier(method="an", epochs=2).fit(yeast.X_train[:600], protocol.observe_labels(yeast.Y_train[:600]))
+    together = clf.decision_function(yeast.X_test[:200])
+    alone = np.vstack([clf.decision_function(yeast.X_test[i : i + 1]) for i in range(200)])
+    np.testing.assert_allclose(alone, together, rtol=1e-12, atol=1e-12)
+    reversed_order = clf.decision_function(yeast.X_test[:200][::-1])[::-1]
+    np.testing.assert_allclose(reversed_order, together, rtol=1e-12, atol=1e-12)
+    assert clf.predict_proba(yeast.X_test[:3]).dtype == np.float64
+
+
+def test_one_label_is_scored_on_its_full_labels(yeast):
+    """With one label, full labels have at most one positive per row too: score cannot tell them from
+    observed ones, so it scores them (before, it refused every one-label y)."""
+    from spmlkit.metrics import mean_average_precision
+
+    Y = yeast.Y_train[:400, :1]
+    clf = SPMLClassifier(method="an", epochs=2).fit(yeast.X_train[:400], Y)
+    assert clf.score(yeast.X_test, yeast.Y_test[:, :1]) == mean_average_precision(clf.predict_proba(yeast.X_test),
+                                                                                  yeast.Y_test[:, :1])

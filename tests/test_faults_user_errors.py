@@ -69,6 +69,25 @@ def test_pretrained_weights_that_cannot_be_downloaded_are_one_clear_line(tmp_pat
     assert "--no-pretrained" in line and "cannot be downloaded" in line
 
 
+def test_extract_without_a_network_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """The README's `extract` of one's own photos, offline: it gave a 107-line double traceback, exit 1, and
+    left an empty feature folder. Now: train's one line, exit 2, and no folder."""
+    from test_user_data_folder import _photos
+
+    home = _offline(monkeypatch, tmp_path)
+    prepared, feats = tmp_path / "prepared" / "photos", tmp_path / "features" / "photos"
+    assert main(["prepare", "folder", "--root", str(_photos(tmp_path / "photos", per_class=2)), "--out",
+                 str(prepared)]) == 0
+    capsys.readouterr()
+    assert main(["extract", "--prepared", str(prepared), "--features-out", str(feats), "--image-size", "32",
+                 "--quiet"]) == 2  # the defaults: ResNet-50 with ImageNet weights
+    line = _one_line_error(capsys)
+    assert line.startswith("spmlkit extract: error: the pretrained weights ResNet50_Weights.IMAGENET1K_V1 of "
+                           "'torchvision:resnet50' are not cached and cannot be downloaded")
+    assert "--no-pretrained" in line and str(home / "hub" / "checkpoints" / "resnet50-0676ba61.pth") in line
+    assert not feats.exists() and not feats.parent.exists()
+
+
 def test_cached_pretrained_weights_are_used_without_a_download(tmp_path, monkeypatch):
     import torchvision
 

@@ -2,20 +2,21 @@
 "MULAN data sets"): sizes per set, values read by hand from the ARFF text, the parsed-array
 cache, and the train rows without a positive label that training leaves out.
 
-The data folder is a fresh ``SPMLKIT_DATA`` holding symlinks to MULAN's files, and the download
-address points at a closed local port, so nothing here can reach the internet.
+Tests of what a set's values are read from MULAN's own files (``needs_mulan``: skipped where they are
+not there, fixtures/mulan.py); tests of what spmlkit does with a set use a small one in MULAN's layout,
+pinned as MULAN's own (``tiny_mulan``). The data folder is a fresh ``SPMLKIT_DATA`` (of symlinks to
+MULAN's files, or of the small set's), and the download address points at a closed local port, so
+nothing here can reach the internet.
 """
 
 import logging
 
 import numpy as np
 import pytest
-from fixtures.mulan import MULAN, home_fixture, needs_mulan  # noqa: F401 - the fixture "home"
+from fixtures.mulan import TINY, home_fixture, needs_mulan, tiny_mulan_fixture  # noqa: F401 - fixtures
 
 from spmlkit.data import load_dataset
 from spmlkit.data.mulan import MULAN_SETS, load_mulan
-
-pytestmark = needs_mulan
 
 #: set: train rows, test rows, feature columns, labels, train rows without a positive, test rows without
 #: one, positives in the train list. Rows, labels and the empty rows of delicious agree with the table in
@@ -37,6 +38,7 @@ SIZES = {
 }
 
 
+@needs_mulan
 @pytest.mark.parametrize("name", list(SIZES))
 def test_each_set_has_its_official_sizes(home, name):
     home(name)
@@ -50,6 +52,7 @@ def test_each_set_has_its_official_sizes(home, name):
     assert (spec.train_rows, spec.test_rows, spec.labels) == (train, test, labels)  # the table `datasets` shows
 
 
+@needs_mulan
 def test_a_sparse_row_read_by_hand(home):
     """medical-train.arff, first row: ``{0 1,107 1,590 1,671 1,804 1,835 1,968 1,1420 1,1493 1}``;
     attributes 0-1448 are features, 1449-1493 the 45 labels (1493: ``Class-44-786_07``)."""
@@ -60,6 +63,7 @@ def test_a_sparse_row_read_by_hand(home):
     assert np.flatnonzero(ds.Y_train[0]).tolist() == [44] and ds.class_names[44] == "Class-44-786_07"
 
 
+@needs_mulan
 def test_nominal_features_one_hot_and_binary(home):
     """flags-train.arff, first row: ``4,1,164,7,8,2,0,0,2,1,0,0,0,1,1,0,0,0,0,1,0,0,0,1,0,0``:
     landmass {1..6}=4, zone {1..4}=1, area 164, population 7, language {1..10}=8, religion {0..7}=2,
@@ -75,6 +79,7 @@ def test_nominal_features_one_hot_and_binary(home):
     assert ds.class_names == ("red", "green", "blue", "yellow", "white", "black", "orange")
 
 
+@needs_mulan
 def test_birds_nominal_location_and_quoted_label_names(home):
     """birds-train.arff, first row: attributes 259-260 (1-based) hasSegments {0,1}=1 and location
     {2,10,1,7,5,4,17,15,16,8,13,11}=1 (its third value); labels 11 and 12 set. Label names with
@@ -88,6 +93,7 @@ def test_birds_nominal_location_and_quoted_label_names(home):
     assert ds.class_names[10:13] == ("Swainson's Thrush", "Hammond's Flycatcher", "Western Tanager")
 
 
+@needs_mulan
 def test_genbase_drops_its_protein_identifier(home):
     """genbase-train.arff, first row: ``Q9PQS9,NO,NO,NO,...`` and labels ``000000000100000000000000000``."""
     home("genbase")
@@ -98,6 +104,7 @@ def test_genbase_drops_its_protein_identifier(home):
     assert np.flatnonzero(ds.Y_train[0]).tolist() == [9]
 
 
+@needs_mulan
 def test_mulan_yeast_equals_the_river_copy(home):
     home("yeast")
     mulan, river = load_dataset("mulan/yeast"), load_dataset("yeast")
@@ -106,7 +113,7 @@ def test_mulan_yeast_equals_the_river_copy(home):
     assert mulan.class_names == river.class_names  # the ARFF's order, though yeast.xml lists Class6 before Class4
 
 
-def test_parsed_arrays_are_kept_and_follow_the_files(home, caplog, monkeypatch):
+def test_parsed_arrays_are_kept_and_follow_the_files(tiny_mulan, caplog, monkeypatch):
     """The first load parses the ARFF files and keeps the arrays; a second load reads them
     without parsing an ARFF file again (the parser is watched); a changed file is parsed again."""
     from spmlkit.data import arff_reader
@@ -115,7 +122,7 @@ def test_parsed_arrays_are_kept_and_follow_the_files(home, caplog, monkeypatch):
     parse = arff_reader.read_multilabel_arff
     monkeypatch.setattr(arff_reader, "read_multilabel_arff",
                         lambda path, *args, **kwargs: parsed.append(str(path)) or parse(path, *args, **kwargs))
-    folder = home("flags") / "mulan" / "flags"
+    folder = tiny_mulan.install("flags") / "mulan" / "flags"
     first = load_mulan("flags")
     assert (folder / "spmlkit-parsed-v1.npz").is_file() and len(parsed) >= 1
     files_parsed = list(parsed)
@@ -129,35 +136,35 @@ def test_parsed_arrays_are_kept_and_follow_the_files(home, caplog, monkeypatch):
     (folder / "flags-train.arff").write_text(text)
     with caplog.at_level(logging.WARNING):
         changed = load_mulan("flags")
-    assert len(changed.X_train) == 128 and len(parsed) > len(files_parsed)
+    assert len(changed.X_train) == TINY.train_rows - 1 and len(parsed) > len(files_parsed)
     assert "flags-train.arff differs from MULAN's file" in caplog.text
 
 
-def test_training_leaves_out_train_rows_without_a_positive(home, caplog):
-    """birds: 143 of 322 train rows have no label; every method and observation trains on the other 179,
-    and each of them shows exactly one observed positive."""
+def test_training_leaves_out_train_rows_without_a_positive(tiny_mulan, caplog):
+    """A set with 10 of its 40 train rows unlabelled (as birds has 143 of 322): every method and observation
+    trains on the other 30, and each of them shows exactly one observed positive."""
     from spmlkit.experiments.presets import resolve_config
     from spmlkit.training.run_data import load_run_data, split_and_observe
 
-    home("birds")
+    tiny_mulan.install("birds")
     official = load_mulan("birds")
     keep = official.Y_train.any(1)
+    assert int((~keep).sum()) == TINY.train_rows_without_a_positive == 10
     with caplog.at_level(logging.WARNING):
         for method, observation in (("an", "single_positive"), ("em", "single_positive"), ("bce", "full")):
             data = load_run_data(resolve_config({"dataset": "birds", "method": method, "observation": observation}))
-            assert data.num_train == 179
+            assert data.num_train == 30
             np.testing.assert_array_equal(data.Y_train, official.Y_train[keep])
             np.testing.assert_array_equal(data.X_train, official.X_train[keep])
-            assert len(data.Y_test) == 323  # the test list is untouched
-    assert "birds: 143 of its 322 train rows have no positive label" in caplog.text
+            assert len(data.Y_test) == 20  # the test list is untouched
+    assert "birds: 10 of its 40 train rows have no positive label" in caplog.text
     single = load_run_data(resolve_config({"dataset": "birds", "method": "an"}))
     split = split_and_observe(resolve_config({"dataset": "birds", "method": "an"}), single)
-    assert ((split.observed == 1).sum(1) == 1).all() and len(split.train_idx) + len(split.val_idx) == 179
+    assert ((split.observed == 1).sum(1) == 1).all() and len(split.train_idx) + len(split.val_idx) == 30
 
 
-def test_mulan_sets_get_the_feature_defaults(home):
+def test_mulan_sets_get_the_feature_defaults():
     from spmlkit.experiments.presets import dataset_defaults
     from spmlkit.training.defaults import FEATURE_DEFAULTS
 
     assert dataset_defaults("emotions") == dict(FEATURE_DEFAULTS) == dataset_defaults("yeast")
-    assert MULAN.is_dir()

@@ -1,5 +1,7 @@
-"""Fetching a MULAN set, for real, from a local HTTP server on 127.0.0.1 serving MULAN's files
-(data/download.py, data/mulan.py; docs/protocol.md, "MULAN data sets").
+"""Fetching a MULAN set, for real, from a local HTTP server on 127.0.0.1 serving a set's files
+(data/download.py, data/mulan.py; docs/protocol.md, "MULAN data sets"). The set is a small one in
+MULAN's layout, its checksums and sizes pinned as MULAN's own for the test (fixtures/mulan.py,
+``tiny_mulan``): a fetch checks what it gets against the pins, whatever the files hold.
 
 The server runs in a daemon thread, answers only this machine, and stops when its test ends or,
 whatever happens, after a minute. It serves the files as they are, with one byte changed, cut
@@ -20,13 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures.mulan import MULAN, data_home_with, needs_mulan
+from fixtures.mulan import tiny_mulan_fixture  # noqa: F401 - the fixture "tiny_mulan"
 
 from spmlkit.cli import main
 from spmlkit.data.download import DownloadError
 from spmlkit.data.mulan import MULAN_SHA256, load_mulan
-
-pytestmark = needs_mulan
 
 FLAGS = ("flags-train.arff", "flags-test.arff", "flags.xml")
 
@@ -37,7 +37,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - the name http.server calls
         server = self.server
         server.requests.append(self.path)
-        path = MULAN / self.path.lstrip("/")
+        path = server.root / self.path.lstrip("/")
         if not path.is_file() or ".." in self.path:
             self.send_error(404)
             return
@@ -86,10 +86,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def server(monkeypatch):
+def server(monkeypatch, tiny_mulan):
+    """A server of a small set pinned as MULAN's flags (``httpd.mode`` says how it answers)."""
+    tiny_mulan.pin("flags")
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True
-    httpd.mode, httpd.requests = "ok", []
+    httpd.mode, httpd.requests, httpd.root = "ok", [], tiny_mulan.mirror
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     guard = threading.Timer(60, httpd.shutdown)  # stops by itself, whatever the test does
@@ -129,21 +131,22 @@ def test_a_set_is_fetched_once_verified_and_kept(server, empty_home):
     for f in FLAGS:
         assert hashlib.sha256((folder / f).read_bytes()).hexdigest() == MULAN_SHA256[f"flags/{f}"]
     assert _left_behind(empty_home) == sorted([*FLAGS, "spmlkit-parsed-v1.npz"])  # no temporary file left
-    assert ds.X_train.shape == (129, 43) and ds.Y_test.shape == (65, 7)
+    assert ds.X_train.shape == (40, 5) and ds.Y_test.shape == (20, 3)
     load_mulan("flags")
     assert len(server.requests) == 3  # the second load reads the data folder only
 
 
-def test_a_set_already_in_the_data_folder_is_not_fetched(server, tmp_path, monkeypatch):
-    monkeypatch.setenv("SPMLKIT_DATA", str(data_home_with(tmp_path, "flags")))
-    assert load_mulan("flags").X_train.shape == (129, 43)
-    assert server.requests == []
+def test_a_set_already_in_the_data_folder_is_not_fetched(server, tiny_mulan, monkeypatch):
+    home = tiny_mulan.install("flags")
+    monkeypatch.setenv("SPMLKIT_MULAN_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    assert load_mulan("flags").X_train.shape == (40, 5)
+    assert server.requests == [] and (home / "mulan" / "flags" / "spmlkit-parsed-v1.npz").is_file()
 
 
 def test_only_the_missing_files_are_fetched(server, empty_home):
     folder = empty_home / "mulan" / "flags"
     folder.mkdir(parents=True)
-    (folder / "flags.xml").write_bytes((MULAN / "flags" / "flags.xml").read_bytes())
+    (folder / "flags.xml").write_bytes((server.root / "flags" / "flags.xml").read_bytes())
     load_mulan("flags")
     assert sorted(server.requests) == ["/flags/flags-test.arff", "/flags/flags-train.arff"]
 
@@ -156,7 +159,7 @@ def test_a_checksum_mismatch_keeps_nothing(server, empty_home):
     assert "does not have the expected SHA-256" in message and "nothing was kept" in message and "\n" not in message
     assert _left_behind(empty_home) == []
     server.mode = "ok"  # the next try starts over and succeeds
-    assert load_mulan("flags").X_train.shape == (129, 43)
+    assert load_mulan("flags").X_train.shape == (40, 5)
 
 
 def test_an_interrupted_download_keeps_nothing(server, empty_home):
@@ -193,9 +196,9 @@ def test_no_network_names_the_manual_way(empty_home, monkeypatch, capsys, refuse
     assert _left_behind(empty_home) == []
 
 
-def test_the_fetched_set_equals_mulans_files(server, empty_home, tmp_path, monkeypatch):
+def test_the_fetched_set_equals_mulans_files(server, empty_home, tiny_mulan, monkeypatch):
     fetched = load_mulan("flags")
-    monkeypatch.setenv("SPMLKIT_DATA", str(data_home_with(tmp_path / "copy", "flags")))
+    tiny_mulan.install("flags")  # the same files, copied into another data folder
     local = load_mulan("flags")
     for part in ("X_train", "Y_train", "X_test", "Y_test"):
         np.testing.assert_array_equal(getattr(fetched, part), getattr(local, part))
@@ -210,7 +213,9 @@ def test_an_answer_longer_than_the_file_stops_at_the_files_size(server, empty_ho
     with pytest.raises(DownloadError) as caught:
         load_mulan("flags")
     message = str(caught.value)
-    expected = "sent more than the 7,707 bytes" if mode == "endless" else "announces 7,708 bytes, but the file spmlkit"
+    size = server.root.joinpath("flags", "flags-train.arff").stat().st_size
+    expected = (f"sent more than the {size:,} bytes" if mode == "endless"
+                else f"announces {size + 1:,} bytes, but the file spmlkit")
     assert expected in message and "flags-train.arff" in message and "\n" not in message
     assert time.monotonic() - t0 < 10
     assert _nothing_left(empty_home)
@@ -242,7 +247,8 @@ def test_a_deadline_that_is_not_a_positive_number_is_one_line(empty_home, monkey
 
 def test_sigterm_during_a_download_leaves_no_part_file(server, empty_home):
     """SIGTERM (a scheduler ending a job) removes the temporary file and the folders the fetch made,
-    then ends the process by that signal as it would have."""
+    then ends the process by that signal as it would have. (The child checks against MULAN's own pins,
+    not the small set's; it is stopped long before a file is whole.)"""
     server.mode = "trickle"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     child = subprocess.Popen([sys.executable, "-c", "from spmlkit.data.mulan import load_mulan; load_mulan('flags')"],
@@ -302,10 +308,12 @@ def test_a_disk_without_room_for_the_file_is_one_line_before_any_byte(server, em
     import shutil
     from collections import namedtuple
 
+    size = server.root.joinpath("flags", "flags-train.arff").stat().st_size
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
-    with pytest.raises(DownloadError, match=r"flags-train\.arff needs 7,707 bytes but the disk holding .* has 1,000 "
-                                            r"free; free space, or choose another data folder with SPMLKIT_DATA=DIR"):
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - size + 1, size - 1))
+    with pytest.raises(DownloadError, match=rf"flags-train\.arff needs {size:,} bytes but the disk holding .* has "
+                                            rf"{size - 1:,} free; free space, or choose another data folder with "
+                                            r"SPMLKIT_DATA=DIR"):
         load_mulan("flags")
     assert server.requests == [] and _nothing_left(empty_home)
 

@@ -2,9 +2,10 @@
 data/mulan.py, data/parsed_cache.py; docs/protocol.md, "MULAN data sets"): one line that names
 the file and the way out, or the right arrays, never silently wrong ones.
 
-Small ARFF files are written by hand here; the MULAN sets come from the shared folder through a
-fresh ``SPMLKIT_DATA`` of symlinks (a file that a test changes is replaced by a copy), with the
-download address on a closed local port.
+Small ARFF files are written by hand here, and a whole set is a small one in MULAN's layout that the
+test pins as MULAN's own (fixtures/mulan.py, ``tiny_mulan``). Two tests read MULAN's own files
+(``needs_mulan``): a header comment in corel5k's, and the parsed digests pinned for every set. The
+data folder is a fresh ``SPMLKIT_DATA``, with the download address on a closed local port.
 """
 
 import io
@@ -15,7 +16,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from fixtures.mulan import MULAN, home_fixture, needs_mulan  # noqa: F401 - the fixture "home"
+from fixtures.mulan import MULAN, TINY, home_fixture, needs_mulan, tiny_mulan_fixture  # noqa: F401 - fixtures
 
 from spmlkit.cli import main
 from spmlkit.data import arff_reader
@@ -33,9 +34,16 @@ def _arff(tmp_path, text: str, name: str = "t.arff"):
 
 
 def _replace(path, data: bytes) -> None:
-    """Write ``data`` over a symlinked MULAN file (the shared original stays as it is)."""
+    """Write ``data`` over a set's file (a symlinked MULAN file: the shared original stays as it is)."""
     path.unlink()
     path.write_bytes(data)
+
+
+def _rows_of(data: bytes) -> tuple[str, list[str]]:
+    """An ARFF file's text up to its rows, and its rows."""
+    text = data.decode()
+    start = text.index("@data") + 6
+    return text[:start], text[start:].strip().splitlines()
 
 
 # --------------------------------------------------------------------------- where the rows start
@@ -143,16 +151,15 @@ def test_utf16_without_a_byte_order_mark_and_binary_files_are_named(tmp_path):
         read_multilabel_arff(path, ("L1", "L2"))
 
 
-@needs_mulan
 @pytest.mark.parametrize("damage, expected", [
     (lambda data: data.decode().encode("latin-1").replace(b"@relation", b"@relation \xe9", 1),
      "emotions-train.arff: line 1 holds byte 0xe9, which is not UTF-8"),
-    (lambda data: data[:4000] + b"\x00\x9f\x13" + data[4003:], "emotions-train.arff: holds NUL bytes"),
+    (lambda data: data[:300] + b"\x00\x9f\x13" + data[303:], "emotions-train.arff: holds NUL bytes"),
     (lambda data: data.replace(b"@data", b"@dota", 1), "emotions-train.arff: not a readable ARFF file"),
 ])
-def test_a_damaged_set_file_names_itself_and_the_way_back_to_mulans(home, capsys, damage, expected):
-    folder = home("emotions") / "mulan" / "emotions"
-    _replace(folder / "emotions-train.arff", damage((MULAN / "emotions" / "emotions-train.arff").read_bytes()))
+def test_a_damaged_set_file_names_itself_and_the_way_back_to_mulans(tiny_mulan, capsys, damage, expected):
+    folder = tiny_mulan.install("emotions") / "mulan" / "emotions"
+    _replace(folder / "emotions-train.arff", damage(tiny_mulan.file("emotions", "emotions-train.arff")))
     assert main(["train", "--dataset", "emotions", "--method", "an", "--epochs", "1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and expected in err and str(folder) in err
@@ -183,11 +190,10 @@ def test_a_small_file_declaring_a_huge_matrix_is_refused_before_allocating(tmp_p
 
 
 # --------------------------------------------------------------------------- files that leave nothing to do
-@needs_mulan
-def test_an_empty_test_file_is_refused_before_training(home, capsys, tmp_path):
-    folder = home("emotions") / "mulan" / "emotions"
-    text = (MULAN / "emotions" / "emotions-test.arff").read_text()
-    _replace(folder / "emotions-test.arff", text[: text.index("@data") + 6].encode())
+def test_an_empty_test_file_is_refused_before_training(tiny_mulan, capsys, tmp_path):
+    folder = tiny_mulan.install("emotions") / "mulan" / "emotions"
+    head, _ = _rows_of(tiny_mulan.file("emotions", "emotions-test.arff"))
+    _replace(folder / "emotions-test.arff", head.encode())
     run = tmp_path / "run"
     assert main(["train", "--dataset", "emotions", "--method", "an", "--epochs", "1", "--quiet", "--out", str(run)]) == 2
     err = capsys.readouterr().err.strip()
@@ -196,17 +202,16 @@ def test_an_empty_test_file_is_refused_before_training(home, capsys, tmp_path):
     assert not run.exists()
 
 
-@needs_mulan
-def test_a_train_file_without_a_labelled_row_is_refused_by_name(home, capsys):
-    folder = home("flags") / "mulan" / "flags"
-    text = (MULAN / "flags" / "flags-train.arff").read_text()
-    head, rows = text[: text.index("@data") + 6], text[text.index("@data") + 6:].strip().splitlines()
-    unlabelled = [",".join(row.split(",")[:-7] + ["0"] * 7) for row in rows]  # flags' 7 labels are its last columns
+def test_a_train_file_without_a_labelled_row_is_refused_by_name(tiny_mulan, capsys):
+    folder = tiny_mulan.install("flags") / "mulan" / "flags"
+    head, rows = _rows_of(tiny_mulan.file("flags", "flags-train.arff"))
+    labels = len(TINY.labels)  # the last columns
+    unlabelled = [",".join(row.split(",")[:-labels] + ["0"] * labels) for row in rows]
     _replace(folder / "flags-train.arff", (head + "\n".join(unlabelled) + "\n").encode())
     assert main(["train", "--dataset", "flags", "--method", "an", "--epochs", "1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "num_examples" not in err
-    assert (f"{folder / 'flags-train.arff'}: none of its 129 rows has a positive label, so there is nothing to train "
+    assert (f"{folder / 'flags-train.arff'}: none of its 40 rows has a positive label, so there is nothing to train "
             "on (rows without one are left out of training)") in err
 
 
@@ -223,9 +228,10 @@ def test_the_pinned_parsed_digests_are_what_the_reader_makes_of_mulans_files(nam
 
 
 @pytest.fixture
-def cached(home):
-    """flags' folder after one load (its cache written), and the arrays of that load."""
-    folder = home("flags") / "mulan" / "flags"
+def cached(tiny_mulan):
+    """A small set's folder (standing in for flags) after one load (its cache written), and the arrays of
+    that load."""
+    folder = tiny_mulan.install("flags") / "mulan" / "flags"
     first = load_mulan("flags")
     assert (folder / "spmlkit-parsed-v1.npz").is_file()
     return folder, first
@@ -262,7 +268,8 @@ def test_a_cache_with_flipped_labels_and_copied_digests_is_not_used(cached, capl
 def test_a_truncated_cache_is_parsed_again_and_replaced(cached, caplog):
     folder, first = cached
     cache = folder / "spmlkit-parsed-v1.npz"
-    cache.write_bytes(cache.read_bytes()[:5000])
+    data = cache.read_bytes()
+    cache.write_bytes(data[: len(data) // 2])
     with caplog.at_level(logging.WARNING):
         again = load_mulan("flags")
     _same(again, first)
@@ -323,12 +330,12 @@ def test_a_cache_that_expands_past_its_expected_size_is_refused_after_at_most_th
             tracemalloc.stop()
         return caplog.text
 
-    write("X_train", _npy_header((10**9, 43)), 0)  # claims 172 GB
+    write("X_train", _npy_header((10**9, 5)), 0)  # claims 20 GB
     assert cache.stat().st_size < 100_000
-    assert f"{cache}: its array 'X_train' is <f4 (1000000000, 43), not f (129, 43); not used" in load_and_warning()
-    write("X_test", _npy_header((65, 43)), 64 << 20)  # 64 MB of zeros after the 11 KB array
+    assert f"{cache}: its array 'X_train' is <f4 (1000000000, 5), not f (40, 5); not used" in load_and_warning()
+    write("X_test", _npy_header((20, 5)), 64 << 20)  # 64 MB of zeros after the 528-byte array (header 128 bytes)
     assert cache.stat().st_size < 200_000
-    assert (f"{cache}: its array 'X_test' holds 67,120,172 bytes, more than its 11,308; not used"
+    assert (f"{cache}: its array 'X_test' holds 67,109,392 bytes, more than its 528; not used"
             in load_and_warning())
 
 
@@ -336,7 +343,7 @@ def test_a_changed_set_file_is_parsed_every_time_and_never_cached(cached, caplog
     """A copy of one's own (its checksum is not MULAN's) has no pinned digest to check a cache against."""
     folder, first = cached
     (folder / "spmlkit-parsed-v1.npz").unlink()
-    text = (MULAN / "flags" / "flags-train.arff").read_text().rstrip("\n").rsplit("\n", 1)[0] + "\n"
+    text = (folder / "flags-train.arff").read_text().rstrip("\n").rsplit("\n", 1)[0] + "\n"
     _replace(folder / "flags-train.arff", text.encode())
-    assert len(load_mulan("flags").X_train) == 128
+    assert len(load_mulan("flags").X_train) == TINY.train_rows - 1
     assert not (folder / "spmlkit-parsed-v1.npz").exists()

@@ -130,11 +130,12 @@ def test_runs_csv_has_the_fixed_threshold_columns_for_every_method(tmp_path):
     runs = pd.read_csv(out / "runs.csv")
     cols = {c for c in runs.columns if "@0.75" in c or "@0.5" in c}
     # both fixed thresholds for both methods (an's is 0.5, em's 0.75), as the runs recorded them, for
-    # the ML-GCN counts and the metrics of the field that decide labels; SMILE's convention of the
-    # Hamming loss thresholds at 0.5 whatever the method (docs/protocol.md, "Metric conventions")
-    assert cols == {f"test.{k}@{t}" for k in ("CP", "CR", "CF1", "OP", "OR", "OF1", "hamming_loss", "example_f1",
-                                               "micro_f1", "macro_f1") for t in ("0.5", "0.75")} | {
-        "test.smile.hamming_loss@0.5"}
+    # the ML-GCN counts, the metrics of the field that decide labels and the share of labels decided
+    # positive (a degenerate threshold's sign); SMILE's convention of the Hamming loss thresholds at 0.5
+    # whatever the method (docs/protocol.md, "Metric conventions")
+    names = ("CP", "CR", "CF1", "OP", "OR", "OF1", "hamming_loss", "example_f1", "micro_f1", "macro_f1",
+             "predicted_positive")
+    assert cols == {f"test.{k}@{t}" for k in names for t in ("0.5", "0.75")} | {"test.smile.hamming_loss@0.5"}
     assert {"test.ranking_loss", "test.one_error", "test.coverage", "test.example_ap"} <= set(runs.columns)
     from spmlkit.experiments.benchmark import STORE_NAME
     from spmlkit.experiments.store import ResultsStore

@@ -315,6 +315,42 @@ def test_extract_of_a_users_folder_keeps_its_observed_and_test_labels(tmp_path, 
     assert result["config"]["data"]["observation"] == "given" and math.isfinite(result["test_map"])
 
 
+def test_features_of_random_weights_say_so_where_written_and_under_every_table(tmp_path, capsys):
+    """`--backbone small:cnn --no-pretrained`, the offline way, extracts features of random weights: a
+    benchmark on them looked like a real comparison. extract says so, meta.json records it, and the
+    benchmark's printed table, table.md, table.csv, results.json and the leaderboard say it too."""
+    import pandas as pd
+
+    photos, tests = _photos(tmp_path / "photos", per_class=3), tmp_path / "test_photos"
+    for k, name in enumerate(CLASSES):
+        write_image(tests / name / f"t{name}.png", {name}, 5000 + k)
+    prepared, feats = tmp_path / "prepared", tmp_path / "feats"
+    assert main(["prepare", "folder", "--root", str(photos), "--test-root", str(tests), "--out", str(prepared)]) == 0
+    capsys.readouterr()
+    assert main(["extract", "--prepared", str(prepared), "--backbone", "small:cnn", "--no-pretrained", "--image-size",
+                 "32", "--device", "cpu", "--quiet", "--features-out", str(feats)]) == 0
+    warning = ("features of small:cnn with random weights (extracted with --no-pretrained), not learned from images: "
+               "methods compared on them are compared on random projections of the pixels, which does not show how "
+               "they compare on the features of a pretrained network")
+    said, _ = _said(capsys)
+    assert f"warning: {feats} holds {warning}. Its meta.json and every benchmark table of it say so" in said
+    meta = json.loads((feats / "meta.json").read_text())
+    assert meta["pretrained"] is False and meta["warning"] == warning
+    out = tmp_path / "board"
+    assert main(["benchmark", "--dataset", str(feats), "--dataset", "yeast", "--methods", "an,em", "--seeds", "0",
+                 "--lrs", "0.01", "--epochs", "2", "--jobs", "1", "--out", str(out), "--quiet"]) == 0
+    said, _ = _said(capsys)
+    assert said.count(f"warning: {feats} holds {warning}") == 1  # under its table, not under yeast's
+    assert f"Warning: {feats} holds {warning}." in said  # the leaderboard's notes
+    (table,) = [p for p in out.iterdir() if p.is_dir() and (p / "table.md").is_file() and p.name != "yeast"]
+    assert f"Warning: {feats} holds {warning}." in (table / "table.md").read_text()
+    assert set(pd.read_csv(table / "table.csv")["warning"]) == {warning}
+    assert f"Warning: {feats} holds {warning}." in json.loads((table / "results.json").read_text())["notes"]
+    assert "warning" not in pd.read_csv(out / "yeast" / "table.csv").columns
+    assert "random weights" not in (out / "yeast" / "table.md").read_text()
+    assert f"Warning: {feats} holds {warning}." in (out / "leaderboard.md").read_text()
+
+
 # --------------------------------------------------------------------------- the estimator
 
 

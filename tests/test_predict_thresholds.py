@@ -166,6 +166,28 @@ def test_the_headline_names_each_f1_by_its_threshold():
     assert f1_summary({}, 0.5) == ""
 
 
+def test_a_degenerate_threshold_is_named_where_its_f1_is_printed():
+    """An own-images run printed "F1 72.34 % (selected on validation)" from predicting every label positive.
+    evaluate_test records the share of test entries each threshold decides positive; at 1 or 0 the
+    headline calls the threshold degenerate and says which way."""
+    from spmlkit.training.evaluation import evaluate_test
+
+    rng = np.random.default_rng(0)
+    Y = (rng.random((40, 3)) < 0.7).astype(np.uint8)
+    Y[0] = 1
+    P = np.clip(0.3 + 0.05 * rng.random((40, 3)), 0, 1)  # every score between 0.3 and 0.35
+    val_P, val_Y = P[:20], Y[:20]
+    m = evaluate_test(P, Y, threshold=0.75, val_probs=val_P, val_targets=val_Y)
+    assert m["predicted_positive@0.5"] == 0.0 and m["predicted_positive@0.75"] == 0.0
+    assert m["threshold_val_global"] <= P.min() and m["predicted_positive@val_global"] == 1.0  # all on wins F1 here
+    headline = f1_summary(m, 0.75)
+    assert (f"at {m['threshold_val_global']:g} (selected on validation; degenerate: it predicts every test label "
+            "positive)") in headline
+    assert "at 0.5 (degenerate: it predicts no test label positive)" in headline
+    middle = {**m, "predicted_positive@val_global": 0.62, "predicted_positive@0.5": 0.5}
+    assert "degenerate" not in f1_summary(middle, 0.75)  # a threshold that splits the labels is not named
+
+
 def _edited_copy(run, tmp_path, name, **metrics):
     """The run's files in a folder of their own, with ``result.json``'s test metrics edited."""
     copy = tmp_path / name

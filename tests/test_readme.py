@@ -56,9 +56,9 @@ NOT_RUN = {
         ("pip install", "installs spmlkit and PyTorch from PyPI (a download); the benchmark alone is test_benchmark's"),
     'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest':
         ("pip install", "installs from PyPI and runs this very test suite"),
-    "spmlkit export --checkpoint runs/folder/em_apl/seed0 --format onnx":
+    "spmlkit export --checkpoint runs/photos/em_apl/seed0 --format onnx":
         (None, "needs the image run of docs/your-data.md (a download) and the export extra (onnx, onnxruntime)"),
-    "spmlkit export --checkpoint runs/folder/em_apl/seed0 --format torchscript":
+    "spmlkit export --checkpoint runs/photos/em_apl/seed0 --format torchscript":
         (None, "needs the image run of docs/your-data.md (a download)"),
     "spmlkit reproduce crisp-tabular --datasets yeast,scene":
         ("download", "trains 3,840 runs (half an hour on 2 cores) on yeast and MULAN's scene, which it downloads "

@@ -216,3 +216,22 @@ def test_published_lookups() -> None:
     with pytest.raises(ValueError, match="unknown source"):
         P.published("em", "voc2012", source="XYZ")
     assert P.display_name("em_apl") == "EM+APL" and P.display_name("mine") == "mine"
+
+
+def test_the_threshold_table_names_degenerate_thresholds_and_in_how_many_runs(tmp_path: Path) -> None:
+    """A cell of F1 at a threshold that decided every test label positive (or none) in some of its runs
+    says so: that F1 measures the labels' frequency, not the model."""
+    from spmlkit.experiments.report import threshold_table
+
+    def metrics(rate_val: float, rate_half: float) -> dict[str, float]:
+        return {"map": 0.5, "OF1@0.5": 0.4, "CF1@0.5": 0.3, "predicted_positive@0.5": rate_half,
+                "OF1@val_global": 0.72, "CF1@val_global": 0.7, "predicted_positive@val_global": rate_val}
+
+    store = ResultsStore(tmp_path / "runs.sqlite")
+    for seed, (rate_val, rate_half) in enumerate([(1.0, 0.0), (1.0, 0.2), (0.4, 0.3)]):
+        store.add(rec(f"an{seed}", "an", seed, 0.5, 0.5, dataset="photos", test_metrics=metrics(rate_val, rate_half)))
+    store.add(rec("em0", "em", 0, 0.5, 0.5, dataset="photos", test_metrics=metrics(0.5, 0.5)))
+    table = threshold_table(store.to_dataframe()).set_index("method")
+    assert table.loc["an", "OF1 @val (global t)"].endswith(" (degenerate: every label on in 2 of 3 runs)")
+    assert table.loc["an", "OF1 @0.5"].endswith(" (degenerate: no label on in 1 of 3 runs)")
+    assert "degenerate" not in table.loc["em", "OF1 @val (global t)"] + table.loc["em", "OF1 @0.5"]

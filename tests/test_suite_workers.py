@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from fixtures.mulan import data_home_with, needs_mulan
+from fixtures.mulan import TINY, tiny_mulan_fixture  # noqa: F401 - the fixture "tiny_mulan"
 
 from spmlkit.data import mulan, registry
 from spmlkit.experiments.suites import suite_datasets
@@ -71,10 +71,9 @@ def fresh_cache():
     registry._load_named.cache_clear()
 
 
-@needs_mulan
 @pytest.mark.usefixtures("fresh_cache")
-def test_a_worker_reads_each_mulan_set_once(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SPMLKIT_DATA", str(data_home_with(tmp_path, "emotions", "flags")))
+def test_a_worker_reads_each_mulan_set_once(tiny_mulan, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny_mulan.install("emotions", "flags")  # two small sets pinned as MULAN's
     reads: list[str] = []
     real = mulan.load_mulan
 
@@ -88,6 +87,6 @@ def test_a_worker_reads_each_mulan_set_once(tmp_path, monkeypatch: pytest.Monkey
     first = registry.load_features("emotions")
     for _ in range(3):  # every later run of the worker gets the same arrays, read-only
         assert registry.load_features("emotions") is first
-    assert registry.load_features("flags").Y_train.shape == (129, 7)
+    assert registry.load_features("flags").Y_train.shape == (TINY.train_rows, len(TINY.labels))
     assert reads == ["emotions", "flags"]
     assert not first.X_train.flags.writeable

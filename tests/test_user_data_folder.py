@@ -162,6 +162,22 @@ def test_folder_without_test_set_prepare_train_predict(tmp_path, capsys):
     assert header == "image,cat,dog,sky,labels"
 
 
+def test_a_run_of_ones_own_data_is_kept_under_the_prepared_folders_name(tmp_path, capsys, monkeypatch):
+    """`train --prepared prepared/photos` trained into runs/folder/... (the form of the data, shared by every
+    folder of photos); now runs/photos/..., the prepared folder's name, as `extract` and `benchmark` name it."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["prepare", "folder", "--root", str(_photos(tmp_path / "photos", per_class=2)), "--out",
+                 "prepared/photos"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--prepared", "prepared/photos", *TRAIN, "--seed", "3", "--dry-run"]) == 0
+    assert capsys.readouterr().out.strip().endswith("(the run folder would be runs/photos/em_apl/seed3)")
+    # a benchmark's prepared folder keeps the benchmark's name; a named set and a feature folder theirs
+    from spmlkit.cli.train import _folder_name
+
+    assert _folder_name("voc2012", "prepared/my-voc") == "voc2012" and _folder_name("yeast") == "yeast"
+    assert _folder_name("folder", "prepared/photos") == _folder_name("csv", "prepared/photos/") == "photos"
+
+
 def test_test_root_gives_full_test_labels_and_test_metrics(tmp_path, capsys):
     photos = _photos(tmp_path / "photos")
     tests = tmp_path / "test_photos"

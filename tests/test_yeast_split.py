@@ -1,8 +1,8 @@
 """Yeast's official split is MULAN's (docs/protocol.md, "Yeast"): the packaged file's rows
 [917, 2417) are ``yeast-train.arff`` and its rows [0, 917) ``yeast-test.arff``.
 
-Compared value by value with MULAN's own files in ``shared/datasets/mulan/yeast`` beside the checkout (read
-here with liac-arff directly, not through spmlkit's reader), skipped where that folder is absent.
+Compared value by value with MULAN's own files (read here with liac-arff directly, not through spmlkit's
+reader), skipped where they are not there (fixtures/mulan.py says where they are looked for).
 """
 
 from pathlib import Path
@@ -33,7 +33,7 @@ def test_yeast_lists_are_mulans_files_value_by_value():
 
 
 def test_yeast_split_sizes_and_first_rows():
-    """Without the shared folder: the sizes and values hand-read from the two ARFF files' first data rows."""
+    """Without MULAN's files: the sizes and values hand-read from the two ARFF files' first data rows."""
     ds = load_yeast()
     assert (len(ds.X_train), len(ds.X_test)) == (1500, 917)
     # yeast-train.arff, first data row: 0.0937,0.139771,... labels 0,0,1,1,0,0,0,0,0,0,0,0,0,0

@@ -13,6 +13,10 @@ label matrices:
     <out>/.spmlkit.json          marks the folder as spmlkit's (spmlkit.output_dir): a folder holding
                                  other files is refused, never written into
 
+Features of a backbone with random weights (``--no-pretrained``, the only way offline) come from no
+network trained on images; ``meta.json`` says so in its ``"warning"``, and so does every table built
+on them (:func:`~spmlkit.data.feature_dir.random_weights_warning`).
+
 A user's prepared folder (``spmlkit prepare folder|csv``) has no full train labels: its observed
 {-1, 0, 1} labels are kept as ``train_observed.npy`` (``meta.json``: ``"observation": "given"``),
 and its test list, when it was given one, keeps its full labels; without one the folder has no
@@ -32,8 +36,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .data.feature_dir import is_feature_dir, write_feature_labels
-from .errors import InputError
+from .data.feature_dir import is_feature_dir, random_weights_warning, write_feature_labels
+from .errors import InputError, user_input
 from .output_dir import FEATURES, check_output_dir, claim_output_dir
 
 __all__ = ["extract_features"]
@@ -68,10 +72,14 @@ def extract_features(
     out = Path(out)
     check_output_dir(out, FEATURES, option="--features-out", recognise=_is_feature_output)  # before any work
     device = resolve_device(config.machine.device)
-    data = load_image_data(config)
+    # the data and the network are had before the folder is made: a refusal (a damaged prepared folder,
+    # pretrained weights that cannot be downloaded offline) is one line and leaves nothing behind
+    with user_input():
+        data = load_image_data(config)
+        torch.manual_seed(config.optimisation.seed)  # reproducible features from a randomly initialised backbone
+        model = build_model(config.model.backbone, len(data.class_names), pretrained=config.model.pretrained,
+                            lgconv=config.model.lgconv)
     claim_output_dir(out, FEATURES, option="--features-out", recognise=_is_feature_output)
-    torch.manual_seed(config.optimisation.seed)  # reproducible features from a randomly initialised backbone
-    model = build_model(config.model.backbone, len(data.class_names), pretrained=config.model.pretrained, lgconv=config.model.lgconv)
     model.to(device).eval()
     bs = config.machine.eval_batch_size or max(config.optimisation.batch_size, 64)
     splits = [("train", data.train_dataset())]
@@ -95,6 +103,9 @@ def extract_features(
         os.replace(tmp, out / f"{split}_features.npy")
     recorded = {"dataset": data.name, "backbone": config.model.backbone, "pretrained": config.model.pretrained,
                 "image_size": config.data.image_size, "dtype": dtype, "feature_dim": model.feat_dim}
+    warning = random_weights_warning(recorded)
+    if warning:  # said where the features are, for whoever reads the folder later
+        recorded["warning"] = warning
     if data.observed is not None:
         recorded["prepared"] = str(Path(config.data.prepared).expanduser().resolve())
         for stale in ("train_labels.npy", *(("test_features.npy", "test_labels.npy") if data.Y_test is None else ())):

@@ -90,8 +90,9 @@ def run_one(mutation: Mutation, python: str, timeout: float, mutate: bool = True
             mutation.apply(tree)
         report = Path(tmp) / "report.xml"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree / "src"), os.environ.get("PYTHONPATH", "")]),
-               # the MULAN files the tests use live beside the checkout (tests/fixtures/mulan.py), not the copy
-               "SPMLKIT_SHARED": os.environ.get("SPMLKIT_SHARED", str(ROOT.parent / "shared")),
+               # MULAN's own files, where the checkout's tests find them (tests/fixtures/mulan.py): the copy has
+               # no folder beside it
+               "SPMLKIT_DATA": os.environ.get("SPMLKIT_DATA") or str(ROOT.parent / "shared" / "datasets"),
                "PYTHONDONTWRITEBYTECODE": "1"}
         t0 = time.perf_counter()
         try:

@@ -287,6 +287,7 @@ def _report(screen: Any, data: Any) -> None:
 def run_extract(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
+    from ..data.feature_dir import feature_dir_warning
     from ..errors import user_input
     from ..extract import extract_features
     from .train import resolve_from_args
@@ -294,7 +295,8 @@ def run_extract(args: argparse.Namespace) -> int:
     with user_input():
         config = resolve_from_args(args)
     screen = console()
-    with Progress(console=screen, disable=args.quiet) as progress:
+    # transient: a refusal before the first batch (weights that cannot be had offline) is its one line alone
+    with Progress(console=screen, disable=args.quiet, transient=True) as progress:
         task = progress.add_task(f"extracting {config.model.backbone} features", total=None)
         out = extract_features(config, args.features_out, dtype=args.dtype,
                                on_batch=lambda n: progress.advance(task, n))
@@ -302,6 +304,11 @@ def run_extract(args: argparse.Namespace) -> int:
     print_whole_words(screen, f"wrote features to {out}; compare every method on them with `spmlkit benchmark --dataset "
                               f"{where}`, or train one with `spmlkit train --features {where} --method ...`",
                       markup=False, highlight=False)
+    warning = feature_dir_warning(out)
+    if warning:
+        print_whole_words(screen, f"warning: {out} holds {warning}. Its meta.json and every benchmark table of it say "
+                                  "so; extract with pretrained weights (the default) where they can be downloaded or "
+                                  "are cached", markup=False, highlight=False)
     return 0
 
 

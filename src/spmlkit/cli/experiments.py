@@ -358,6 +358,7 @@ def _print_next(screen: Any, store: Path, out: Path) -> None:
 def _print_benchmark_table(screen: Any, spec: Any, rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
+    from ..data.feature_dir import feature_dir_warning
     from ..experiments.benchmark import gap_note, labels_measured, table_title
     from ..experiments.report import format_gap
 
@@ -382,6 +383,9 @@ def _print_benchmark_table(screen: Any, spec: Any, rows: list[dict[str, Any]]) -
     note = gap_note(rows) if tested else None
     if note:
         print_whole_words(screen, note, markup=False)
+    warning = feature_dir_warning(spec.dataset)
+    if warning:
+        print_whole_words(screen, f"warning: {spec.dataset} holds {warning}", markup=False)
     if labels["val_map_labels"] == "observed":
         print_whole_words(screen, "val mAP on observed labels counts every unobserved positive of a validation row as "
                                   "a negative: it compares methods and lrs on the same rows, it is not the mAP on "

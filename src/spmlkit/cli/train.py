@@ -200,8 +200,8 @@ def resolve_from_args(args: argparse.Namespace):
         config = resolve_config(values, preset=args.preset, file_values=file_values,
                                 file_name=f"config file {args.config}", resume_values=resume_values)
         if config.output.out is None:
-            config.output.out = str(Path("runs") / _folder_name(config.data.dataset) / config.method.name
-                                    / f"seed{config.optimisation.seed}")
+            config.output.out = str(Path("runs") / _folder_name(config.data.dataset, config.data.prepared)
+                                    / config.method.name / f"seed{config.optimisation.seed}")
         return config
 
     config = resolve()
@@ -241,13 +241,22 @@ def _bytes(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
-def _folder_name(dataset: str) -> str:
+def _folder_name(dataset: str, prepared: str | None = None) -> str:
     """The default run folder's data-set part: a named set's name, a folder's own name as it resolves
-    (``--dataset ..`` is the parent's name, never ``..``), as a plain file name (spmlkit/file_names.py)."""
-    from ..data.registry import DATASETS
+    (``--dataset ..`` is the parent's name, never ``..``), as a plain file name (spmlkit/file_names.py).
+    A user's data, whose data set is its form (``folder``, ``csv``), is named after the prepared
+    folder it is read from: ``--prepared prepared/photos`` trains into ``runs/photos/...``, so that
+    two data sets of one form do not share ``runs/folder/...``."""
+    from ..data.registry import DATASETS, resolve_dataset
     from ..file_names import file_stem
 
+    if prepared and resolve_dataset(dataset).form == "user-form":
+        dataset = prepared
     return file_stem(Path(dataset).name if dataset in DATASETS else Path(dataset).expanduser().resolve().name or "root")
+
+
+#: how the headline names a method's own fixed threshold
+WHOSE_THRESHOLD = "the method's"
 
 
 def f1_summary(test_metrics: dict[str, Any], method_threshold: float) -> str:
@@ -256,22 +265,32 @@ def f1_summary(test_metrics: dict[str, Any], method_threshold: float) -> str:
 
     First the threshold the run selected on validation (what `predict` and `export` use), then
     0.5; the method's own fixed threshold (EM's 0.75) only when no validated one exists: a weak
-    model's F1 at 0.75 is often 0 % and says nothing about its ranking.
+    model's F1 at 0.75 is often 0 % and says nothing about its ranking. A threshold at which every
+    test label is predicted positive, or none is, is named degenerate: predicting every label
+    positive scores a high F1 on data where most labels are (72 % on a set of photos), and says
+    nothing about the model.
     """
     def pair(name: str) -> str | None:
         o, c = test_metrics.get(f"OF1@{name}"), test_metrics.get(f"CF1@{name}")
         return None if o is None or c is None else f"{100 * o:.2f}% / {100 * c:.2f}%"
 
+    def said(name: str, *why: str) -> str:
+        rate = test_metrics.get(f"predicted_positive@{name}")
+        degenerate = {1.0: "degenerate: it predicts every test label positive",
+                      0.0: "degenerate: it predicts no test label positive"}.get(rate)
+        words = [*why, *([degenerate] if degenerate else [])]
+        return f" ({'; '.join(words)})" if words else ""
+
     parts = []
     t_val = test_metrics.get("threshold_val_global")
     validated = t_val is not None and pair("val_global") is not None
     if validated:
-        parts.append(f"{pair('val_global')} at {t_val:g} (selected on validation)")
+        parts.append(f"{pair('val_global')} at {t_val:g}{said('val_global', 'selected on validation')}")
     if pair("0.5"):
-        parts.append(f"{pair('0.5')} at 0.5")
+        parts.append(f"{pair('0.5')} at 0.5{said('0.5')}")
     t = float(method_threshold)
     if not validated and t != 0.5 and pair(f"{t:g}"):
-        parts.append(f"{pair(f'{t:g}')} at {t:g} (the method's)")
+        parts.append(f"{pair(f'{t:g}')} at {t:g}{said(f'{t:g}', WHOSE_THRESHOLD)}")
     return f", F1 overall / per-class {', '.join(parts)}" if parts else ""
 
 

@@ -38,7 +38,8 @@ import numpy as np
 from .tabular import TabularDataset
 
 __all__ = ["FEATURES_KIND", "FORMAT_VERSION", "FORMAT_VERSIONS", "FeatureLabels", "feature_dir_labels",
-           "is_feature_dir", "load_feature_dir", "write_feature_dir", "write_feature_labels"]
+           "feature_dir_warning", "is_feature_dir", "load_feature_dir", "random_weights_warning", "write_feature_dir",
+           "write_feature_labels"]
 
 FEATURES_KIND = "spmlkit-features"
 FORMAT_VERSION = 1
@@ -70,6 +71,28 @@ def _recorded(path: Path) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return recorded if isinstance(recorded, dict) and recorded.get("kind") == FEATURES_KIND else None
+
+
+def random_weights_warning(recorded: dict[str, Any]) -> str | None:
+    """What every output built on features of a backbone with random weights says (``meta.json``
+    records ``"pretrained": false``, as ``spmlkit extract --no-pretrained`` writes it), else None.
+
+    Such features come from no network trained on images: a benchmark on them has the look of a
+    comparison of methods without being one, so the folder, its ``extract`` and every table of it
+    carry this sentence."""
+    if recorded.get("pretrained") is not False:
+        return None
+    backbone = recorded.get("backbone") or "a backbone"
+    return (f"features of {backbone} with random weights (extracted with --no-pretrained), not learned from images: "
+            "methods compared on them are compared on random projections of the pixels, which does not show how "
+            "they compare on the features of a pretrained network")
+
+
+def feature_dir_warning(path: str | Path) -> str | None:
+    """:func:`random_weights_warning` of the feature folder at ``path``; None for anything else (a named
+    data set, a folder of features from a pretrained network or from another tool)."""
+    recorded = _recorded(Path(path))
+    return None if recorded is None else random_weights_warning(recorded)
 
 
 def feature_dir_labels(path: str | Path) -> FeatureLabels:

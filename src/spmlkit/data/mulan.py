@@ -182,7 +182,7 @@ MULAN_PARSED_SHA256: dict[str, str] = {
 """What spmlkit's reader makes of each set's pinned files:
 :func:`~spmlkit.data.parsed_cache.arrays_digest` of its arrays. The parsed-array cache in the
 data folder is used only when its arrays hash to this (the file's own claims prove nothing in a
-shared folder); ``tests/test_mulan.py`` parses every set and compares."""
+shared folder); ``tests/test_mulan_faults.py`` parses MULAN's files of every set and compares."""
 
 _PARSED = "spmlkit-parsed-v1.npz"
 _ARRAYS = ("X_train", "Y_train", "X_test", "Y_test", "class_names", "feature_names")

@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..data.feature_dir import feature_dir_warning
 from ..file_names import file_stem, identified_stem
 from ..io import atomic_write_json, atomic_write_text
 from ..methods import METHODS, get_method
@@ -287,7 +288,9 @@ def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, 
     out = Path(out_dir)
     paths = {"runs": out / "runs.csv", "table": out / "table.csv", "markdown": out / "table.md",
              "json": out / "results.json"}
-    rows = [{**r, **labels_measured(spec)} for r in rows]  # every row says which labels its numbers are on
+    # every row says which labels its numbers are on, and what its features are where they come from random weights
+    warning = feature_dir_warning(spec.dataset)
+    rows = [{**r, **labels_measured(spec), **({"warning": warning} if warning else {})} for r in rows]
     flat = runs.drop(columns=[c for c in ("history", "test_ap", "analysis", "config", "class_names", "error")
                               if c in runs.columns])
     atomic_write_text(paths["runs"], flat.to_csv(index=False))
@@ -431,4 +434,6 @@ def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], sto
     board = build_leaderboard(scores_from_tables(ranked), references=references, spread=spread_from_tables(ranked))
     board.left_out.update(failed)
     board.setup.append(hyperparameter_source(specs[0], datasets))
+    board.notes += [f"warning: {dataset} holds {warning}" for dataset in datasets
+                    for warning in [feature_dir_warning(dataset)] if warning]
     return tables, board, write_leaderboard(out_dir, board, title=title)

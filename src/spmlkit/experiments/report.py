@@ -280,11 +280,21 @@ def paper_table(
         notes.insert(0, GAP_FORMULA + ".")
     if any(int(r.get("n_seeds", 2)) < 2 for r in cell.values()):
         notes.append("Cells without ± come from one seed, which gives no standard deviation.")
+    notes += [f"Warning: {dataset} holds {warning}." for dataset, warning in _feature_warnings(agg)]
     table = pd.DataFrame(data, index=pd.Index([row_labels[rk] for rk in row_keys], name=rows))
     table.attrs["bold"] = bold
     table.attrs["means"] = means
     table.attrs["notes"] = notes
     return table
+
+
+def _feature_warnings(agg: pd.DataFrame) -> list[tuple[str, str]]:
+    """(data set, warning) for each data set of a table that is a feature folder of random weights
+    (:func:`~spmlkit.data.feature_dir.random_weights_warning`): said under every table of it."""
+    from ..data.feature_dir import feature_dir_warning
+
+    datasets = _ordered_keys(agg, "dataset") if "dataset" in agg.columns else []
+    return [(str(ds), warning) for ds in datasets for warning in [feature_dir_warning(str(ds))] if warning]
 
 
 def _summary(row: dict[str, Any]) -> tuple[float, float, int]:
@@ -477,21 +487,33 @@ THRESHOLD_COLUMNS = (
 )
 
 
+def _degenerate_runs(rates: Sequence[float | None]) -> str:
+    """What a threshold table's cell adds when some of its runs' thresholds were degenerate: each
+    run's share of test entries decided positive (``predicted_positive@...``) was 1 or 0."""
+    words = [f"{what} in {n} of {len(rates)} runs" for what, n in
+             (("every label on", sum(r == 1 for r in rates)), ("no label on", sum(r == 0 for r in rates))) if n]
+    return f" (degenerate: {'; '.join(words)})" if words else ""
+
+
 def threshold_table(df: pd.DataFrame, *, decimals: int = 2) -> pd.DataFrame:
     """F1 metrics (percent, mean ± std over seeds) at the fixed conventions beside the
     thresholds selected on validation, for each (dataset, observation, method) and its
     configuration selected on validation mAP. The 0.75 columns exist for EM-trained models
-    (the EM authors' advice); other cells show ``–``."""
+    (the EM authors' advice); other cells show ``–``. A cell some of whose runs decided every test
+    label positive at that threshold, or none, says so and in how many runs (a degenerate
+    threshold: its F1 says nothing about the model)."""
     rows: dict[tuple, dict[str, str]] = {}
     for metric, label in THRESHOLD_COLUMNS:
         column = f"test.{metric}"
         if column not in df.columns:
             continue
         agg = select_and_aggregate(df, metric=column)
+        rate_column = f"test.predicted_positive@{metric.split('@', 1)[1]}"
+        rates = dict(zip(df["run_id"], df[rate_column])) if rate_column in df.columns and "run_id" in df else {}
         for rec in agg.to_dict("records"):
             key = (rec["dataset"], rec["observation"], rec["method"])
             value = "–" if not np.isfinite(rec["mean"]) else _fmt(rec["mean"], rec["std"], decimals)
-            rows.setdefault(key, {})[label] = value
+            rows.setdefault(key, {})[label] = value + _degenerate_runs([rates.get(i) for i in rec.get("run_ids", [])])
     if not rows:
         return pd.DataFrame()
     table = pd.DataFrame.from_dict(rows, orient="index")

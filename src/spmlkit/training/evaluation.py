@@ -10,6 +10,9 @@
   ``OF1@val_global``), so no number is read at a threshold it was not computed at; and the
   same five as the papers on MULAN's sets compute them (:func:`spmlkit.metrics.convention_columns`;
   docs/protocol.md, "Metric conventions");
+* at every threshold, the share of the test entries it predicts positive
+  (``predicted_positive@0.5``, ...): 1 or 0 is a degenerate threshold (every label on, or none),
+  whose F1 says nothing about the model and is named as such where it is printed;
 * the analysis of the training split's *unobserved* entries that the papers plot: per-class
   histograms of predicted probabilities for unobserved true positives and negatives and the
   Wasserstein distance between them (EM Fig. 2c/4a/4b, GR Fig. 3).
@@ -50,6 +53,7 @@ def evaluate_test(
             out[f"{k}@{t:g}"] = v
         for k, v in metrics.decision_metrics(test_probs, test_targets, t).items():
             out[f"{k}@{t:g}"] = v
+        out[f"predicted_positive@{t:g}"] = _predicted_positive(test_probs, t)
     if val_probs is not None and val_targets is not None and np.asarray(val_targets).sum() > 0:
         t_global = thresholds.select_thresholds(val_probs, val_targets, per_class=False)
         t_class = thresholds.select_thresholds(val_probs, val_targets, per_class=True)
@@ -59,6 +63,7 @@ def evaluate_test(
                     out[f"{k}@{name}"] = v
             for k, v in metrics.decision_metrics(test_probs, test_targets, t).items():
                 out[f"{k}@{name}"] = v
+            out[f"predicted_positive@{name}"] = _predicted_positive(test_probs, t)
         out["threshold_val_global"] = float(t_global)
         out["thresholds_val_class"] = [float(x) for x in np.atleast_1d(t_class)]
     return out
@@ -103,3 +108,9 @@ def _bin_index(p: np.ndarray, edges: np.ndarray) -> np.ndarray:
     idx -= (p < edges[idx]) & (idx > 0)
     idx += (p >= edges[idx + 1]) & (idx < bins - 1)
     return idx
+
+
+def _predicted_positive(probs: np.ndarray, thresholds: Any) -> float:
+    """The share of all (example, label) entries decided positive at ``p >= t`` (``t`` one value or
+    one per class), as the F1 metrics decide them."""
+    return float(np.mean(np.asarray(probs) >= np.asarray(thresholds)))
