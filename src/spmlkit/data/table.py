@@ -171,13 +171,14 @@ def read_table(table: str | Path, *, test_table: str | Path | None = None, label
 
 def write_table(data: TableData, out: str | Path) -> Path:
     """Store ``data`` as a feature folder in ``out`` (refused, nothing written, if it has problems)."""
-    from ..output_dir import FEATURES, claim_output_dir
+    from ..output_dir import TABLE, claim_output_dir, records_a_table
     from .feature_dir import is_feature_dir, write_feature_dir
 
     if data.problems:
         raise TableError(data.problems)
     out = Path(out)
-    claim_output_dir(out, FEATURES, option="--out", recognise=is_feature_dir)
+    # an unmarked feature folder of an earlier spmlkit is a table's when it records one, never extract's features
+    claim_output_dir(out, TABLE, option="--out", recognise=lambda p: is_feature_dir(p) and records_a_table(p))
     return write_feature_dir(out, X_train=data.X_train, observed=data.observed, X_test=data.X_test,
                              Y_test=data.Y_test, class_names=data.class_names,
                              recorded={"dataset": data.source.stem, "source": str(data.source.resolve()),
