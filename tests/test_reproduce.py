@@ -210,7 +210,7 @@ def test_a_reproduction_of_another_grid_on_a_live_reproductions_folder_is_refuse
     out = claim_output_dir(tmp_path / "rep", "reproduction", option="--out")
     args = ["reproduce", "crisp-tabular", "--datasets", "yeast", "--methods", "an", "--trials", "1", "--epochs", "1",
             "--subset", "200", "--out", str(out), "--jobs", "1", "--quiet"]
-    with hold_out_folder(out, "another-grid", what="reproduction"):  # a live reproduction of, say, --methods em
+    with hold_out_folder(out, "another-grid"):  # a live reproduction of, say, --methods em (its lock: a grid of its own)
         assert main(args) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and f"--out {out} is in use by another reproduction of a different grid" in err
@@ -218,7 +218,7 @@ def test_a_reproduction_of_another_grid_on_a_live_reproductions_folder_is_refuse
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == []  # no run, no table
     mine = rp.grid_of(rp.reproduction_sweeps(rp.get_reproduction("crisp-tabular"), out / rp.STORE_NAME,
                                              datasets=("yeast",), methods=("an",), trials=1, epochs=1, subset=200))
-    with hold_out_folder(out, mine, what="reproduction"):  # a live one of the same grid: this one joins it
+    with hold_out_folder(out, mine):  # a live one of the same grid: this one joins it
         assert main(args) == 0
     assert (out / "crisp-tabular.md").is_file()
     assert [p.name for p in out.glob(".spmlkit-grid-*.lock")] == [f".spmlkit-grid-{mine}.lock"]
