@@ -1,6 +1,6 @@
 """A user's table read as a careless or hostile user would write it (docs/bad-input.md, "Users' own
-tables"): every kind refused in one line naming the file and the cell, or read as meant; bounded
-before anything large is allocated (docs/your-data.md, "How large a table may be")."""
+tables (`prepare table`)"): every kind refused in one line naming the file and the cell, or read as
+meant; bounded before anything large is allocated (docs/your-data.md, "How large a table may be")."""
 
 from __future__ import annotations
 
