@@ -165,6 +165,10 @@ def test_numbers_float_reads_but_a_csv_does_not_write_are_text_naming_the_cell(t
     assert data.problems == [f"{path} row 3, column 'f2': {cell!r} is not a number as a CSV writes one (ASCII "
                              "digits, '.', an exponent; no '_', no other scripts' digits); every feature cell needs "
                              "one (fill or drop the row)"]
+    (tmp_path / "nan.csv").write_text("f1,positives\n1,a\nnan,b\n1e999,a\n")  # not finite: said as before
+    assert [p.split(": ", 1)[1] for p in read_table(tmp_path / "nan.csv").problems] == [
+        "'nan' is not a finite number; every feature cell needs one (fill or drop the row)",
+        "'1e999' is not a finite number; every feature cell needs one (fill or drop the row)"]
     ok = tmp_path / "ok.csv"
     ok.write_text("f1,positives\n-1.5e3,a\n+.25,b\n7.,a\n")
     assert read_table(ok).X_train.ravel().tolist() == [-1500.0, 0.25, 7.0]

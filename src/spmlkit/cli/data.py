@@ -204,8 +204,8 @@ def _usage(dataset: str) -> str:
                 "FILE [--test-images DIR2] | --test-root DIR2] [--check]")
     if dataset == _TABLE:
         return ("use: spmlkit prepare table --table FILE [--label-columns A,B,... | --positives COLUMN [--negatives "
-                "COLUMN]] [--ignore-columns A,...] [--classes FILE] [--test-table FILE] [--max-table-gb GB] [--out OUT] "
-                "[--check]")
+                "COLUMN]] [--ignore-columns A,...] [--classes FILE] [--test-table FILE] [--max-table-gb GB] "
+                "[--out OUT] [--check]")
     return f"use: spmlkit prepare {dataset} --root DIR [--out OUT] [--check]"
 
 

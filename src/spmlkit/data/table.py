@@ -324,7 +324,8 @@ def _bounded_npz(path: Path, max_bytes: int | None) -> dict[str, np.ndarray]:
                             f"{_gb_needed(claimed)}")
         if max_bytes is not None and claimed > max_bytes:
             raise _TooLarge(f"{path}: its arrays claim {claimed:,} bytes{what}, more than the --max-table-gb "
-                            f"{max_bytes / 1e9:g} given; raise it to at least {_gb_needed(claimed)} if the table is real")
+                            f"{max_bytes / 1e9:g} given; raise it to at least {_gb_needed(claimed)} if the table is "
+                            "real")
         free = available_memory()
         if free is not None and 2 * claimed > free:  # the arrays and their float32 copy
             raise _TooLarge(f"{path}: its arrays claim {claimed:,} bytes{what}; reading them needs about "
@@ -522,10 +523,10 @@ def _number(text: str) -> float | None:
 def _not_a_number(text: str) -> str:
     """Why a feature cell is not read as a number: the words for the problem's line."""
     try:
-        float(text)
+        value = float(text)
     except ValueError:
         return "is not a finite number"
-    if _PLAIN_NUMBER.fullmatch(text) is None:
+    if math.isfinite(value) and _PLAIN_NUMBER.fullmatch(text) is None:  # 1_000, full-width digits
         return "is not a number as a CSV writes one (ASCII digits, '.', an exponent; no '_', no other scripts' digits)"
     return "is not a finite number"
 

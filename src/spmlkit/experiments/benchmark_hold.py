@@ -1,4 +1,4 @@
-"""Two benchmarks (or reproductions) on one ``--out`` at once: one grid's tables at a time, and never a table with holes.
+"""Two benchmarks (or reproductions) on one ``--out`` at once: one grid's tables at a time, never a table with holes.
 
 Benchmarks share their store the way sweeps do: each claims a run before training it, so two
 benchmarks of one grid split its runs between them (docs/sweep-files.md). Their tables are
