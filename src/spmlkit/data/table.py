@@ -288,7 +288,8 @@ def _read_npz(path: Path, problems: list[str], *, test: bool, max_bytes: int | N
 
 
 class _TooLarge(Exception):
-    """An .npz whose arrays claim more than a table may hold (the message says the bound and the way out)."""
+    """A table that claims or holds more than it may: an .npz's arrays over the bound, a CSV line
+    without end (the message says the bound and the way out)."""
 
 
 def _bounded_npz(path: Path, max_bytes: int | None) -> dict[str, np.ndarray]:
