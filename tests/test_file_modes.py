@@ -61,3 +61,25 @@ def test_a_downloaded_file_gets_the_umask_mode(tmp_path):
         got = fetch_file(source.as_uri(), tmp_path / "data" / "x.arff", hashlib.sha256(b"@relation x\n").hexdigest(),
                          manual="copy it by hand")
     assert got.read_bytes() == b"@relation x\n" and mode(got) == 0o644
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+@pytest.mark.parametrize("mask, expected", [(0o002, 0o664), (0o022, 0o644), (0o077, 0o600)])
+def test_a_results_store_and_its_journal_follow_the_umask(tmp_path, mask, expected):
+    from spmlkit.experiments.store import ResultsStore
+
+    import sqlite3
+
+    with umask(mask):
+        store = ResultsStore(tmp_path / "shared" / "results.db")  # SQLite alone made it 0644 under any umask
+        store.claim("r1", "me:1:x", duration=60)
+        con = sqlite3.connect(store.path)  # the WAL files exist while a connection is open
+        con.execute("SELECT count(*) FROM runs").fetchall()
+        modes = {p.name: mode(p) for p in (tmp_path / "shared").iterdir()}
+        con.close()
+    assert set(modes) == {"results.db", "results.db-wal", "results.db-shm"}
+    assert set(modes.values()) == {expected}, modes
+    (tmp_path / "shared" / "results.db").chmod(0o640)  # an existing store keeps the mode its owner gave it
+    with umask(mask):
+        ResultsStore(tmp_path / "shared" / "results.db")
+    assert mode(tmp_path / "shared" / "results.db") == 0o640

@@ -124,6 +124,37 @@ def test_extract_refuses_a_features_out_folder_of_the_users_files(tmp_path, caps
     assert _contents(tmp_path / "mine") == before
 
 
+def test_prepare_table_and_extract_refuse_each_others_folders(tmp_path, capsys):
+    photos, feats, table = _photos(tmp_path / "photos"), tmp_path / "feats", tmp_path / "table"
+    assert main(["prepare", "folder", "--root", str(photos), "--out", str(tmp_path / "prep")]) == 0
+    net = ["--backbone", "small:cnn", "--no-pretrained", "--image-size", "32", "--device", "cpu", "--quiet"]
+    assert main(["extract", "--prepared", str(tmp_path / "prep"), *net, "--features-out", str(feats)]) == 0
+    extracted = _contents(feats)
+    (tmp_path / "t.csv").write_text("f1,f2,positives\n1,2,cat\n3,4,dog\n")
+    capsys.readouterr()
+    assert main(["prepare", "table", "--table", str(tmp_path / "t.csv"), "--out", str(feats)]) == 2
+    assert _one_line(capsys).endswith(f"{feats} holds a feature dataset written by spmlkit, not a prepared table: "
+                                      "writing here would mix the two; choose another --out")
+    assert _contents(feats) == extracted  # hours of a GPU's features, as they were
+    assert main(["prepare", "table", "--table", str(tmp_path / "t.csv"), "--out", str(table)]) == 0
+    assert output_kind(table) == "prepared table"
+    assert main(["prepare", "table", "--table", str(tmp_path / "t.csv"), "--out", str(table)]) == 0  # its own: again
+    prepared = _contents(table)
+    assert main(["extract", "--prepared", str(tmp_path / "prep"), *net, "--features-out", str(table)]) == 2
+    assert "holds a prepared table written by spmlkit, not a feature dataset" in _one_line(capsys)
+    assert _contents(table) == prepared
+    # a table folder marked before the two kinds were told apart is still a table's, never extract's
+    (table / MARKER).write_text(json.dumps({"kind": "feature dataset", "created_by": "spmlkit 0.9"}))
+    assert output_kind(table) == "prepared table" and output_kind(feats) == "feature dataset"
+    assert main(["extract", "--prepared", str(tmp_path / "prep"), *net, "--features-out", str(table)]) == 2
+    assert "holds a prepared table written by spmlkit" in _one_line(capsys)
+    assert main(["prepare", "table", "--table", str(tmp_path / "t.csv"), "--out", str(table)]) == 0
+    (table / MARKER).unlink()  # unmarked, as an spmlkit before the marker left it
+    assert main(["extract", "--prepared", str(tmp_path / "prep"), *net, "--features-out", str(table)]) == 2
+    assert "already holds files that spmlkit did not write" in _one_line(capsys)
+    assert main(["prepare", "table", "--table", str(tmp_path / "t.csv"), "--out", str(table)]) == 0
+
+
 YEAST = ["--dataset", "yeast", "--subset", "200", "--epochs", "2", "--device", "cpu", "--quiet"]
 
 

@@ -102,6 +102,10 @@ BROKEN = {
                         "plug-in {f}: loss 'opml_sp' would also be the method 'opml_sp', but spmlkit's method of that "
                         "name trains the loss 'opml_soft'; give the loss another name, or register it with method=False "
                         "(bad.py, line 6)"),
+    "a name that is a path": (MY_LOSS.replace('"my_loss", "AN', '"../my_loss", "AN'),
+                              "plug-in {f}: loss name '../my_loss' is not a safe name: 1 to 64 of the characters A-Z "
+                              "a-z 0-9 _ - ., starting with a letter, a digit or _, without '..' (names become file "
+                              "and folder names); register it under such a name (bad.py, line 6)"),
 }
 
 
@@ -374,3 +378,50 @@ def test_a_broken_installed_plugin_is_one_line_naming_its_package(tmp_path: Path
         "spmlkit datasets: error: plug-in entry point 'broken' of the installed package broken-spml raised "
         "ModuleNotFoundError while it was imported: No module named 'nothing_by_this_name' (__init__.py, line 1); "
         "fix or uninstall that package (--debug shows the traceback)\n")
+
+
+#: a method whose name climbs out of the run folder ``runs/<dataset>/<method>/seed<seed>``: from the test's
+#: working folder, three levels up is the test's own folder
+ESCAPING = ("from spmlkit.methods import Method, register\n"
+            "register(Method({name!r}, 'an', 'AN, elsewhere', 'nobody'))\n")
+
+
+def test_a_method_named_as_a_path_is_refused_at_registration_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    name = "../../../elsewhere/x"
+    plugin = tmp_path / "escape.py"
+    plugin.write_text(ESCAPING.format(name=name))
+    assert main(["train", "--plugin", str(plugin), "--method", name, *QUICK, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"spmlkit train: error: plug-in {plugin}: method name {name!r} is not a safe name: 1 to 64 of the "
+                   "characters A-Z a-z 0-9 _ - ., starting with a letter, a digit or _, without '..' (names become file "
+                   "and folder names); register it under such a name (escape.py, line 2)\n")
+    assert not (tmp_path / "elsewhere").exists() and not Path("runs").exists()
+
+
+@pytest.mark.parametrize("family, name, ok", [
+    ("method", "x/y", False), ("method", ".hidden", False), ("method", "-rf", False), ("method", "a..b", False),
+    ("method", "", False), ("method", "a" * 65, False), ("method", "my-method.v2_1", True), ("loss", "a b", False),
+    ("labeling algorithm", "\u00e9t\u00e9", False), ("dataset", "acme/set1", True), ("dataset", "../set1", False),
+    ("dataset", "a/b/c", False), ("dataset", "/set1", False), ("dataset", "acme/", False)])
+def test_the_safe_name_rule(family: str, name: str, ok: bool) -> None:
+    from spmlkit.names import BadName, check_name
+
+    if ok:
+        assert check_name(name, family, namespaced=family == "dataset") == name
+    else:
+        with pytest.raises(BadName, match=f"{family} name .* is not a safe name"):
+            check_name(name, family, namespaced=family == "dataset")
+
+
+def test_every_built_in_name_is_a_safe_name_and_a_plugin_dataset_is_checked_too(tmp_path: Path, capsys) -> None:
+    from spmlkit.names import BUILTIN, REGISTRY, check_name
+
+    for family in REGISTRY.families():
+        names = [n for n in family if family.origin(n) == BUILTIN]
+        assert names and all(check_name(n, family.what, namespaced=family.namespaced) == n for n in names)
+    assert "mulan/emotions" in REGISTRY.dataset
+    plugin = tmp_path / "sets.py"
+    plugin.write_text("from spmlkit.data.registry import register_dataset\n"
+                      "@register_dataset('..', source='nowhere')\ndef load():\n    pass\n")
+    assert main(["datasets", "--plugin", str(plugin)]) == 2
+    assert "dataset name '..' is not a safe name" in capsys.readouterr().err

@@ -198,3 +198,27 @@ def test_reproduce_writes_only_into_a_new_folder_or_its_own(tmp_path: Path, caps
     assert main(["reproduce", "crisp-tabular", "--out", str(theirs), "--quiet"]) == 2
     assert "already holds files that spmlkit did not write (notes.txt)" in capsys.readouterr().err
     assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]  # nothing written, nothing removed
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_reproduction_of_another_grid_on_a_live_reproductions_folder_is_refused(tmp_path: Path, capsys):
+    """Two reproductions of different grids on one --out at once: the tables were those of whichever finished last."""
+    from spmlkit.experiments import reproduce as rp
+    from spmlkit.experiments.benchmark_hold import hold_out_folder
+    from spmlkit.output_dir import claim_output_dir
+
+    out = claim_output_dir(tmp_path / "rep", "reproduction", option="--out")
+    args = ["reproduce", "crisp-tabular", "--datasets", "yeast", "--methods", "an", "--trials", "1", "--epochs", "1",
+            "--subset", "200", "--out", str(out), "--jobs", "1", "--quiet"]
+    with hold_out_folder(out, "another-grid"):  # a live reproduction of, say, --methods em (its lock: a grid of its own)
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"--out {out} is in use by another reproduction of a different grid" in err
+        assert "wait for it to finish, or give another --out" in err
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == []  # no run, no table
+    mine = rp.grid_of(rp.reproduction_sweeps(rp.get_reproduction("crisp-tabular"), out / rp.STORE_NAME,
+                                             datasets=("yeast",), methods=("an",), trials=1, epochs=1, subset=200))
+    with hold_out_folder(out, mine):  # a live one of the same grid: this one joins it
+        assert main(args) == 0
+    assert (out / "crisp-tabular.md").is_file()
+    assert [p.name for p in out.glob(".spmlkit-grid-*.lock")] == [f".spmlkit-grid-{mine}.lock"]

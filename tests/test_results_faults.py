@@ -214,9 +214,59 @@ def test_the_dry_run_count_is_the_product_of_its_factors(tmp_path, capsys):
 # --------------------------------------------------------------------------- failed runs run again
 
 
+#: a plug-in's data set read from the arrays beside it: mending them mends the data set, and its runs keep
+#: their ids (the plug-in's code is what a run's id holds of it, docs/plugins.md)
+ARRAYS_SET = """import numpy as np
+from pathlib import Path
+from spmlkit.data import TabularDataset
+from spmlkit.data.registry import register_dataset
+
+HERE = Path(__file__).parent
+
+
+@register_dataset("arrays_set", source="arrays beside the plug-in")
+def load():
+    a = {k: np.load(HERE / f"{k}.npy") for k in ("X_train", "Y_train", "X_test", "Y_test")}
+    return TabularDataset("arrays_set", a["X_train"], a["Y_train"], a["X_test"], a["Y_test"],
+                          tuple(f"c{i}" for i in range(a["Y_train"].shape[1])))
+"""
+
+
 def test_benchmark_retry_failed_runs_a_mended_data_set_again(tmp_path, capsys):
     """A recorded failure counts as finished: after the user mended the data set, the benchmark kept leaving it
     out, and a one-set benchmark said "the first error is above" with nothing above."""
+    from fixtures.plugins import isolated_plugins
+
+    feats = feature_folder(tmp_path / "feats", seed=1)
+    plugin = tmp_path / "arrays_set.py"
+    plugin.write_text(ARRAYS_SET)
+    good = {f"{k}_{split}": np.load(feats / f"{split}_{name}.npy") for split in ("train", "test")
+            for k, name in (("X", "features"), ("Y", "labels"))}
+    broken = good["X_train"].copy()
+    broken[3, 2] = np.nan
+    for key, array in {**good, "X_train": broken}.items():
+        np.save(tmp_path / f"{key}.npy", array)
+    out = tmp_path / "o"
+    args = ["benchmark", "--plugin", str(plugin), "--dataset", "arrays_set", "--methods", "an", *TINY, "--out", str(out)]
+    with isolated_plugins():
+        assert main(args) == 2
+        assert "train features contain NaN" in " ".join(capsys.readouterr().out.split())
+        np.save(tmp_path / "X_train.npy", good["X_train"])  # mended
+        assert main(args) == 2  # without --retry-failed: the earlier failure is said again, with the way out
+        captured = capsys.readouterr()
+        printed = " ".join(captured.out.split())
+        assert "failed in an earlier start" in printed and "train features contain NaN" in printed
+        assert "run again with --retry-failed" in printed and "their errors are above" in captured.err
+        assert main([*args, "--retry-failed"]) == 0
+        assert "1 runs, 0 already finished" in " ".join(capsys.readouterr().out.split())
+        assert (out / "table.md").is_file()
+        assert main(args) == 0  # finished now: nothing failed, nothing run
+        assert "1 runs, 1 already finished" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_mended_feature_folder_is_new_data_whose_runs_train_at_once(tmp_path, capsys):
+    """A feature folder is known by its files (docs/architecture.md, "What a run's id is made of"): mended, it is
+    other data, whose run has never failed; the broken data's failure is neither its record nor said again."""
     feats = feature_folder(tmp_path / "feats", seed=1)
     good = np.load(feats / "train_features.npy")
     broken = good.copy()
@@ -227,16 +277,10 @@ def test_benchmark_retry_failed_runs_a_mended_data_set_again(tmp_path, capsys):
     assert main(args) == 2
     assert "train features contain NaN" in " ".join(capsys.readouterr().out.split())
     np.save(feats / "train_features.npy", good)  # mended
-    assert main(args) == 2  # without --retry-failed: the earlier failure is said again, with the way out
-    captured = capsys.readouterr()
-    printed = " ".join(captured.out.split())
-    assert "failed in an earlier start" in printed and "train features contain NaN" in printed
-    assert "run again with --retry-failed" in printed and "their errors are above" in captured.err
-    assert main([*args, "--retry-failed"]) == 0
-    assert "1 runs, 0 already finished" in " ".join(capsys.readouterr().out.split())
+    assert main(args) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "1 runs, 0 already finished" in printed and "failed in an earlier start" not in printed
     assert (out / "table.md").is_file()
-    assert main(args) == 0  # finished now: nothing failed, nothing run
-    assert "1 runs, 1 already finished" in " ".join(capsys.readouterr().out.split())
 
 
 # --------------------------------------------------------------------------- checks of a dry run and a start

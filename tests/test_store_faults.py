@@ -10,6 +10,7 @@ stop), damage is bytes overwritten in the file."""
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 from pathlib import Path
@@ -219,10 +220,23 @@ def test_a_read_only_store_is_one_line_in_the_sweep_and_still_reports(tmp_path: 
 
 def test_a_new_store_in_a_read_only_folder_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
     (tmp_path / "s.yaml").write_text(QUICK)
-    _connect_with(monkeypatch, read_only=True)  # the file cannot be created
+    _connect_with(monkeypatch, read_only=True)  # the file cannot be written by SQLite
     assert main(["sweep", str(tmp_path / "s.yaml"), "--jobs", "1", "--quiet"]) == 2
     _one_line(capsys.readouterr().err, "the file or its folder cannot be written",
-              "(SQLite: unable to open database file)")
+              "(SQLite: attempt to write a readonly database)")
+    assert not (tmp_path / "s.db").exists()  # the empty file spmlkit made for it is taken away again
+    monkeypatch.undo()
+    real_open = os.open
+
+    def no_new_files(path, flags, *args):  # a folder where nothing can be created (root ignores chmod)
+        if flags & os.O_CREAT:
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", no_new_files)
+    assert main(["sweep", str(tmp_path / "s.yaml"), "--jobs", "1", "--quiet"]) == 2
+    _one_line(capsys.readouterr().err, f"results store {tmp_path / 's.db'}: cannot create it (Permission denied); give "
+              "a store in a writable folder")
     assert not (tmp_path / "s.db").exists()
 
 

@@ -10,8 +10,9 @@ label matrices:
     <out>/train_features.npy     [N_train, D]  official train list (split later by the protocol)
     <out>/test_features.npy      [N_test, D]
     <out>/train_labels.npy, test_labels.npy   uint8 0/1
-    <out>/.spmlkit.json          marks the folder as spmlkit's (spmlkit.output_dir): a folder holding
-                                 other files is refused, never written into
+    <out>/.spmlkit.json          marks the folder as extracted features (spmlkit.output_dir): a folder
+                                 holding other files, or another command's output (a prepared table),
+                                 is refused, never written into
 
 Features of a backbone with random weights (``--no-pretrained``, the only way offline) come from no
 network trained on images; ``meta.json`` says so in its ``"warning"``, and so does every table built
@@ -38,7 +39,7 @@ import torch
 
 from .data.feature_dir import is_feature_dir, random_weights_warning, write_feature_labels
 from .errors import InputError, user_input
-from .output_dir import FEATURES, check_output_dir, claim_output_dir
+from .output_dir import FEATURES, check_output_dir, claim_output_dir, records_a_table
 
 __all__ = ["extract_features"]
 
@@ -123,5 +124,8 @@ _FEATURE_FILES = frozenset({"meta.json", "train_features.npy", "test_features.np
 
 def _is_feature_output(path: Path) -> bool:
     """An unmarked folder an earlier spmlkit extracted into: a feature folder, or (stopped before its
-    ``meta.json``) nothing but the files this module writes."""
+    ``meta.json``) nothing but the files this module writes; never one ``prepare table`` wrote (its
+    labels are the user's own, spmlkit.output_dir)."""
+    if records_a_table(path):
+        return False
     return is_feature_dir(path) or all(name in _FEATURE_FILES or name.startswith(".") for name in os.listdir(path))

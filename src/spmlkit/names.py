@@ -14,6 +14,15 @@ function's module, so it is right however the user's code was imported. Register
 that is taken is our bug when both sides are spmlkit's (raised at import), and the user's
 mistake (:class:`NameTaken`, one line naming who holds the name) when a plug-in does it.
 
+Every name is a *safe name* (:func:`check_name`), checked when it is registered: names become
+folder and file names (a run's default folder is ``runs/<dataset>/<method>/seed<seed>``, a
+report's figures carry method names), so a plug-in's method called ``../../../elsewhere/x`` would
+write outside the folder the user chose. A safe name is 1 to 64 of the characters ``A-Z a-z 0-9 _
+- .``, starts with a letter, a digit or ``_`` (never ``.`` or ``-``: no hidden file, no option)
+and holds no ``..``. A data set's name may also have one namespace before a ``/``, each part a safe
+name (``mulan/emotions``); where it becomes a folder only its last part is used
+(docs/plugins.md, "Names").
+
 It sits in the lowest layer so that losses, label algorithms, methods and data sets can all use
 it without importing one another.
 """
@@ -21,11 +30,13 @@ it without importing one another.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, ItemsView, Iterator, TypeVar
 
-__all__ = ["BUILTIN", "NameTaken", "REGISTRY", "Registries", "Registry", "origin_of"]
+__all__ = ["BUILTIN", "BadName", "NameTaken", "REGISTRY", "Registries", "Registry", "RegistrationError",
+           "check_name", "origin_of"]
 
 T = TypeVar("T")
 
@@ -39,8 +50,36 @@ def origin_of(module: str) -> str:
     return BUILTIN if module.partition(".")[0] == BUILTIN else module
 
 
-class NameTaken(ValueError):
+class RegistrationError(ValueError):
+    """A name a plug-in may not register: the user's mistake, said in one line naming the plug-in."""
+
+
+class NameTaken(RegistrationError):
     """A plug-in registered a name its family already holds (spmlkit's, or another plug-in's)."""
+
+
+class BadName(RegistrationError):
+    """A name that is not a safe name (:func:`check_name`)."""
+
+
+#: the longest name: it becomes part of file names, beside seeds, data sets and digests
+MAX_NAME = 64
+_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def check_name(name: object, what: str, *, namespaced: bool = False) -> str:
+    """``name`` when it is a safe name (module docstring), else :class:`BadName` in one line saying
+    the rule; ``namespaced``: ``<namespace>/<name>`` is allowed too (data sets)."""
+    if not isinstance(name, str):
+        raise BadName(f"a {what} name must be a string, got {type(name).__name__} {name!r}")
+    parts = name.split("/", 1) if namespaced else [name]
+    bad = not name or len(name) > MAX_NAME or any(_SAFE.fullmatch(part) is None or ".." in part for part in parts)
+    if bad:
+        slash = "; a namespace may come before one '/'" if namespaced else ""
+        raise BadName(f"{what} name {name!r} is not a safe name: 1 to {MAX_NAME} of the characters A-Z a-z 0-9 _ - ., "
+                      f"starting with a letter, a digit or _, without '..' (names become file and folder names{slash}); "
+                      "register it under such a name")
+    return name
 
 
 class Registry(Generic[T]):
@@ -48,16 +87,19 @@ class Registry(Generic[T]):
 
     ``unknown_hint`` ends the message for an unknown name (where a name of one's own comes from)."""
 
-    def __init__(self, what: str, unknown_hint: str = "") -> None:
+    def __init__(self, what: str, unknown_hint: str = "", *, namespaced: bool = False) -> None:
         self.what = what
         self.unknown_hint = unknown_hint
+        self.namespaced = namespaced
         self._items: dict[str, T] = {}
         self._origins: dict[str, str] = {}
         self._listeners: list[Callable[[str, T, str], None]] = []
 
     def register(self, name: str, item: T, *, origin: str = BUILTIN) -> T:
         """Add ``item`` as ``name``; ``origin``: :data:`BUILTIN` or the registering module's name
-        (:func:`origin_of`). Listeners (:meth:`subscribe`) hear of it at once."""
+        (:func:`origin_of`). Listeners (:meth:`subscribe`) hear of it at once. A name that is not a
+        safe name (:func:`check_name`) is refused before anything is registered."""
+        check_name(name, self.what, namespaced=self.namespaced)
         if name in self._items:
             held = self._origins[name]
             if origin == BUILTIN and held == BUILTIN:
@@ -158,6 +200,6 @@ class Registries:
 
 
 REGISTRY = Registries(loss=Registry("loss", _YOURS), labeling=Registry("labeling algorithm", _YOURS),
-                      method=Registry("method", _YOURS), dataset=Registry("dataset"))
+                      method=Registry("method", _YOURS), dataset=Registry("dataset", namespaced=True))
 """The one registry: ``REGISTRY.loss``, ``.labeling``, ``.method``, ``.dataset`` (``losses``' registry,
 ``labeling.ALGORITHMS``, ``methods.METHODS`` and ``data.registry.DATASETS`` are these)."""

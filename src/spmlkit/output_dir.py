@@ -17,6 +17,13 @@ Anything else (another kind of spmlkit output, or files spmlkit did not write) i
 change. Nothing is written or removed before the check passes. ``check_output_dir`` runs the
 same test without writing, so a command can refuse before hours of work rather than after.
 
+Each command that writes a folder writes its own kind, even where two kinds share a format:
+``extract`` writes :data:`FEATURES` and ``prepare table`` :data:`TABLE`, both feature folders that
+train alike, but preparing a table into ``extract``'s folder would delete features that took
+hours of a GPU to compute (and extracting into a table's folder, the user's own labels), so each
+refuses the other's folder. ``prepare table`` marked its folders :data:`FEATURES` before the two
+were told apart; such a folder is recognised by the table it records (:func:`output_kind`).
+
 A report's folder has a marker of its own (``experiments/report_folder.py``): a report may go
 into a folder that also holds the user's other files, and it lists the files it wrote so that
 the next report removes only those. It still refuses a folder marked here as another kind.
@@ -31,14 +38,15 @@ from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["BENCHMARK", "FEATURES", "MARKER", "PREPARED", "RUN", "ForeignFolderError", "check_output_dir",
-           "claim_output_dir", "output_kind"]
+__all__ = ["BENCHMARK", "FEATURES", "MARKER", "PREPARED", "RUN", "TABLE", "ForeignFolderError", "check_output_dir",
+           "claim_output_dir", "output_kind", "records_a_table"]
 
 MARKER = ".spmlkit.json"
 """The file that says a folder is spmlkit's output, and of which kind."""
 
-#: the kinds of output folder spmlkit writes (a caller may name another)
-RUN, PREPARED, FEATURES = "run", "prepared dataset", "feature dataset"
+#: the kinds of output folder spmlkit writes (a caller may name another): ``FEATURES`` is what
+#: ``extract`` writes, ``TABLE`` what ``prepare table`` writes (a feature folder too)
+RUN, PREPARED, FEATURES, TABLE = "run", "prepared dataset", "feature dataset", "prepared table"
 BENCHMARK = "benchmark"
 
 _SHOWN = 3
@@ -49,13 +57,27 @@ class ForeignFolderError(InputError):
 
 
 def output_kind(path: str | Path) -> str | None:
-    """The kind recorded in ``path``'s marker, or None when it has no readable marker."""
+    """The kind recorded in ``path``'s marker, or None when it has no readable marker. A folder
+    that ``prepare table`` marked :data:`FEATURES` before it had a kind of its own is a
+    :data:`TABLE`: its ``meta.json`` records the table it came from (``source``) and no backbone."""
     try:
         data = json.loads((Path(path) / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     kind = data.get("kind") if isinstance(data, dict) else None
+    if kind == FEATURES and records_a_table(Path(path)):
+        return TABLE
     return kind if isinstance(kind, str) else None
+
+
+def records_a_table(path: Path) -> bool:
+    """Whether the feature folder ``path`` was written by ``prepare table``: its ``meta.json`` names
+    the table it was read from and no backbone (``extract`` records the backbone)."""
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "source" in meta and "backbone" not in meta
 
 
 def check_output_dir(path: str | Path, kind: str, *, option: str,

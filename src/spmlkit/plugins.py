@@ -262,9 +262,9 @@ def _broken(label: str, exc: BaseException, file: str | None, todo: str = "fix i
     if isinstance(exc, SyntaxError):
         where = f" ({Path(exc.filename).name if exc.filename else file}, line {exc.lineno})" if exc.lineno else ""
         return f"plug-in {label} is not valid Python: {exc.msg}{where}; fix the file"
-    from .names import NameTaken
+    from .names import RegistrationError
 
-    if isinstance(exc, NameTaken):
+    if isinstance(exc, RegistrationError):  # a name taken, or not a safe name
         return f"plug-in {label}: {exc}{_line_in(exc, file)}"
     first = (str(exc).strip().splitlines() or [""])[0]
     return (f"plug-in {label} raised {type(exc).__name__} while it was imported: {first}{_line_in(exc, file)}; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,12 @@ def add_parsers(sub: Any) -> None:
                        help="table: the CSV column of each row's observed negatives (default: the column named "
                             "negatives, if any)")
     table.add_argument("--ignore-columns", type=csv_list(str), metavar="A,B,...",
-                       help="table: CSV columns that are not features, e.g. an id (default: none)")
+                       help="table: CSV columns that are not features, e.g. an id; a test table need not have them "
+                            "(default: none)")
+    table.add_argument("--max-table-gb", type=float, metavar="GB",
+                       help="table: the most data a table may hold, a CSV file's size or an .npz's arrays "
+                            "uncompressed, in GB (default: 1, and an .npz at most 100 times its file's size; "
+                            'docs/your-data.md, "How large a table may be")')
     p.set_defaults(func=run_prepare)
 
     p = sub.add_parser("extract", help="extract backbone features once (memory-mapped) for feature runs",
@@ -110,7 +116,8 @@ _ONLY_FOR = {
     "labels": ("csv",), "images": ("csv",), "classes": ("csv", _TABLE), "root": (*_BENCHMARKS, "folder"),
     "test_root": _USER_FORMS, "test_labels": _USER_FORMS, "test_images": _USER_FORMS,
     "table": (_TABLE,), "test_table": (_TABLE,), "label_columns": (_TABLE,), "positives": (_TABLE,),
-    "negatives": (_TABLE,), "ignore_columns": (_TABLE,), "cache_size": (*_BENCHMARKS, *_USER_FORMS),
+    "negatives": (_TABLE,), "ignore_columns": (_TABLE,), "max_table_gb": (_TABLE,),
+    "cache_size": (*_BENCHMARKS, *_USER_FORMS),
 }
 _REQUIRED = {"folder": ("root",), "csv": ("labels", "images"), _TABLE: ("table",)}
 
@@ -162,6 +169,8 @@ def _check_prepare_options(args: argparse.Namespace) -> None:
     if missing:
         flags = " and ".join("--" + name.replace("_", "-") for name in missing)
         raise ValueError(f"`spmlkit prepare {args.dataset}` needs {flags}; {_usage(args.dataset)}")
+    if args.max_table_gb is not None and not (math.isfinite(args.max_table_gb) and args.max_table_gb > 0):
+        raise ValueError(f"--max-table-gb must be a positive number of GB, got {args.max_table_gb:g}")
     if args.cache_size is not None and args.cache_size < 1:
         raise ValueError(f"--cache-size must be a positive number of pixels (e.g. 448, the image size of the "
                          f"papers' runs), got {args.cache_size}")
@@ -195,7 +204,8 @@ def _usage(dataset: str) -> str:
                 "FILE [--test-images DIR2] | --test-root DIR2] [--check]")
     if dataset == _TABLE:
         return ("use: spmlkit prepare table --table FILE [--label-columns A,B,... | --positives COLUMN [--negatives "
-                "COLUMN]] [--ignore-columns A,...] [--classes FILE] [--test-table FILE] [--out OUT] [--check]")
+                "COLUMN]] [--ignore-columns A,...] [--classes FILE] [--test-table FILE] [--max-table-gb GB] "
+                "[--out OUT] [--check]")
     return f"use: spmlkit prepare {dataset} --root DIR [--out OUT] [--check]"
 
 
@@ -245,7 +255,8 @@ def _prepare_table(args: argparse.Namespace) -> int:
     with user_input():
         data = read_table(args.table, test_table=args.test_table, label_columns=args.label_columns or (),
                           positives=args.positives, negatives=args.negatives, classes=args.classes,
-                          ignore_columns=args.ignore_columns or ())
+                          ignore_columns=args.ignore_columns or (),
+                          max_bytes=None if args.max_table_gb is None else math.ceil(args.max_table_gb * 1e9))
     if args.check:
         return _check_verdict(screen, data, out)
     with user_input():  # any problem: the first one as the error line, nothing written

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -42,26 +43,38 @@ def add_parsers(sub: Any) -> None:
 def run_reproduce(args: argparse.Namespace) -> int:
     """Exit status: 0 every run finished, 1 some failed (their errors are printed), 2 bad input,
     130 Ctrl-C and 143 SIGTERM (finished runs are kept; the same command resumes)."""
-    from ..errors import InputError, user_input
+    from ..errors import user_input
+    from ..experiments import reproduce as rp
+    from ..experiments.benchmark_hold import hold_out_folder
+
+    with contextlib.ExitStack() as held:
+        with user_input():
+            rep = rp.get_reproduction(args.name)
+            datasets = tuple(args.datasets) if args.datasets else tuple(rep.datasets)
+            methods = tuple(args.methods) if args.methods else rp.reproduction_methods(rep)
+            rp.check_methods(rep, methods)  # before the output folder is made
+            out = _output_folder(Path(args.out or Path("spmlkit-results") / "reproduce" / rep.name))
+            specs = rp.reproduction_sweeps(rep, out / rp.STORE_NAME, datasets=datasets, methods=methods,
+                                           trials=args.trials, epochs=args.epochs, subset=args.subset,
+                                           plugins=plugin_refs(args))
+            # one grid's tables per folder at a time, as a benchmark's (experiments/benchmark_hold.py)
+            held.enter_context(hold_out_folder(out, rp.grid_of(specs), what="reproduction"))
+        return _reproduce(args, rep, specs, out)
+
+
+def _reproduce(args: argparse.Namespace, rep: Any, specs: list, out: Path) -> int:
+    """The reproduction's runs and tables, while its folder is held."""
+    from ..errors import InputError
     from ..experiments import reproduce as rp
     from ..experiments.sweep.cores import default_jobs
     from .experiments import _SweepProgress, stoppable_sweep
 
-    with user_input():
-        rep = rp.get_reproduction(args.name)
-        datasets = tuple(args.datasets) if args.datasets else tuple(rep.datasets)
-        methods = tuple(args.methods) if args.methods else rp.reproduction_methods(rep)
-        rp.check_methods(rep, methods)  # before the output folder is made
-        out = _output_folder(Path(args.out or Path("spmlkit-results") / "reproduce" / rep.name))
-        specs = rp.reproduction_sweeps(rep, out / rp.STORE_NAME, datasets=datasets, methods=methods,
-                                       trials=args.trials, epochs=args.epochs, subset=args.subset,
-                                       plugins=plugin_refs(args))
     screen = console()
     t0 = time.perf_counter()
     jobs = args.jobs if args.jobs is not None else default_jobs([s.datasets[0] for s in specs])  # typed: as given
     tracker = _SweepProgress(screen, f"reproduce {rep.name}", args.quiet, str(out / rp.STORE_NAME), jobs)
     results, stopped = stoppable_sweep("reproduce", tracker, out / rp.STORE_NAME, lambda: rp.run_reproduction(
-        specs, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start))
+        specs, jobs=jobs, on_result=tracker.on_result, on_start=tracker.on_start, on_wait=tracker.on_wait))
     if stopped is not None:
         return stopped
     cells = rp.summarize_reproduction(rep, specs, out / rp.STORE_NAME)

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..io import atomic_write_bytes
 
-__all__ = ["ArraySpec", "arrays_digest", "read_cache", "write_cache"]
+__all__ = ["ArraySpec", "arrays_digest", "npy_header", "read_cache", "write_cache"]
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +117,25 @@ def _read_bounded(path: Path, expected: dict[str, ArraySpec]) -> dict[str, np.nd
 
 
 def _header(fh, key: str) -> tuple[tuple[int, ...], np.dtype, int]:
-    """An ``.npy`` member's shape, dtype and header length, reading nothing but the header."""
+    try:
+        return npy_header(fh)
+    except _UnknownVersion as exc:
+        raise _Damaged(f"its array {key!r} has an .npy format version spmlkit does not write ({exc})") from None
+
+
+class _UnknownVersion(ValueError):
+    """An ``.npy`` format version other than 1.0 and 2.0 (the ones ``numpy.save`` writes)."""
+
+
+def npy_header(fh) -> tuple[tuple[int, ...], np.dtype, int]:
+    """An ``.npy`` stream's shape, dtype and header length, reading nothing but the header: what an
+    array claims, known before a byte of it is allocated (here, and for a user's ``.npz`` table,
+    :mod:`spmlkit.data.table`). A header that is not one raises ``ValueError``."""
     fmt = np.lib.format
     version = fmt.read_magic(fh)
     read = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(version)
     if read is None:
-        raise _Damaged(f"its array {key!r} has an .npy format version spmlkit does not write ({version})")
+        raise _UnknownVersion(str(version))
     shape, _fortran, dtype = read(fh, max_header_size=_MAX_HEADER)
     return tuple(int(n) for n in shape), np.dtype(dtype), fh.tell()
 

@@ -21,7 +21,22 @@ The forms (docs/protocol.md, "Your own data", "A table of features"):
   ``Y_test`` (0/1).
 
 A test table (``test_table``, either form) is fully labelled: its label cells are ``0`` or ``1``
-(a positives column lists *every* label of a row), its features the training table's, by name.
+(a positives column lists *every* label of a row), its features the training table's, by name. The
+training table's ignored columns may be absent from it (an id column is the training rows' own).
+
+A number is written as people and spreadsheets write one in a CSV: ASCII digits, a sign, a
+decimal point, an exponent (``-1.5e3``). Python's ``float`` also reads ``1_000`` and other
+scripts' digits (full-width ``１２``); a cell like that is almost always text that happens to
+parse (a code, a pasted label), so it is a problem naming its cell, not a number.
+
+Reading is bounded before anything large is allocated (docs/your-data.md, "How large a table
+may be"): a table may hold at most ``max_bytes`` of data (:data:`DEFAULT_MAX_BYTES`, 1 GB,
+unless the caller says more: ``--max-table-gb``), counted as a CSV file's size or as what the
+arrays of an ``.npz`` claim in their headers (read before their data), and an ``.npz`` may by
+default expand at most :data:`MAX_EXPANSION` times its file's size (a few hundred bytes that
+claim a terabyte, or a compressed file that inflates a thousand-fold, is not a table someone
+saved). A CSV line is read at most :data:`MAX_LINE` characters at a time, so a file without
+line breaks is refused instead of read whole.
 
 Like the image readers, reading never stops at the first mistake: every problem (a cell that is
 not a number, an unknown label, a missing column) goes into ``TableData.problems`` with its file,
@@ -33,6 +48,9 @@ from __future__ import annotations
 
 import csv
 import math
+import re
+import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,7 +59,8 @@ import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["TableData", "TableError", "default_table_out", "read_table", "write_table", "TABLE_SUFFIXES"]
+__all__ = ["DEFAULT_MAX_BYTES", "MAX_EXPANSION", "MAX_LINE", "TableData", "TableError", "default_table_out",
+           "read_table", "write_table", "TABLE_SUFFIXES"]
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".npz")
 _SEPARATOR = ";"  # label names inside one cell, as in `spmlkit prepare csv`
@@ -49,6 +68,20 @@ _NPZ_TRAIN_KEYS = {"X", "Y", "class_names", "feature_names", "X_test", "Y_test"}
 _NPZ_TEST_KEYS = {"X", "Y", "class_names", "feature_names"}
 #: problems listed per kind before the rest are only counted (a table of a million bad cells is one mistake)
 _SHOW = 20
+#: the most data a table may hold unless the caller says more (``--max-table-gb``): a CSV file's
+#: bytes, or what an .npz's arrays claim uncompressed. Reading a CSV holds each cell as a Python
+#: string (about ten times the file), so 1 GB of CSV already asks for about 10 GB of memory
+DEFAULT_MAX_BYTES = 1_000_000_000
+#: how many times its file's size an .npz's arrays may claim, unless the caller gives a bound:
+#: real features compress a few-fold (zeros of sparse ones perhaps fifty-fold), a file built to
+#: inflate a thousand-fold
+MAX_EXPANSION = 100
+#: the longest CSV line read, in characters: a row of a million 20-digit columns is 21 million;
+#: a longer line is a file without line breaks, refused before it is read whole
+MAX_LINE = 64 * 2**20
+#: a number as a CSV writes one: ASCII digits, sign, decimal point, exponent (``float`` also takes
+#: ``1_000`` and other scripts' digits, which are text here)
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 class TableError(InputError):
@@ -95,16 +128,20 @@ def default_table_out(table: str | Path) -> Path:
 
 def read_table(table: str | Path, *, test_table: str | Path | None = None, label_columns: Sequence[str] = (),
                positives: str | None = None, negatives: str | None = None, classes: str | Path | None = None,
-               ignore_columns: Sequence[str] = ()) -> TableData:
+               ignore_columns: Sequence[str] = (), max_bytes: int | None = None) -> TableData:
     """Read ``table`` (and ``test_table``) into a :class:`TableData`, every problem collected.
 
     ``label_columns``, ``positives``, ``negatives`` and ``ignore_columns`` name CSV columns;
     ``classes`` is a file of class names, one per line, for a positives column (default: every
-    name in it, sorted)."""
+    name in it, sorted). ``max_bytes``: the most data each table may hold (module docstring);
+    None: :data:`DEFAULT_MAX_BYTES`, and an .npz at most :data:`MAX_EXPANSION` times its size."""
     path = Path(table).expanduser()
     data = TableData(source=path)
-    if not _readable(path, "--table", data.problems):
+    if max_bytes is not None and max_bytes < 1:
+        raise ValueError(f"the bound on a table's size must be positive, got {max_bytes!r} bytes")
+    if not _readable(path, "--table", data.problems) or not _within_bound(path, "--table", max_bytes, data.problems):
         return data
+    _check_repeats(label_columns, ignore_columns, data.problems)
     class_list = _class_file(Path(classes).expanduser(), data.problems) if classes else None
     if path.suffix.lower() == ".npz":
         for given, flag in ((label_columns, "--label-columns"), (positives, "--positives"),
@@ -112,7 +149,7 @@ def read_table(table: str | Path, *, test_table: str | Path | None = None, label
             if given:
                 data.problems.append(f"{flag} names columns of a CSV table, but {path} is a .npz file of arrays: its "
                                      "labels are the array Y and its class names the array class_names")
-        train = _read_npz(path, data.problems, test=False)
+        train = _read_npz(path, data.problems, test=False, max_bytes=max_bytes)
     else:
         train = _read_csv(path, data.problems, test=False, label_columns=label_columns, positives=positives,
                           negatives=negatives, classes=class_list, ignore_columns=ignore_columns)
@@ -126,7 +163,7 @@ def read_table(table: str | Path, *, test_table: str | Path | None = None, label
         if data.X_test is not None:
             data.problems.append(f"{path} holds a test list (X_test, Y_test) and --test-table names another; give one")
         else:
-            _add_test(data, Path(test_table).expanduser(), label_columns, positives, ignore_columns)
+            _add_test(data, Path(test_table).expanduser(), label_columns, positives, ignore_columns, max_bytes)
     if not data.problems:
         _notes(data)
     return data
@@ -134,13 +171,14 @@ def read_table(table: str | Path, *, test_table: str | Path | None = None, label
 
 def write_table(data: TableData, out: str | Path) -> Path:
     """Store ``data`` as a feature folder in ``out`` (refused, nothing written, if it has problems)."""
-    from ..output_dir import FEATURES, claim_output_dir
+    from ..output_dir import TABLE, claim_output_dir, records_a_table
     from .feature_dir import is_feature_dir, write_feature_dir
 
     if data.problems:
         raise TableError(data.problems)
     out = Path(out)
-    claim_output_dir(out, FEATURES, option="--out", recognise=is_feature_dir)
+    # an unmarked feature folder of an earlier spmlkit is a table's when it records one, never extract's features
+    claim_output_dir(out, TABLE, option="--out", recognise=lambda p: is_feature_dir(p) and records_a_table(p))
     return write_feature_dir(out, X_train=data.X_train, observed=data.observed, X_test=data.X_test,
                              Y_test=data.Y_test, class_names=data.class_names,
                              recorded={"dataset": data.source.stem, "source": str(data.source.resolve()),
@@ -161,13 +199,45 @@ def _readable(path: Path, flag: str, problems: list[str]) -> bool:
     return True
 
 
+def _within_bound(path: Path, flag: str, max_bytes: int | None, problems: list[str]) -> bool:
+    """A CSV file no larger than the bound (an .npz is bounded by what its arrays claim, when read)."""
+    if path.suffix.lower() == ".npz":
+        return True
+    size, bound = path.stat().st_size, max_bytes or DEFAULT_MAX_BYTES
+    if size > bound:
+        problems.append(f"{flag} {path}: {size:,} bytes, more than the {_gb(bound)} a table may hold "
+                        f"{'here' if max_bytes else 'by default'} (reading a CSV holds every cell as text, about ten "
+                        f"times the file in memory); if the table is real, save it as .npz or raise the bound with "
+                        f"--max-table-gb {_gb_needed(size)}")
+        return False
+    return True
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:g} GB"
+
+
+def _gb_needed(n: int) -> str:
+    """The smallest ``--max-table-gb`` (in tenths of a GB) that lets ``n`` bytes through."""
+    return f"{math.ceil(n / 1e8) / 10:g}"
+
+
+def _check_repeats(label_columns: Sequence[str], ignore_columns: Sequence[str], problems: list[str]) -> None:
+    """A column named twice in one list: a label column twice would be two classes of one name,
+    which every command reading the folder then refuses."""
+    for names, flag in ((label_columns, "--label-columns"), (ignore_columns, "--ignore-columns")):
+        twice = sorted(name for name, n in Counter(names).items() if n > 1)
+        if twice:
+            problems.append(f"{flag} names {', '.join(map(repr, twice))} twice; name each column once")
+
+
 def _class_file(path: Path, problems: list[str]) -> list[str] | None:
     try:
         names = [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(f"--classes {path}: cannot be read ({exc}); give a UTF-8 text file, one class name a line")
         return None
-    twice = sorted({n for n in names if names.count(n) > 1})
+    twice = sorted(n for n, count in Counter(names).items() if count > 1)
     if twice:
         problems.append(f"--classes {path} lists {', '.join(twice)} twice; each class once")
     if not names:
@@ -175,12 +245,15 @@ def _class_file(path: Path, problems: list[str]) -> list[str] | None:
     return names
 
 
-def _read_npz(path: Path, problems: list[str], *, test: bool) -> dict[str, Any] | None:
+def _read_npz(path: Path, problems: list[str], *, test: bool, max_bytes: int | None) -> dict[str, Any] | None:
     try:
-        with np.load(path, allow_pickle=False) as arrays:
-            found = {k: arrays[k] for k in arrays.files}
-    except (OSError, ValueError, EOFError) as exc:
-        problems.append(f"{path}: not a readable .npz file of arrays ({exc}); save it with numpy.savez(file, X=..., "
+        found = _bounded_npz(path, max_bytes)
+    except _TooLarge as exc:
+        problems.append(str(exc))
+        return None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError) as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        problems.append(f"{path}: not a readable .npz file of arrays ({first}); save it with numpy.savez(file, X=..., "
                         "Y=...) (no object arrays)")
         return None
     allowed = _NPZ_TEST_KEYS if test else _NPZ_TRAIN_KEYS
@@ -212,6 +285,58 @@ def _read_npz(path: Path, problems: list[str], *, test: bool) -> dict[str, Any] 
             out["Y_test"] = _npz_labels(path, "Y_test", found["Y_test"], problems, test=True)
             _check_test_shapes(path, out, problems)
     return None if len(problems) > before else out
+
+
+class _TooLarge(Exception):
+    """A table that claims or holds more than it may: an .npz's arrays over the bound, a CSV line
+    without end (the message says the bound and the way out)."""
+
+
+def _bounded_npz(path: Path, max_bytes: int | None) -> dict[str, np.ndarray]:
+    """Every array of the .npz at ``path``, once the headers of all of them (read first, a few hundred
+    bytes each) show that together they stay within the bound (module docstring) and the memory
+    this machine has free. Each array is then read as its header claims, so a member that holds
+    more bytes costs no more than its claim."""
+    from .arff_reader import available_memory
+    from .parsed_cache import npy_header
+
+    size = path.stat().st_size
+    with zipfile.ZipFile(path) as zf:
+        claims: dict[str, tuple[zipfile.ZipInfo, tuple[int, ...], np.dtype]] = {}
+        for info in zf.infolist():
+            key = info.filename.removesuffix(".npy") if info.filename.endswith(".npy") else info.filename
+            with zf.open(info) as fh:
+                shape, dtype, _ = npy_header(fh)
+            if dtype.hasobject:
+                raise ValueError(f"its array {key} holds Python objects, which are not read (they would run code)")
+            claims[key] = (info, shape, dtype)
+        claimed = sum(math.prod(shape) * dtype.itemsize for _, shape, dtype in claims.values())
+        largest = max(claims, key=lambda k: math.prod(claims[k][1]) * claims[k][2].itemsize, default=None)
+        what = ("" if largest is None else
+                f" ({largest}: {claims[largest][2]} of shape {claims[largest][1]})")
+        if max_bytes is None and claimed > DEFAULT_MAX_BYTES:
+            raise _TooLarge(f"{path}: its arrays claim {claimed:,} bytes{what}, more than the {_gb(DEFAULT_MAX_BYTES)} "
+                            f"a table may hold by default; if the table is real, raise the bound with --max-table-gb "
+                            f"{_gb_needed(claimed)}")
+        if max_bytes is None and claimed > MAX_EXPANSION * max(size, 1):
+            raise _TooLarge(f"{path}: its arrays claim {claimed:,} bytes{what}, {claimed / max(size, 1):,.0f} times "
+                            f"the file's {size:,}; a table may expand at most {MAX_EXPANSION} times by default; if the "
+                            f"table is real (zeros compress well), raise the bound with --max-table-gb "
+                            f"{_gb_needed(claimed)}")
+        if max_bytes is not None and claimed > max_bytes:
+            raise _TooLarge(f"{path}: its arrays claim {claimed:,} bytes{what}, more than the --max-table-gb "
+                            f"{max_bytes / 1e9:g} given; raise it to at least {_gb_needed(claimed)} if the table is "
+                            "real")
+        free = available_memory()
+        if free is not None and 2 * claimed > free:  # the arrays and their float32 copy
+            raise _TooLarge(f"{path}: its arrays claim {claimed:,} bytes{what}; reading them needs about "
+                            f"{2 * claimed / 1e9:.1f} GB of memory, more than the {free / 1e9:.1f} GB available; use a "
+                            "machine with more memory or fewer rows")
+        found = {}
+        for key, (info, _, _) in claims.items():
+            with zf.open(info) as fh:
+                found[key] = np.lib.format.read_array(fh, allow_pickle=False)
+    return found
 
 
 def _npz_features(path: Path, key: str, X: np.ndarray, problems: list[str]) -> np.ndarray | None:
@@ -252,7 +377,15 @@ def _npz_names(path: Path, key: str, names: np.ndarray | None, count: int | None
         return []
     if names is None:
         return [f"{word}{i}" for i in range(count)]
-    listed = [str(n) for n in np.asarray(names).ravel()]
+    if names.dtype.kind == "S":  # bytes (numpy.savez of a list of bytes): names in UTF-8, or a problem
+        try:
+            listed = [bytes(n).decode("utf-8") for n in names.ravel()]
+        except UnicodeDecodeError as exc:
+            problems.append(f"{path}: {key} holds bytes that are not UTF-8 text ({exc.object[:20]!r}); save the "
+                            "names as text (str), e.g. numpy.array(['a', 'b'])")
+            return []
+    else:
+        listed = [str(n) for n in np.asarray(names).ravel()]
     if names.dtype.kind not in "US" or len(listed) != count:
         problems.append(f"{path}: {key} must be {count} names (text), one per column, found {names.dtype} of "
                         f"{len(listed)}")
@@ -278,7 +411,11 @@ def _read_csv(path: Path, problems: list[str], *, test: bool, label_columns: Seq
     """A CSV table; ``features`` (a test table): the training table's feature columns, by name."""
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
-            rows = list(csv.reader(handle, delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
+            rows = list(csv.reader(_bounded_lines(handle, path), delimiter="\t" if path.suffix.lower() == ".tsv"
+                                   else ","))
+    except _TooLarge as exc:
+        problems.append(str(exc))
+        return None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         problems.append(f"{path}: cannot be read as a UTF-8 table ({exc})")
         return None
@@ -288,7 +425,7 @@ def _read_csv(path: Path, problems: list[str], *, test: bool, label_columns: Seq
     header = [c.strip() for c in rows[0]]
     body = [(i, r) for i, r in enumerate(rows[1:], start=2) if any(c.strip() for c in r)]  # row 1: the header
     before = len(problems)
-    twice = sorted({c for c in header if header.count(c) > 1})
+    twice = sorted(c for c, n in Counter(header).items() if n > 1)  # one pass: a header of 50,000 columns
     if twice:
         problems.append(f"{path}: the header names column(s) {', '.join(map(repr, twice))} twice; name each once")
     if not body:
@@ -300,7 +437,7 @@ def _read_csv(path: Path, problems: list[str], *, test: bool, label_columns: Seq
         return None
     index = {name: k for k, name in enumerate(header)}
     for name in ignore_columns:
-        if name not in index:
+        if name not in index and features is None:  # a test table need not carry the training rows' ids
             problems.append(f"{path}: --ignore-columns names {name!r}, which is not a column (columns: "
                             f"{', '.join(header)})")
     if label_columns:
@@ -327,6 +464,11 @@ def _read_csv(path: Path, problems: list[str], *, test: bool, label_columns: Seq
                             "row, every other label is absent), so it has no negatives column; drop it")
         used = {pos_col} | ({neg_col} if neg_col else set())
         label_names = None
+    both = [c for c in dict.fromkeys(ignore_columns) if c in used]
+    if both and features is None:  # said once, for the training table
+        problems.append(f"{path}: column(s) {', '.join(map(repr, both))} named both as labels and by "
+                        "--ignore-columns; a column is either labels or ignored: drop it from one of the two")
+        return None
     skip = used | set(ignore_columns)
     if features is None:
         feature_names = [c for c in header if c not in skip]
@@ -336,7 +478,8 @@ def _read_csv(path: Path, problems: list[str], *, test: bool, label_columns: Seq
     else:
         feature_names = features
         missing = [c for c in features if c not in index]
-        extra = [c for c in header if c not in skip and c not in features]
+        known = set(features)
+        extra = [c for c in header if c not in skip and c not in known]
         if missing:
             problems.append(f"{path}: the test table lacks the training table's feature column(s) "
                             f"{', '.join(map(repr, missing[:_SHOW]))}; it needs every one of them")
@@ -355,11 +498,38 @@ def _read_csv(path: Path, problems: list[str], *, test: bool, label_columns: Seq
     return {"X": X, "Y": Y, "class_names": label_names, "feature_names": feature_names}
 
 
+def _bounded_lines(handle: Any, path: Path):
+    """The lines of ``handle``, each read at most :data:`MAX_LINE` characters at a time: a longer
+    line (a file without line breaks) is refused before it is read whole."""
+    number = 0
+    while True:
+        line = handle.readline(MAX_LINE + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE and line[-1] not in "\r\n":
+            raise _TooLarge(f"{path} line {number}: more than {MAX_LINE:,} characters without a line break; a "
+                            "table has one row a line (a file without line breaks is not one; a table of longer rows "
+                            "is saved as .npz)")
+        yield line
+
+
 def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
+    """``text`` as a number when it is written as one (:data:`_PLAIN_NUMBER`), else None."""
+    if _PLAIN_NUMBER.fullmatch(text) is None:
         return None
+    return float(text)
+
+
+def _not_a_number(text: str) -> str:
+    """Why a feature cell is not read as a number: the words for the problem's line."""
+    try:
+        value = float(text)
+    except ValueError:
+        return "is not a finite number"
+    if math.isfinite(value) and _PLAIN_NUMBER.fullmatch(text) is None:  # 1_000, full-width digits
+        return "is not a number as a CSV writes one (ASCII digits, '.', an exponent; no '_', no other scripts' digits)"
+    return "is not a finite number"
 
 
 def _csv_features(path: Path, body: list[tuple[int, list[str]]], columns: list[int], names: list[str],
@@ -382,7 +552,7 @@ def _csv_features(path: Path, body: list[tuple[int, list[str]]], columns: list[i
         else:
             bad += wrong
     for i, name, text in bad[:_SHOW]:
-        problems.append(f"{path} row {i}, column {name!r}: {text!r} is not a finite number; every feature cell "
+        problems.append(f"{path} row {i}, column {name!r}: {text!r} {_not_a_number(text)}; every feature cell "
                         "needs one (fill or drop the row)")
     if len(bad) > _SHOW:
         problems.append(f"{path}: {len(bad) - _SHOW} more feature cells that are not finite numbers")
@@ -446,12 +616,13 @@ def _csv_positives(path: Path, body: list[tuple[int, list[str]]], pos: int, neg:
 
 
 def _add_test(data: TableData, path: Path, label_columns: Sequence[str], positives: str | None,
-              ignore_columns: Sequence[str]) -> None:
+              ignore_columns: Sequence[str], max_bytes: int | None) -> None:
     """The fully labelled test table: the training table's features (by name) and classes."""
-    if not _readable(path, "--test-table", data.problems):
+    if not _readable(path, "--test-table", data.problems) or not _within_bound(path, "--test-table", max_bytes,
+                                                                                data.problems):
         return
     if path.suffix.lower() == ".npz":
-        test = _read_npz(path, data.problems, test=True)
+        test = _read_npz(path, data.problems, test=True, max_bytes=max_bytes)
         if test is None:
             return
         if test["X"].shape[1] != data.X_train.shape[1]:

@@ -1,4 +1,4 @@
-"""Two benchmarks on one ``--out`` at once: one grid's tables at a time, and never a table with holes.
+"""Two benchmarks (or reproductions) on one ``--out`` at once: one grid's tables at a time, never a table with holes.
 
 Benchmarks share their store the way sweeps do: each claims a run before training it, so two
 benchmarks of one grid split its runs between them (docs/sweep-files.md). Their tables are
@@ -11,6 +11,8 @@ rule (docs/bad-input.md, "Sweeps and results stores"):
   last to finish would otherwise decide the tables without a word. A benchmark of the *same*
   grid joins (the two split the runs and write the same tables). A lock is let go when its
   process ends, however it ends, so a killed benchmark holds nothing.
+- A reproduction (``spmlkit reproduce``) holds its ``--out`` by the same rule: its tables
+  (``<name>.md``, ``.csv``, ``.json``) have one name per folder too.
 - **Tables wait for held runs.** A benchmark that finds runs of its grid held by another live
   sweep or benchmark (:attr:`~spmlkit.experiments.sweep.SweepResult.held`) waits until they are
   recorded, polling the store, before it writes its tables; a holder that dies lets its leases
@@ -48,10 +50,10 @@ def grid_digest(run_ids: Iterable[str]) -> str:
 
 
 @contextlib.contextmanager
-def hold_out_folder(out: Path, grid: str) -> Iterator[None]:
+def hold_out_folder(out: Path, grid: str, what: str = "benchmark") -> Iterator[None]:
     """Hold ``out`` for the grid ``grid`` while the block runs (module docstring): ValueError, one
-    line, when a live benchmark of another grid holds it. Grid locks left by ended processes are
-    removed on the way."""
+    line, when a live ``what`` (a benchmark, a reproduction) of another grid holds it. Grid locks
+    left by ended processes are removed on the way."""
     try:
         import fcntl
     except ImportError:  # no flock here: waiting for held runs still keeps tables whole
@@ -68,7 +70,7 @@ def hold_out_folder(out: Path, grid: str) -> Iterator[None]:
                     try:
                         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except BlockingIOError:
-                        raise ValueError(f"--out {out} is in use by another benchmark of a different grid (other data "
+                        raise ValueError(f"--out {out} is in use by another {what} of a different grid (other data "
                                          "sets, methods, seeds, lrs or settings), still running: the last to finish "
                                          "would decide the tables; wait for it to finish, or give another --out") \
                             from None

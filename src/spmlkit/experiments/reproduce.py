@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import atomic_write_json, atomic_write_text
+from .benchmark_hold import WAIT_SECONDS, grid_digest, sweep_until_none_held
 from .presets import PRESETS, RECIPE_DEFAULTS
 from .published import display_name, published_rows
 from .reproductions import REPRODUCTIONS, Reproduction, get_reproduction
@@ -163,11 +164,22 @@ def reproduction_sweeps(rep: Reproduction, store: str | Path, *, datasets: Seque
     return specs
 
 
+def grid_of(specs: Sequence[SweepSpec]) -> str:
+    """The digest of a reproduction's runs (:func:`~spmlkit.experiments.benchmark_hold.grid_digest`):
+    two reproductions of one grid share an output folder, two of different grids do not at once."""
+    return grid_digest(r["run_id"] for spec in specs for r in expand(spec))
+
+
 def run_reproduction(specs: Sequence[SweepSpec], *, jobs: int = 1,
                      on_result: Callable[[dict[str, Any]], None] | None = None,
-                     on_start: Callable[[int, int], None] | None = None) -> list[SweepResult]:
+                     on_start: Callable[[int, int], None] | None = None,
+                     on_wait: Callable[[int], None] | None = None,
+                     wait_seconds: float = WAIT_SECONDS) -> list[SweepResult]:
     """Train every unfinished run of ``specs`` (a reproduction's sweeps) into their store, one data set
-    after the other; ``on_start(total, finished)`` is told the whole reproduction's counts, once."""
+    after the other; ``on_start(total, finished)`` is told the whole reproduction's counts, once.
+    Runs another live sweep holds are waited for, as a benchmark waits
+    (:func:`~spmlkit.experiments.benchmark_hold.sweep_until_none_held`), so the tables written next
+    hold every run of the grid."""
     results: list[SweepResult] = []
     started = False
 
@@ -179,7 +191,9 @@ def run_reproduction(specs: Sequence[SweepSpec], *, jobs: int = 1,
         started = True
 
     for spec in specs:
-        results.append(run_sweep(spec, jobs=jobs, on_result=on_result, on_start=start))
+        results.append(sweep_until_none_held(
+            lambda first, spec=spec: run_sweep(spec, jobs=jobs, on_result=on_result, on_start=start if first else None),
+            on_wait, wait_seconds))
     return results
 
 

@@ -300,6 +300,16 @@ class ResultsStore:
         except OSError as exc:
             raise StoreError(f"results store {self.path}: cannot create its folder {self.path.parent} "
                              f"({exc.strerror or exc}); give a store in a writable folder") from exc
+        created = self._create_file()
+        try:
+            self._set_up()
+        except StoreError:
+            if created and self.path.stat().st_size == 0:  # a store that never was: no empty file left behind
+                self.path.unlink(missing_ok=True)
+            raise
+
+    def _set_up(self) -> None:
+        """Our tables, the WAL mode and spmlkit's mark, in a file that is new or ours."""
         cols = ",\n  ".join(f"{k} {t}" for k, t in SCALAR_COLUMNS.items())
         cols += ",\n  " + ",\n  ".join(f"{k} TEXT" for k in JSON_COLUMNS)
         with self._connection() as con:
@@ -311,6 +321,21 @@ class ResultsStore:
                         "  expires_at REAL NOT NULL,\n  claimed_at REAL NOT NULL\n)")
             if not marked:
                 con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+    def _create_file(self) -> bool:
+        """Create a new store as ``open()`` creates any file: mode 0666 less the umask, so a group's
+        shared store is group-writable under umask 002 (docs/architecture.md, "Files that must
+        survive a crash"). SQLite would create it 0644 whatever the umask allows; an empty file is
+        a new database to it, and its ``-wal`` and ``-shm`` files take the database file's mode.
+        True when it was created here."""
+        try:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return True
+        except FileExistsError:  # an existing store keeps the mode its owner gave it
+            return False
+        except OSError as exc:
+            raise StoreError(f"results store {self.path}: cannot create it ({exc.strerror or exc}); give a store in a "
+                             "writable folder") from exc
 
     def _check_ours(self, con: sqlite3.Connection) -> bool:
         """Refuse a file that is not a store of spmlkit's; True when it carries the mark already.

@@ -65,6 +65,8 @@ class RunDirectory:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._made: list[Path] = []  # the folders start() created, outermost first
+        #: what the run's data holds (:func:`~spmlkit.data.data_digest.data_digest`), read by start()
+        self._data_digest: str | None = None
 
 
     @property
@@ -106,6 +108,9 @@ class RunDirectory:
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"run folder {self.path} is an existing file; choose another --out")
         check_output_dir(self.path, RUN, option="--out", recognise=RunDirectory.holds_run_files)
+        from ..data.data_digest import data_digest
+
+        self._data_digest = data_digest(config.data.dataset, config.data.prepared)
         ckpt = None
         if resume:
             ckpt = self._resume_checkpoint(config)
@@ -195,11 +200,25 @@ class RunDirectory:
         if diff:
             raise ValueError(f"--resume: the run in {self.path} was started with different settings "
                              f"({', '.join(diff)}); resume with the same config or start a new run folder")
+        self._check_same_data(ckpt.get("data_digest"), config)
         # the best epoch's snapshot travels with the checkpoint, so that under torch.distributed
         # rank 0 alone reads the folder and hands both to every process
         best = load_checkpoint(self.best)
         ckpt["best_snapshot"] = {k: best[k] for k in ("model", _method_key(best), "label_state")}
         return ckpt
+
+    def _check_same_data(self, saved: str | None, config: RunConfig) -> None:
+        """Refuse to resume on data whose files changed since the run's last epoch was saved (a
+        feature folder prepared or extracted again under the same path): its epochs would mix
+        two data sets. A change of the labels alone is also caught by the label state; of the
+        features, only here. A checkpoint of an spmlkit from before the digest has none to compare."""
+        if saved is None or self._data_digest is None or saved == self._data_digest:
+            return
+        data = config.data.prepared if config.data.prepared else config.data.dataset
+        raise ValueError(f"--resume: the data of the run in {self.path} changed since its last epoch was saved (the "
+                         f"files of {data} hold other bytes than it trained on: digest {self._data_digest[:12]}, was "
+                         f"{saved[:12]}); resume with the data it started on, or start the run afresh on this data "
+                         "(another --out, or --overwrite)")
 
     # ------------------------------------------------------------------ per epoch
     def save_epoch(self, run: Run, optimizer: torch.optim.Optimizer, config: RunConfig,
@@ -216,6 +235,7 @@ class RunDirectory:
             "generator": run.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "numpy_rng": numpy_rng_state(), "config": saved, "loop": ls.progress(),
             **({} if run.recipe is None else {"recipe": run.recipe.state_dict()}),
+            **({} if self._data_digest is None else {"data_digest": self._data_digest}),
         }, "last.pt"), self.last)
         self.write_metrics(ls.history)
 

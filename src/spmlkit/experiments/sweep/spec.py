@@ -80,6 +80,8 @@ class SweepSpec:
         load_plugins(self.plugins)
         #: plug-in code behind each (method, dataset) of the grid (:func:`make_run`), asked once
         self._code: dict[tuple[str, str], list[str]] = {}
+        #: the digest of each data set's files (:func:`~spmlkit.data.data_digest.data_digest`), read once
+        self._data: dict[str, str | None] = {}
         for m in self.methods:
             get_method(m)
         for o in self.observations or ():
@@ -371,7 +373,9 @@ def _default_batch_size(dataset: str, method: str, settings: str) -> int:
 
 def run_id(run: dict[str, Any]) -> str:
     """A stable id of a run's settings. Neither the sweep's name nor where its plug-ins are loaded
-    from is part of it; the plug-in *code* a run trains with is (``plugin_code``, docs/plugins.md)."""
+    from is part of it; the plug-in *code* a run trains with is (``plugin_code``, docs/plugins.md),
+    and so is the content of a user's data folder (``data_digest``, docs/architecture.md, "What a
+    run's id is made of")."""
     key = {k: v for k, v in run.items() if k not in ("sweep", "plugins")}
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -397,8 +401,25 @@ def make_run(spec: SweepSpec, dataset: str, observation: str, method: str, hpara
         code = spec._code[(method, dataset)] = plugin_code(method, dataset)
     if code:
         run["plugin_code"] = code
+    if dataset not in spec._data:
+        spec._data[dataset] = _data_digest(dataset, spec.settings)
+    if spec._data[dataset] is not None:  # a user's folder: what it holds now, not only its path
+        run["data_digest"] = spec._data[dataset]
     run["run_id"] = run_id(run)
     return run
+
+
+def _data_digest(dataset: str, settings: dict[str, Any]) -> str | None:
+    """The digest of ``dataset``'s files (None for a named data set: its runs keep their ids); a
+    user's images named by their form (``folder``, ``csv``) are the settings' prepared folder."""
+    from ...data.data_digest import data_digest
+    from ...training.config import flat_settings
+
+    try:
+        prepared = flat_settings(dict(settings or {})).get("prepared")
+    except ValueError:  # the settings are refused where the runs are checked, with the full message
+        prepared = None
+    return data_digest(dataset, prepared)
 
 
 def _preset_involved(method: str, dataset: str, hparams_from: str) -> bool:
