@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from fixtures.feature_folders import feature_folder as _feature_folder
+from fixtures.feature_folders import own_table
 from scipy.stats import friedmanchisquare
 
 from spmlkit.cli import main
@@ -233,6 +234,42 @@ def test_cli_two_datasets_end_to_end_and_resumed(tmp_path, capsys, monkeypatch):
     assert "6 runs, 6 already finished" in capsys.readouterr().out
     assert main(["benchmark", "--dataset", "yeast", "--methods", "an,em", *grid[2:]]) == 0
     assert "4 runs, 2 already finished" in capsys.readouterr().out
+
+
+def test_cli_a_table_of_ones_own_beside_yeast_is_labelled_by_its_own_labels(tmp_path, capsys, monkeypatch):
+    """yeast simulates single positives and selects on full labels; a table of one's own trains on its
+    given labels and selects on observed ones. The leaderboard labelled both "(single_positive)", and
+    the references, which the own table cannot train, were dropped on Yeast too, though the note named
+    only the own table. (The default methods, cut to four here to be quick, are what the CLI drops
+    references from: named ones are used as named.)"""
+    from spmlkit.experiments import benchmark as bm
+
+    feats = str(own_table(tmp_path, rows=200))  # --subset 200 takes Yeast's first 200 rows and all of these
+    every = bm.default_methods
+    monkeypatch.setattr(bm, "default_methods", lambda datasets, plugins=(), installed=False: tuple(
+        m for m in every(datasets, plugins, installed=installed) if m in ("bce", "iun", "an", "em")))
+    out = tmp_path / "board"
+    capsys.readouterr()
+    assert main(["benchmark", "--dataset", "yeast", "--dataset", feats, "--seeds", "0", "--lrs", "0.01", "--epochs",
+                 "2", "--subset", "200", "--jobs", "1", "--out", str(out), "--quiet"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert (f"note: left out bce, iun on {feats} only: references that train on full labels, which it does not have; "
+            "they run on yeast") in said
+    assert "benchmark 2 data sets: 6 runs, 0 already finished" in said  # 4 methods on yeast, 2 on the table
+    assert list(pd.read_csv(out / "yeast" / "table.csv")["method"]) == ["bce", "iun", "an", "em"]
+    assert list(pd.read_csv(out / "mytable" / "table.csv")["method"]) == ["an", "em"]
+    md = (out / "leaderboard.md").read_text()
+    assert md.startswith(f"**Leaderboard over yeast (single_positive), {feats} (given): test mAP (%)")
+    assert "(single_positive)" not in md.split(f"{feats} (given)")[1].split("\n")[0]
+    for line in ("yeast: trained on the single_positive observation of its full labels, test mAP (%) on the test "
+                 "list's full labels; lr selected on the validation rows' full labels.",
+                 f"{feats}: trained on its own labels (given), test mAP (%) on the test list's full labels; lr "
+                 "selected on the observed positives of the validation rows.",
+                 f"The references bce, iun ran on yeast only: {feats} has no full labels to train them on."):
+        assert line in md and " ".join(line.split()) in said
+    board = pd.read_csv(out / "leaderboard.csv").set_index("method")
+    assert board.loc["bce", "yeast test_map"] > 0 and math.isnan(board.loc["bce", f"{feats} test_map"])
+    assert json.loads((out / "leaderboard.json").read_text())["references"] == ["bce", "iun"]
 
 
 def test_cli_refuses_a_dataset_named_twice(tmp_path, capsys):

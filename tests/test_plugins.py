@@ -374,3 +374,63 @@ def test_a_broken_installed_plugin_is_one_line_naming_its_package(tmp_path: Path
         "spmlkit datasets: error: plug-in entry point 'broken' of the installed package broken-spml raised "
         "ModuleNotFoundError while it was imported: No module named 'nothing_by_this_name' (__init__.py, line 1); "
         "fix or uninstall that package (--debug shows the traceback)\n")
+
+
+def test_an_installed_plugins_methods_join_a_default_benchmark_only_when_asked(my_loss: Path, tmp_path: Path,
+                                                                                monkeypatch, capsys) -> None:
+    """An installed package's plug-in is loaded by every command; its loss joined every benchmark that
+    named no methods. Default lists are spmlkit's methods and those of the plug-ins named for the
+    command (--plugin, a config file, $SPMLKIT_PLUGINS); installed ones join with --with-plugins."""
+    from spmlkit import plugins
+    from spmlkit.cli import build_parser
+    from spmlkit.cli.experiments import _benchmark_specs
+    from spmlkit.experiments.benchmark import BenchmarkSpec, default_methods
+    from spmlkit.methods import METHODS
+    from spmlkit.names import BUILTIN
+
+    site = tmp_path / "site"
+    (site / "acme_spml").mkdir(parents=True)
+    (site / "acme_spml" / "__init__.py").write_text(MY_LOSS.replace('"my_loss"', '"acme_loss"'))
+    info = site / "acme_spml-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-spml\nVersion: 1.2.3\n")
+    (info / "entry_points.txt").write_text("[spmlkit.plugins]\nacme = acme_spml\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv("SPMLKIT_PLUGINS", raising=False)
+    plugins._entry_points.cache_clear()
+
+    builtin = tuple(m for m in METHODS if METHODS.origin(m) == BUILTIN and not METHODS[m].images_only)
+    assert BenchmarkSpec(dataset="yeast").methods == builtin  # the entry point is loaded, not added
+    assert "acme_loss" in METHODS and "acme_loss" not in default_methods(["yeast"])
+    assert default_methods(["yeast"], installed=True) == (*builtin, "acme_loss")
+    assert BenchmarkSpec(dataset="yeast", plugins=(str(my_loss),)).methods == (*builtin, "my_loss")
+
+    def specs(*argv: str) -> tuple[str, ...]:
+        args = build_parser().parse_args(["benchmark", *argv])
+        return _benchmark_specs(args)[0][0].methods
+
+    assert specs() == builtin
+    assert specs("--with-plugins") == (*builtin, "acme_loss")
+    assert specs("--plugin", str(my_loss)) == (*builtin, "my_loss")
+    assert specs("--methods", "an,acme_loss") == ("an", "acme_loss")  # named: it runs
+    monkeypatch.setenv("SPMLKIT_PLUGINS", str(my_loss))  # the environment names it for every command
+    assert specs() == (*builtin, "my_loss")
+    assert main(["benchmark", "--with-plugins", "--methods", "an", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--with-plugins adds the installed plug-ins' methods to the default list" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_predict_of_a_plugin_run_on_features_says_it_scores_images_only(my_loss: Path, tmp_path: Path,
+                                                                        capsys) -> None:
+    """docs/plugins.md listed `predict` among the commands a plug-in run works with; its example runs are
+    on Yeast's features, which `predict` does not score: refused in one line with where to score them."""
+    assert main(["train", "--plugin", str(my_loss), "--method", "my_loss", "--out", "r", "--quiet", *QUICK]) == 0
+    (tmp_path / "a.jpg").write_bytes(b"")
+    capsys.readouterr()
+    assert main(["predict", "--checkpoint", "r", "--images", str(tmp_path / "a.jpg"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a run on features, not images: `spmlkit predict` scores image files" in err
+    assert "SPMLClassifier" in err and "spmlkit export" in err
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "plugins.md").read_text().split())
+    assert "`predict` scores image files only; a run on features" in doc
