@@ -174,6 +174,55 @@ def test_the_diagram_is_readable_and_sanely_sized(tmp_path, k, n):
     assert height <= 300 + 0.4 * DPI * ((k + 1) // 2 + k), (height, k)
 
 
+def test_the_diagram_draws_each_method_in_its_colour_of_every_figure():
+    """The diagram cycled matplotlib's 10 colours (EPR, OPML and EM+APL all blue); the report gives each
+    method one colour. Every dot, elbow and label here is the method's own, and 26 methods have 26."""
+    from matplotlib.colors import to_hex
+
+    from spmlkit.experiments.method_colors import METHOD_COLORS, method_color
+    from spmlkit.experiments.plots import method_color as report_colour
+    from spmlkit.experiments.published import display_name
+
+    board = build_leaderboard(_fake_scores(26, 12))
+    ax = diagram(board).axes[0]
+    by_label = {}
+    for text in ax.texts:
+        name = next((m for m in board.average_rank.index if text.get_text().startswith(f"{display_name(m)} (")
+                     or text.get_text().endswith(f") {display_name(m)}")), None)
+        if name is not None:
+            by_label[name] = to_hex(text.get_color())
+    assert set(by_label) == set(board.average_rank.index)
+    assert by_label == {m: METHOD_COLORS[m] for m in board.average_rank.index}
+    assert all(method_color(m) == report_colour(m) for m in by_label)  # one table of colours for both
+    assert len(set(by_label.values())) == 26
+    dots = {to_hex(c.get_facecolor()[0]) for c in ax.collections}
+    assert dots == set(by_label.values())
+    assert {m: by_label[m] for m in ("epr", "opml", "em_apl")} == {"epr": "#e7969c", "opml": "#9467bd",
+                                                                  "em_apl": "#08306b"}
+
+
+@pytest.mark.parametrize("k, n", [(10, 12), (3, 2), (26, 2)])
+def test_the_cd_bar_is_the_critical_difference_in_rank_units(k, n):
+    """The bar runs from rank 1 to rank 1 + CD, also where CD is longer than the rank axis (two data
+    sets: no two methods can differ), where the label says so and the view reaches its end; the axis
+    line itself spans the ranks 1 to k."""
+    board = build_leaderboard(_fake_scores(k, n))
+    cd = board.critical_difference
+    ax = diagram(board).axes[0]
+    bar = [line for line in ax.get_lines() if len(line.get_xdata()) == 2 and line.get_ydata()[0] == line.get_ydata()[1]
+           and line.get_ydata()[0] > 0]
+    (line,) = bar
+    x0, x1 = line.get_xdata()
+    assert x0 == 1 and x1 - x0 == pytest.approx(cd)
+    assert ax.get_xlim()[0] < 1 and ax.get_xlim()[1] > max(k, 1 + cd)
+    assert tuple(ax.spines["top"].get_bounds()) == (1, k)
+    (label,) = [t.get_text() for t in ax.texts if t.get_text().startswith("CD = ")]
+    longer = cd > k - 1
+    assert (k, n, longer) in ((10, 12, False), (3, 2, True), (26, 2, True))
+    assert label == (f"CD = {cd:.2f}, longer than the rank axis (1 to {k}): no two methods can differ" if longer
+                     else f"CD = {cd:.2f}")
+
+
 # --------------------------------------------------------------------------- the CLI, two data sets
 
 
