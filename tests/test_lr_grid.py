@@ -10,6 +10,7 @@ import math
 import pandas as pd
 import pytest
 from fixtures.feature_folders import own_table
+from test_benchmark import _run
 
 from spmlkit.cli import main
 from spmlkit.experiments.benchmark import summarize
@@ -39,12 +40,6 @@ def test_a_step_beyond_the_edge_keeps_the_grids_ratio_in_round_numbers():
                                                                                      "lowest") == 0.001
     with pytest.raises(ValueError, match="ratio of two positive lrs"):
         step_beyond((0.01,), (0.01,), "highest")
-
-
-def _run(method, lr, seed, val, test, status="ok"):
-    return {"run_id": f"{method}-{lr}-{seed}", "dataset": "yeast", "observation": "single_positive",
-            "method": method, "lr": lr, "batch_size": 64, "hparams": {}, "seed": seed, "val_map": val,
-            "test_map": test, "best_epoch": 2, "status": status}
 
 
 def test_the_table_marks_a_selection_on_the_edge_and_the_note_names_it():

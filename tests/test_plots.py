@@ -290,3 +290,19 @@ def test_the_ap_gain_heat_maps_colours_serve_the_compared_methods_not_the_refere
     shown = np.asarray(ax.images[0].get_array())
     means = shown[:4].mean(axis=0)
     assert np.all(np.diff(means) <= 1e-12)
+
+
+def test_figures_of_a_data_set_given_as_a_folder_are_named_as_docs_figures_says(store: ResultsStore,
+                                                                                tmp_path: Path) -> None:
+    """docs/figures.md named every figure `<figure>_<dataset>_<observation>.png`; a data set given as a
+    folder (its path holds a `/`) gets the digest form, which the page now shows with its real names."""
+    recs = [{**_own_data(r), "dataset": "prepared/mytable"} for r in chosen(store, "an") + chosen(store, "em_apl")]
+    own = ResultsStore(tmp_path / "own.sqlite")
+    own.add_many(recs)
+    names = sorted(f.name for f in plots.make_all_figures(own, tmp_path / "figs", formats=("png",)))
+    assert "training_curves_prepared-mytable_given~40e2083407.png" in names
+    assert "pseudo_labels_prepared-mytable_given~4fadb0e10b.png" in names
+    assert all(re.fullmatch(r"[a-z_]+_prepared-mytable_given~[0-9a-f]{10}\.png", n) for n in names), names
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "figures.md").read_text().split())
+    assert "`training_curves_prepared-mytable_given~40e2083407.png`" in doc
+    assert "`pseudo_labels_prepared-mytable_given~4fadb0e10b.png`" in doc

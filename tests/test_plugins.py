@@ -252,22 +252,31 @@ def test_the_report_never_averages_two_versions_of_a_plugin() -> None:
     assert row["mean"] == pytest.approx(41.0)
 
 
+def _installed(site: Path, monkeypatch, module: str, source: str, package: str, version: str, entry: str) -> None:
+    """An installed package ``package`` (``version``) whose module ``module`` (``source``) is offered as
+    the plug-in ``entry`` of the entry-point group spmlkit.plugins: ``site`` on the Python path with
+    the module and its dist-info, and the loader's cache of entry points emptied."""
+    from spmlkit import plugins
+
+    (site / module).mkdir(parents=True)
+    (site / module / "__init__.py").write_text(source)
+    info = site / f"{module}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[spmlkit.plugins]\n{entry} = {module}\n")
+    monkeypatch.syspath_prepend(str(site))
+    plugins._entry_points.cache_clear()
+
+
 def test_the_environment_and_installed_packages_bring_plugins(my_loss: Path, tmp_path: Path, monkeypatch,
                                                               capsys) -> None:
     from spmlkit import plugins
 
     other = tmp_path / "plugin" / "other.py"
     other.write_text(MY_LOSS.replace('"my_loss"', '"other_loss"').replace("MyLoss", "Other"))
-    package = tmp_path / "site"
-    (package / "acme_spml").mkdir(parents=True)
-    (package / "acme_spml" / "__init__.py").write_text(MY_LOSS.replace('"my_loss"', '"acme_loss"'))
-    info = package / "acme_spml-1.2.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-spml\nVersion: 1.2.3\n")
-    (info / "entry_points.txt").write_text("[spmlkit.plugins]\nacme = acme_spml\n")
-    monkeypatch.syspath_prepend(str(package))
+    _installed(tmp_path / "site", monkeypatch, "acme_spml", MY_LOSS.replace('"my_loss"', '"acme_loss"'), "acme-spml",
+               "1.2.3", "acme")
     monkeypatch.setenv("SPMLKIT_PLUGINS", f"{my_loss}{os.pathsep}{other}")
-    plugins._entry_points.cache_clear()
     assert main(["methods"]) == 0
     listed = capsys.readouterr().out
     assert all(f"│ {name}" in listed for name in ("my_loss", "other_loss", "acme_loss"))
@@ -358,17 +367,8 @@ def test_report_says_when_a_methods_runs_come_from_two_versions_of_its_code(tmp_
 
 
 def test_a_broken_installed_plugin_is_one_line_naming_its_package(tmp_path: Path, monkeypatch, capsys) -> None:
-    from spmlkit import plugins
-
-    site = tmp_path / "site"
-    (site / "broken_spml").mkdir(parents=True)
-    (site / "broken_spml" / "__init__.py").write_text("import nothing_by_this_name\n")
-    info = site / "broken_spml-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-spml\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[spmlkit.plugins]\nbroken = broken_spml\n")
-    monkeypatch.syspath_prepend(str(site))
-    plugins._entry_points.cache_clear()
+    _installed(tmp_path / "site", monkeypatch, "broken_spml", "import nothing_by_this_name\n", "broken-spml", "0.1",
+               "broken")
     assert main(["datasets"]) == 2
     assert capsys.readouterr().err == (
         "spmlkit datasets: error: plug-in entry point 'broken' of the installed package broken-spml raised "
@@ -381,23 +381,15 @@ def test_an_installed_plugins_methods_join_a_default_benchmark_only_when_asked(m
     """An installed package's plug-in is loaded by every command; its loss joined every benchmark that
     named no methods. Default lists are spmlkit's methods and those of the plug-ins named for the
     command (--plugin, a config file, $SPMLKIT_PLUGINS); installed ones join with --with-plugins."""
-    from spmlkit import plugins
     from spmlkit.cli import build_parser
     from spmlkit.cli.experiments import _benchmark_specs
     from spmlkit.experiments.benchmark import BenchmarkSpec, default_methods
     from spmlkit.methods import METHODS
     from spmlkit.names import BUILTIN
 
-    site = tmp_path / "site"
-    (site / "acme_spml").mkdir(parents=True)
-    (site / "acme_spml" / "__init__.py").write_text(MY_LOSS.replace('"my_loss"', '"acme_loss"'))
-    info = site / "acme_spml-1.2.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-spml\nVersion: 1.2.3\n")
-    (info / "entry_points.txt").write_text("[spmlkit.plugins]\nacme = acme_spml\n")
-    monkeypatch.syspath_prepend(str(site))
     monkeypatch.delenv("SPMLKIT_PLUGINS", raising=False)
-    plugins._entry_points.cache_clear()
+    _installed(tmp_path / "site", monkeypatch, "acme_spml", MY_LOSS.replace('"my_loss"', '"acme_loss"'), "acme-spml",
+               "1.2.3", "acme")
 
     builtin = tuple(m for m in METHODS if METHODS.origin(m) == BUILTIN and not METHODS[m].images_only)
     assert BenchmarkSpec(dataset="yeast").methods == builtin  # the entry point is loaded, not added
