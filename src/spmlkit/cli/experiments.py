@@ -397,18 +397,13 @@ def _widened(specs: list[Any], out: Path, jobs: int, args: argparse.Namespace, t
              result: Any) -> tuple[list[Any], Any]:
     """``--extend-lrs``: the specs with their lr grids widened where a selection lies on an edge
     (:func:`~spmlkit.experiments.benchmark.widen_lr_grids`), and ``result`` with those runs counted."""
-    from dataclasses import replace
-
     from ..experiments import benchmark as bm
 
     if not args.extend_lrs:
         return specs, result
     specs, more = bm.widen_lr_grids(specs, out, jobs=jobs, retry_failed=args.retry_failed,
                                     on_result=tracker.on_result, on_extend=tracker.on_extend, on_wait=tracker.on_wait)
-    if more is None:
-        return specs, result
-    return specs, replace(result, total=result.total + more.total, skipped=result.skipped + more.skipped,
-                          ran=result.ran + more.ran, failed=result.failed + more.failed)
+    return specs, result if more is None else bm.combined([result, more])
 
 
 def _print_next(screen: Any, store: Path, out: Path) -> None:
@@ -465,8 +460,9 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
     from ..experiments.published import display_name
 
     observations = {s.observation_used for s in specs}
-    names = f"{args.suite or f'{len(specs)} data sets'}" + (f" ({observations.pop()})" if len(observations) == 1
-                                                            else "")
+    names = args.suite or f"{len(specs)} data sets"
+    if len(observations) == 1:
+        names += f" ({observations.pop()})"
     tracker = _SweepProgress(screen, f"benchmark {names}", args.quiet, str(out / bm.STORE_NAME), jobs)
     with tracker.progress:
         result = bm.run_benchmarks(specs, out, jobs=jobs, retry_failed=args.retry_failed,

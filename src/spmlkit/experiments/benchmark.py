@@ -59,7 +59,8 @@ from .sweep.spec import first_repeated, grid_size, repeat_words
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
            "dataset_folders", "grid_of", "labels_measured", "measured_on", "one_source", "hyperparameter_source",
            "reference_methods", "default_methods", "gap_note", "table_title", "widen_lr_grids", "lr_edge_note",
-           "labels_words", "selection_lines", "suite_sweeps", "DEFAULT_LRS", "DEFAULT_SEEDS", "MAX_EXTEND_LRS"]
+           "labels_words", "selection_lines", "suite_sweeps", "combined", "DEFAULT_LRS", "DEFAULT_SEEDS",
+           "MAX_EXTEND_LRS"]
 
 STORE_NAME = "results.db"
 #: what a benchmark of several data sets keeps in ``<out>`` itself beside the data sets' folders
@@ -252,8 +253,8 @@ def _run_sweeps(sweeps: Sequence[SweepSpec], *, jobs: int, retry_failed: bool,
     def start(total: int, done: int) -> None:
         if on_start is None:
             return
-        store = ResultsStore(sweeps[0].store)
         later = sweeps[1:]
+        store = ResultsStore(sweeps[0].store) if later else None
         on_start(total + sum(grid_size(s) for s in later),
                  done + sum(len(finished_ids(s, store, retry_failed)) for s in later))
 
@@ -261,11 +262,11 @@ def _run_sweeps(sweeps: Sequence[SweepSpec], *, jobs: int, retry_failed: bool,
         lambda first, sweep=sweep, i=i: run_sweep(sweep, jobs=jobs, retry_failed=retry_failed, on_result=on_result,
                                                   on_start=start if first and i == 0 else None),
         on_wait, wait_seconds) for i, sweep in enumerate(sweeps)]
-    return _combined(results)
+    return combined(results)
 
 
-def _combined(results: Sequence[SweepResult]) -> SweepResult:
-    """The runs of several sweeps of one store, counted as one."""
+def combined(results: Sequence[SweepResult]) -> SweepResult:
+    """The runs of several sweeps (or benchmark steps) of one store, counted as one."""
     return replace(results[0], total=sum(r.total for r in results), skipped=sum(r.skipped for r in results),
                    ran=sum(r.ran for r in results), failed=sum(r.failed for r in results), held=0,
                    failed_before=sum(r.failed_before for r in results))
@@ -311,7 +312,7 @@ def widen_lr_grids(specs: Sequence[BenchmarkSpec], out_dir: str | Path, *, jobs:
             widened = True
         if not widened:
             break
-    return specs, _combined(results) if results else None
+    return specs, combined(results) if results else None
 
 
 def _steps_beyond(spec: BenchmarkSpec, store: Path) -> dict[str, float]:
