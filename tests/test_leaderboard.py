@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from fixtures.feature_folders import feature_folder as _feature_folder
+from fixtures.feature_folders import own_table
 from scipy.stats import friedmanchisquare
 
 from spmlkit.cli import main
@@ -173,6 +174,55 @@ def test_the_diagram_is_readable_and_sanely_sized(tmp_path, k, n):
     assert height <= 300 + 0.4 * DPI * ((k + 1) // 2 + k), (height, k)
 
 
+def test_the_diagram_draws_each_method_in_its_colour_of_every_figure():
+    """The diagram cycled matplotlib's 10 colours (EPR, OPML and EM+APL all blue); the report gives each
+    method one colour. Every dot, elbow and label here is the method's own, and 26 methods have 26."""
+    from matplotlib.colors import to_hex
+
+    from spmlkit.experiments.method_colors import METHOD_COLORS, method_color
+    from spmlkit.experiments.plots import method_color as report_colour
+    from spmlkit.experiments.published import display_name
+
+    board = build_leaderboard(_fake_scores(26, 12))
+    ax = diagram(board).axes[0]
+    by_label = {}
+    for text in ax.texts:
+        name = next((m for m in board.average_rank.index if text.get_text().startswith(f"{display_name(m)} (")
+                     or text.get_text().endswith(f") {display_name(m)}")), None)
+        if name is not None:
+            by_label[name] = to_hex(text.get_color())
+    assert set(by_label) == set(board.average_rank.index)
+    assert by_label == {m: METHOD_COLORS[m] for m in board.average_rank.index}
+    assert all(method_color(m) == report_colour(m) for m in by_label)  # one table of colours for both
+    assert len(set(by_label.values())) == 26
+    dots = {to_hex(c.get_facecolor()[0]) for c in ax.collections}
+    assert dots == set(by_label.values())
+    assert {m: by_label[m] for m in ("epr", "opml", "em_apl")} == {"epr": "#e7969c", "opml": "#9467bd",
+                                                                  "em_apl": "#08306b"}
+
+
+@pytest.mark.parametrize("k, n", [(10, 12), (3, 2), (26, 2)])
+def test_the_cd_bar_is_the_critical_difference_in_rank_units(k, n):
+    """The bar runs from rank 1 to rank 1 + CD, also where CD is longer than the rank axis (two data
+    sets: no two methods can differ), where the label says so and the view reaches its end; the axis
+    line itself spans the ranks 1 to k."""
+    board = build_leaderboard(_fake_scores(k, n))
+    cd = board.critical_difference
+    ax = diagram(board).axes[0]
+    bar = [line for line in ax.get_lines() if len(line.get_xdata()) == 2 and line.get_ydata()[0] == line.get_ydata()[1]
+           and line.get_ydata()[0] > 0]
+    (line,) = bar
+    x0, x1 = line.get_xdata()
+    assert x0 == 1 and x1 - x0 == pytest.approx(cd)
+    assert ax.get_xlim()[0] < 1 and ax.get_xlim()[1] > max(k, 1 + cd)
+    assert tuple(ax.spines["top"].get_bounds()) == (1, k)
+    (label,) = [t.get_text() for t in ax.texts if t.get_text().startswith("CD = ")]
+    longer = cd > k - 1
+    assert (k, n, longer) in ((10, 12, False), (3, 2, True), (26, 2, True))
+    assert label == (f"CD = {cd:.2f}, longer than the rank axis (1 to {k}): no two methods can differ" if longer
+                     else f"CD = {cd:.2f}")
+
+
 # --------------------------------------------------------------------------- the CLI, two data sets
 
 
@@ -233,6 +283,42 @@ def test_cli_two_datasets_end_to_end_and_resumed(tmp_path, capsys, monkeypatch):
     assert "6 runs, 6 already finished" in capsys.readouterr().out
     assert main(["benchmark", "--dataset", "yeast", "--methods", "an,em", *grid[2:]]) == 0
     assert "4 runs, 2 already finished" in capsys.readouterr().out
+
+
+def test_cli_a_table_of_ones_own_beside_yeast_is_labelled_by_its_own_labels(tmp_path, capsys, monkeypatch):
+    """yeast simulates single positives and selects on full labels; a table of one's own trains on its
+    given labels and selects on observed ones. The leaderboard labelled both "(single_positive)", and
+    the references, which the own table cannot train, were dropped on Yeast too, though the note named
+    only the own table. (The default methods, cut to four here to be quick, are what the CLI drops
+    references from: named ones are used as named.)"""
+    from spmlkit.experiments import benchmark as bm
+
+    feats = str(own_table(tmp_path, rows=200))  # --subset 200 takes Yeast's first 200 rows and all of these
+    every = bm.default_methods
+    monkeypatch.setattr(bm, "default_methods", lambda datasets, plugins=(), installed=False: tuple(
+        m for m in every(datasets, plugins, installed=installed) if m in ("bce", "iun", "an", "em")))
+    out = tmp_path / "board"
+    capsys.readouterr()
+    assert main(["benchmark", "--dataset", "yeast", "--dataset", feats, "--seeds", "0", "--lrs", "0.01", "--epochs",
+                 "2", "--subset", "200", "--jobs", "1", "--out", str(out), "--quiet"]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert (f"note: left out bce, iun on {feats} only: references that train on full labels, which it does not have; "
+            "they run on yeast") in said
+    assert "benchmark 2 data sets: 6 runs, 0 already finished" in said  # 4 methods on yeast, 2 on the table
+    assert list(pd.read_csv(out / "yeast" / "table.csv")["method"]) == ["bce", "iun", "an", "em"]
+    assert list(pd.read_csv(out / "mytable" / "table.csv")["method"]) == ["an", "em"]
+    md = (out / "leaderboard.md").read_text()
+    assert md.startswith(f"**Leaderboard over yeast (single_positive), {feats} (given): test mAP (%)")
+    assert "(single_positive)" not in md.split(f"{feats} (given)")[1].split("\n")[0]
+    for line in ("yeast: trained on the single_positive observation of its full labels, test mAP (%) on the test "
+                 "list's full labels; lr selected on the validation rows' full labels.",
+                 f"{feats}: trained on its own labels (given), test mAP (%) on the test list's full labels; lr "
+                 "selected on the observed positives of the validation rows.",
+                 f"The references bce, iun ran on yeast only: {feats} has no full labels to train them on."):
+        assert line in md and " ".join(line.split()) in said
+    board = pd.read_csv(out / "leaderboard.csv").set_index("method")
+    assert board.loc["bce", "yeast test_map"] > 0 and math.isnan(board.loc["bce", f"{feats} test_map"])
+    assert json.loads((out / "leaderboard.json").read_text())["references"] == ["bce", "iun"]
 
 
 def test_cli_refuses_a_dataset_named_twice(tmp_path, capsys):

@@ -188,6 +188,40 @@ def test_pseudo_labels_and_training_curves(store: ResultsStore) -> None:
         plots.plot_training_curves(recs + [{**recs[0], "dataset": "cub"}])
 
 
+def _own_data(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as a run on data of one's own records it: no analysis and no pseudo-label accuracy
+    (no truth for the training rows), validation mAP on observed labels."""
+    history = [{**h, "pseudo_label_accuracy": float("nan")} for h in record["history"]]
+    return {**record, "analysis": {}, "history": history, "observation": "given", "val_map_labels": "observed",
+            "test_map_labels": "full"}
+
+
+def test_pseudo_labels_on_data_of_ones_own_leave_the_accuracy_out_and_say_why(store: ResultsStore) -> None:
+    """The accuracy panel was an empty 0-1 axis labelled %; now it is left out and the title says why."""
+    recs = [_own_data(r) for r in chosen(store, "an") + chosen(store, "em_apl")]
+    fig = plots.plot_pseudo_labels(recs)
+    check_labelled(fig)
+    (count_ax,) = fig.axes
+    assert count_ax.get_ylabel() == "number of pseudo-labels" and legend_texts(count_ax) == ["EM+APL"]
+    assert not any("%" in ax.get_ylabel() or "accuracy" in ax.get_title().lower() for ax in fig.axes)
+    assert fig.get_suptitle().replace("\n", " ") == (
+        "Pseudo-labels during training (VOC, given) no accuracy shown: it is measured against the training "
+        "rows' full labels, which data of your own does not have")
+
+
+def test_training_curves_say_which_labels_validation_mAP_is_measured_on(store: ResultsStore) -> None:
+    recs = chosen(store, "an") + chosen(store, "em")
+    own = plots.plot_training_curves([_own_data(r) for r in recs])
+    val_ax = own.axes[1]
+    assert val_ax.get_title() == "Validation mAP (observed labels)"
+    assert val_ax.get_ylabel() == "validation mAP on observed labels (%)"
+    full = plots.plot_training_curves([{**r, "val_map_labels": "full"} for r in recs])
+    assert full.axes[1].get_title() == "Validation mAP (full labels)"
+    mixed = plots.plot_training_curves([_own_data(recs[0]), *({**r, "val_map_labels": "full"} for r in recs[1:])])
+    assert mixed.axes[1].get_title() == "Validation mAP (full or observed labels)"
+    assert plots.plot_training_curves(recs).axes[1].get_title() == "Validation mAP"  # records that do not say
+
+
 def test_sensitivity(store: ResultsStore) -> None:
     df = store.to_dataframe()
     fig = plots.plot_sensitivity(df, "alpha")
@@ -256,3 +290,19 @@ def test_the_ap_gain_heat_maps_colours_serve_the_compared_methods_not_the_refere
     shown = np.asarray(ax.images[0].get_array())
     means = shown[:4].mean(axis=0)
     assert np.all(np.diff(means) <= 1e-12)
+
+
+def test_figures_of_a_data_set_given_as_a_folder_are_named_as_docs_figures_says(store: ResultsStore,
+                                                                                tmp_path: Path) -> None:
+    """docs/figures.md named every figure `<figure>_<dataset>_<observation>.png`; a data set given as a
+    folder (its path holds a `/`) gets the digest form, which the page now shows with its real names."""
+    recs = [{**_own_data(r), "dataset": "prepared/mytable"} for r in chosen(store, "an") + chosen(store, "em_apl")]
+    own = ResultsStore(tmp_path / "own.sqlite")
+    own.add_many(recs)
+    names = sorted(f.name for f in plots.make_all_figures(own, tmp_path / "figs", formats=("png",)))
+    assert "training_curves_prepared-mytable_given~40e2083407.png" in names
+    assert "pseudo_labels_prepared-mytable_given~4fadb0e10b.png" in names
+    assert all(re.fullmatch(r"[a-z_]+_prepared-mytable_given~[0-9a-f]{10}\.png", n) for n in names), names
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "figures.md").read_text().split())
+    assert "`training_curves_prepared-mytable_given~40e2083407.png`" in doc
+    assert "`pseudo_labels_prepared-mytable_given~4fadb0e10b.png`" in doc

@@ -256,22 +256,31 @@ def test_the_report_never_averages_two_versions_of_a_plugin() -> None:
     assert row["mean"] == pytest.approx(41.0)
 
 
+def _installed(site: Path, monkeypatch, module: str, source: str, package: str, version: str, entry: str) -> None:
+    """An installed package ``package`` (``version``) whose module ``module`` (``source``) is offered as
+    the plug-in ``entry`` of the entry-point group spmlkit.plugins: ``site`` on the Python path with
+    the module and its dist-info, and the loader's cache of entry points emptied."""
+    from spmlkit import plugins
+
+    (site / module).mkdir(parents=True)
+    (site / module / "__init__.py").write_text(source)
+    info = site / f"{module}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[spmlkit.plugins]\n{entry} = {module}\n")
+    monkeypatch.syspath_prepend(str(site))
+    plugins._entry_points.cache_clear()
+
+
 def test_the_environment_and_installed_packages_bring_plugins(my_loss: Path, tmp_path: Path, monkeypatch,
                                                               capsys) -> None:
     from spmlkit import plugins
 
     other = tmp_path / "plugin" / "other.py"
     other.write_text(MY_LOSS.replace('"my_loss"', '"other_loss"').replace("MyLoss", "Other"))
-    package = tmp_path / "site"
-    (package / "acme_spml").mkdir(parents=True)
-    (package / "acme_spml" / "__init__.py").write_text(MY_LOSS.replace('"my_loss"', '"acme_loss"'))
-    info = package / "acme_spml-1.2.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-spml\nVersion: 1.2.3\n")
-    (info / "entry_points.txt").write_text("[spmlkit.plugins]\nacme = acme_spml\n")
-    monkeypatch.syspath_prepend(str(package))
+    _installed(tmp_path / "site", monkeypatch, "acme_spml", MY_LOSS.replace('"my_loss"', '"acme_loss"'), "acme-spml",
+               "1.2.3", "acme")
     monkeypatch.setenv("SPMLKIT_PLUGINS", f"{my_loss}{os.pathsep}{other}")
-    plugins._entry_points.cache_clear()
     assert main(["methods"]) == 0
     listed = capsys.readouterr().out
     assert all(f"│ {name}" in listed for name in ("my_loss", "other_loss", "acme_loss"))
@@ -362,17 +371,8 @@ def test_report_says_when_a_methods_runs_come_from_two_versions_of_its_code(tmp_
 
 
 def test_a_broken_installed_plugin_is_one_line_naming_its_package(tmp_path: Path, monkeypatch, capsys) -> None:
-    from spmlkit import plugins
-
-    site = tmp_path / "site"
-    (site / "broken_spml").mkdir(parents=True)
-    (site / "broken_spml" / "__init__.py").write_text("import nothing_by_this_name\n")
-    info = site / "broken_spml-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-spml\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[spmlkit.plugins]\nbroken = broken_spml\n")
-    monkeypatch.syspath_prepend(str(site))
-    plugins._entry_points.cache_clear()
+    _installed(tmp_path / "site", monkeypatch, "broken_spml", "import nothing_by_this_name\n", "broken-spml", "0.1",
+               "broken")
     assert main(["datasets"]) == 2
     assert capsys.readouterr().err == (
         "spmlkit datasets: error: plug-in entry point 'broken' of the installed package broken-spml raised "
@@ -382,8 +382,8 @@ def test_a_broken_installed_plugin_is_one_line_naming_its_package(tmp_path: Path
 
 #: a method whose name climbs out of the run folder ``runs/<dataset>/<method>/seed<seed>``: from the test's
 #: working folder, three levels up is the test's own folder
-ESCAPING = ("from spmlkit.methods import Method, register\n"
-            "register(Method({name!r}, 'an', 'AN, elsewhere', 'nobody'))\n")
+ESCAPING = ("from spmlkit.methods import loss_method, register\n"
+            "register({name!r}, 'AN, elsewhere', paper='nobody')(loss_method('an'))\n")
 
 
 def test_a_method_named_as_a_path_is_refused_at_registration_and_writes_nothing(tmp_path: Path, capsys) -> None:
@@ -425,3 +425,55 @@ def test_every_built_in_name_is_a_safe_name_and_a_plugin_dataset_is_checked_too(
                       "@register_dataset('..', source='nowhere')\ndef load():\n    pass\n")
     assert main(["datasets", "--plugin", str(plugin)]) == 2
     assert "dataset name '..' is not a safe name" in capsys.readouterr().err
+
+
+def test_an_installed_plugins_methods_join_a_default_benchmark_only_when_asked(my_loss: Path, tmp_path: Path,
+                                                                                monkeypatch, capsys) -> None:
+    """An installed package's plug-in is loaded by every command; its loss joined every benchmark that
+    named no methods. Default lists are spmlkit's methods and those of the plug-ins named for the
+    command (--plugin, a config file, $SPMLKIT_PLUGINS); installed ones join with --with-plugins."""
+    from spmlkit.cli import build_parser
+    from spmlkit.cli.experiments import _benchmark_specs
+    from spmlkit.experiments.benchmark import BenchmarkSpec, default_methods
+    from spmlkit.methods import METHODS
+    from spmlkit.names import BUILTIN
+
+    monkeypatch.delenv("SPMLKIT_PLUGINS", raising=False)
+    _installed(tmp_path / "site", monkeypatch, "acme_spml", MY_LOSS.replace('"my_loss"', '"acme_loss"'), "acme-spml",
+               "1.2.3", "acme")
+
+    builtin = tuple(m for m in METHODS if METHODS.origin(m) == BUILTIN and METHODS[m].on_features.trains)
+    assert BenchmarkSpec(dataset="yeast").methods == builtin  # the entry point is loaded, not added
+    assert "acme_loss" in METHODS and "acme_loss" not in default_methods(["yeast"])
+    assert default_methods(["yeast"], installed=True) == (*builtin, "acme_loss")
+    assert BenchmarkSpec(dataset="yeast", plugins=(str(my_loss),)).methods == (*builtin, "my_loss")
+
+    def specs(*argv: str) -> tuple[str, ...]:
+        args = build_parser().parse_args(["benchmark", *argv])
+        return _benchmark_specs(args)[0][0].methods
+
+    assert specs() == builtin
+    assert specs("--with-plugins") == (*builtin, "acme_loss")
+    assert specs("--plugin", str(my_loss)) == (*builtin, "my_loss")
+    assert specs("--methods", "an,acme_loss") == ("an", "acme_loss")  # named: it runs
+    monkeypatch.setenv("SPMLKIT_PLUGINS", str(my_loss))  # the environment names it for every command
+    assert specs() == (*builtin, "my_loss")
+    assert main(["benchmark", "--with-plugins", "--methods", "an", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--with-plugins adds the installed plug-ins' methods to the default list" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_predict_of_a_plugin_run_on_features_says_it_scores_images_only(my_loss: Path, tmp_path: Path,
+                                                                        capsys) -> None:
+    """docs/plugins.md listed `predict` among the commands a plug-in run works with; its example runs are
+    on Yeast's features, which `predict` does not score: refused in one line with where to score them."""
+    assert main(["train", "--plugin", str(my_loss), "--method", "my_loss", "--out", "r", "--quiet", *QUICK]) == 0
+    (tmp_path / "a.jpg").write_bytes(b"")
+    capsys.readouterr()
+    assert main(["predict", "--checkpoint", "r", "--images", str(tmp_path / "a.jpg"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a run on features, not images: `spmlkit predict` scores image files" in err
+    assert "SPMLClassifier" in err and "spmlkit export" in err
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "plugins.md").read_text().split())
+    assert "`predict` scores image files only; a run on features" in doc

@@ -17,7 +17,7 @@ from spmlkit.experiments.sweep import SweepSpec, expand, run_sweep
 from spmlkit.experiments.sweep import processes
 from spmlkit.experiments.sweep.claims import Heartbeat, SweepState
 from spmlkit.experiments.sweep.execute import failed_record, now
-from spmlkit.experiments.sweep.run import _finished_ids
+from spmlkit.experiments.sweep.run import finished_ids
 from spmlkit.experiments.sweep.spec import MAX_GRID_RUNS, grid_size, iter_runs
 
 QUICK = {"epochs": 1, "subset": 200}
@@ -124,8 +124,8 @@ def test_finished_runs_are_counted_from_the_store_only_where_they_are_this_grids
     wider = expand(_grid(5, 2, 1, tmp_path / "s.db"))[3:5]  # seeds 3 and 4: not on this grid's axis
     for run, status in [(runs[0], "ok"), (runs[4], "failed"), (other[0], "ok"), (wider[0], "ok"), (wider[1], "ok")]:
         store.add({**run, "status": status, "config": run, "val_map": 0.5, "test_map": 0.5, "error": "x"})
-    assert _finished_ids(spec, store, retry_failed=False) == {runs[0]["run_id"], runs[4]["run_id"]}
-    assert _finished_ids(spec, store, retry_failed=True) == {runs[0]["run_id"]}
+    assert finished_ids(spec, store, retry_failed=False) == {runs[0]["run_id"], runs[4]["run_id"]}
+    assert finished_ids(spec, store, retry_failed=True) == {runs[0]["run_id"]}
 
 
 # ---------------------------------------------------------------- why a run trains alone

@@ -24,7 +24,7 @@ _RETRY_HELP = ("run the grid's runs recorded as failed again, once their cause i
 
 
 def add_parsers(sub: Any) -> None:
-    from ..experiments.benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS
+    from ..experiments.benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS, MAX_EXTEND_LRS
     from ..experiments.suites import SUITES
 
     p = sub.add_parser("benchmark", help="compare every method on a data set (paper-style table), or on several "
@@ -40,11 +40,18 @@ def add_parsers(sub: Any) -> None:
                             "data set and a leaderboard across them")
     which.add_argument("--suite", choices=tuple(SUITES), help="every data set of a suite (mulan: the 12 MULAN sets)")
     p.add_argument("--methods", type=csv_list(str),
-                   help="comma-separated methods (default: all; on data with observed labels only, all but the "
+                   help="comma-separated methods (default: all of spmlkit's, and those of the plug-ins named with "
+                        "--plugin, a --config file or $SPMLKIT_PLUGINS; on data with observed labels only, all but the "
                         "references bce and iun, which train on full labels; see `spmlkit methods`)")
     p.add_argument("--seeds", type=csv_list(int), default=DEFAULT_SEEDS, help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--lrs", type=csv_list(float), default=DEFAULT_LRS,
-                   help="lr grid, selected on val (default 1e-3,3e-3,1e-2)")
+                   help="lr grid, selected on val (default 1e-3,3e-3,1e-2); a method whose best lr is the lowest "
+                        "or highest is marked (lowest)/(highest) in the table")
+    p.add_argument("--extend-lrs", action="store_true",
+                   help="where a method's best lr is the lowest or highest of --lrs, try the next lr beyond it (the "
+                        "grid's own ratio at that end, e.g. 0.03, 0.1, 0.3 above the default grid), again until "
+                        f"the best lr is inside the grid, at most {MAX_EXTEND_LRS} lrs per method; finished runs "
+                        "in results.db are reused (default: off; docs/benchmark.md)")
     p.add_argument("--weight-decays", type=csv_list(float), metavar="WDS",
                    help="weight-decay grid, selected on val with the lrs (default: none swept, every run at 0)")
     p.add_argument("--observation",
@@ -66,6 +73,10 @@ def add_parsers(sub: Any) -> None:
                         "method's recipe defaults) or a data set whose presets to use everywhere, e.g. yeast "
                         "(`spmlkit presets --dataset yeast`; methods without one keep their defaults). Default: the "
                         "data set's own presets with one --dataset, defaults with several")
+    p.add_argument("--with-plugins", action="store_true",
+                   help="add the methods of installed packages' plug-ins (spmlkit.plugins entry points) to the "
+                        "default methods (default: off; spmlkit's methods and those of the plug-ins named with "
+                        "--plugin, a --config file or $SPMLKIT_PLUGINS; docs/plugins.md)")
     p.add_argument("--rank-references", action="store_true",
                    help="rank bce (full labels) and iun (one positive and all negatives) with the other methods "
                         "(default: shown beside the ranks, not ranked, since they see more labels)")
@@ -172,6 +183,18 @@ class _SweepProgress:
             print_whole_words(self.screen, f"waiting for {held} run(s) of this grid that another sweep or benchmark "
                                            "is training, so the tables hold every run", markup=False)
 
+    def on_extend(self, dataset: str, added: dict[str, float], runs: int, done: int) -> None:
+        """A step of --extend-lrs: which methods try which lr, and how many runs that adds to the bar."""
+        by_lr: dict[float, list[str]] = {}
+        for method, lr in added.items():
+            by_lr.setdefault(lr, []).append(method)
+        tries = "; ".join(f"{', '.join(methods)} at {lr:g}" for lr, methods in by_lr.items())
+        task = self.progress.tasks[0]
+        self.progress.update(self.task, total=(task.total or 0) + runs, advance=done)
+        kept = "" if not done else ", all finished already" if done == runs else f", {done} of them finished already"
+        print_whole_words(self.screen, f"--extend-lrs on {dataset}: best lr on the edge of the grid, so trying "
+                                       f"{tries} ({runs} run{'s' * (runs != 1)}{kept})", markup=False)
+
     def on_skip(self, run: dict[str, Any], reason: str) -> None:
         """A run another sweep finished or holds: not ours to run, so it counts as done here."""
         self.progress.update(self.task, advance=1)
@@ -249,25 +272,46 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
     settings.update({k: getattr(args, k) for k in ("backbone", "pretrained", "image_size") if getattr(args, k) is not None})
     plugins = tuple(merged_plugins(plugin_refs(args), settings.pop("plugins", None), where=f"config file {args.config}"))
     load_plugins(plugins)  # a --config file's too, before its methods are looked up
+    if args.methods and args.with_plugins:
+        raise ValueError("--with-plugins adds the installed plug-ins' methods to the default list of methods; with "
+                         "--methods, name every method there instead")
     notes = []
-    methods = tuple(args.methods) if args.methods else bm.default_methods(datasets)
-    own = [d for d in datasets if labels_held(d).labels == "observed"]
-    if own and not args.methods:  # nothing to compare the references with: they need the truth
+    methods = tuple(args.methods) if args.methods else bm.default_methods(datasets, plugins,
+                                                                          installed=args.with_plugins)
+    per_dataset = {d: methods for d in datasets}
+    if not args.methods:
         references = [m for m in methods if get_method(m).labels != "observed"]
-        methods = tuple(m for m in methods if m not in references)
-        notes.append(f"left out {', '.join(references)}: references that train on full labels, which "
-                     f"{', '.join(own)} {'does' if len(own) == 1 else 'do'} not have (--methods names them)")
-    image_only = [m for m in METHODS if not METHODS[m].on_features.trains and m not in methods]
-    if image_only and not args.methods:  # default_methods leaves them out where a data set is features
-        notes.append(f"left out {', '.join(image_only)}: methods that train on images only (`spmlkit methods` says "
-                     "why); a benchmark of images alone includes them")
+        notes += _references_left_out(per_dataset, references, [d for d in datasets if labels_held(d).labels ==
+                                                                "observed"])
+        everywhere = bm.default_methods((), plugins, installed=args.with_plugins)  # images: none left out
+        image_only = [m for m in everywhere if not METHODS[m].on_features.trains and m not in methods]
+        if image_only:  # default_methods leaves them out where a data set is features
+            notes.append(f"left out {', '.join(image_only)}: methods that train on images only (`spmlkit methods` "
+                         "says why); a benchmark of images alone includes them")
     specs = bm.one_source([bm.BenchmarkSpec(
-        dataset=d, methods=methods, seeds=tuple(args.seeds), lrs=tuple(args.lrs), observation=chosen["observation"],
-        epochs=chosen["epochs"], batch_size=chosen["batch_size"], head=chosen["head"], val_variant=chosen["val"],
-        subset=chosen["subset"], settings=settings, plugins=plugins, hparams_from=args.hparams_from,
-        weight_decays=None if args.weight_decays is None else tuple(args.weight_decays))
-        for d in datasets])
+        dataset=d, methods=per_dataset[d], seeds=tuple(args.seeds), lrs=tuple(args.lrs),
+        observation=chosen["observation"], epochs=chosen["epochs"], batch_size=chosen["batch_size"],
+        head=chosen["head"], val_variant=chosen["val"], subset=chosen["subset"], settings=settings, plugins=plugins,
+        hparams_from=args.hparams_from, weight_decays=None if args.weight_decays is None else tuple(args.weight_decays),
+        extend_lrs=args.extend_lrs) for d in datasets])
     return specs, notes + _other_kind_notes(specs[0].sweep("results.db"))
+
+
+def _references_left_out(per_dataset: dict[str, tuple[str, ...]], references: list[str], own: list[str]) -> list[str]:
+    """Take ``references`` (methods that train on full labels) out of the methods of the data sets in
+    ``own``, which hold observed labels only (nothing to train them on, nothing to compare them
+    with), in place; the note that says so names exactly those data sets, and where they still run."""
+    if not (own and references):
+        return []
+    for d in own:
+        per_dataset[d] = tuple(m for m in per_dataset[d] if m not in references)
+    others = [d for d in per_dataset if d not in own]
+    words = ", ".join(references)
+    if not others:
+        return [f"left out {words}: references that train on full labels, which {', '.join(own)} "
+                f"{'does' if len(own) == 1 else 'do'} not have"]
+    return [f"left out {words} on {', '.join(own)} only: references that train on full labels, which "
+            f"{'it does' if len(own) == 1 else 'they do'} not have; they run on {', '.join(others)}"]
 
 
 def _other_kind_notes(spec: Any) -> list[str]:
@@ -331,6 +375,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
             result = bm.run_benchmark(spec, out, jobs=jobs, retry_failed=args.retry_failed,
                                       on_result=tracker.on_result, on_start=tracker.on_start,
                                       on_wait=tracker.on_wait)
+            (spec,), result = _widened([spec], out, jobs, args, tracker, result)
         tracker.print_failures()
         runs = bm.benchmark_runs(spec, result.store)
         failed = tracker.print_earlier_failures(runs)
@@ -348,6 +393,19 @@ def run_benchmark(args: argparse.Namespace) -> int:
         return 1 if failed else 0  # a table without some of its runs is not a clean finish
 
 
+def _widened(specs: list[Any], out: Path, jobs: int, args: argparse.Namespace, tracker: _SweepProgress,
+             result: Any) -> tuple[list[Any], Any]:
+    """``--extend-lrs``: the specs with their lr grids widened where a selection lies on an edge
+    (:func:`~spmlkit.experiments.benchmark.widen_lr_grids`), and ``result`` with those runs counted."""
+    from ..experiments import benchmark as bm
+
+    if not args.extend_lrs:
+        return specs, result
+    specs, more = bm.widen_lr_grids(specs, out, jobs=jobs, retry_failed=args.retry_failed,
+                                    on_result=tracker.on_result, on_extend=tracker.on_extend, on_wait=tracker.on_wait)
+    return specs, result if more is None else bm.combined([result, more])
+
+
 def _print_next(screen: Any, store: Path, out: Path) -> None:
     """What to do with a benchmark's store next: the report's figures of every run."""
     print_whole_words(screen, f"Next: `spmlkit report --store {store} --out {out / 'report'}` draws the analysis "
@@ -359,7 +417,8 @@ def _print_benchmark_table(screen: Any, spec: Any, rows: list[dict[str, Any]]) -
     from rich.table import Table
 
     from ..data.feature_dir import feature_dir_warning
-    from ..experiments.benchmark import gap_note, labels_measured, table_title
+    from ..experiments.benchmark import gap_note, labels_measured, lr_edge_note, table_title
+    from ..experiments.lr_grid import marked_lr
     from ..experiments.report import format_gap
 
     labels = labels_measured(spec)
@@ -378,11 +437,12 @@ def _print_benchmark_table(screen: Any, spec: Any, rows: list[dict[str, Any]]) -
         score = f"{r['test_map']:.2f}" + (f" ± {r['test_map_std']:.2f}" if r["seeds"] > 1 else "")
         style = "bold" if r["method"] in ("bce", "an") else None
         test = [score, *gap] if tested else []
-        table.add_row(label, *test, f"{r['lr']:g}", f"{r['val_map']:.2f}", r["description"], style=style)
+        table.add_row(label, *test, marked_lr(r["lr"], r["lr_position"]), f"{r['val_map']:.2f}", r["description"],
+                      style=style)
     screen.print(table)
-    note = gap_note(rows) if tested else None
-    if note:
-        print_whole_words(screen, note, markup=False)
+    for note in (gap_note(rows) if tested else None, lr_edge_note(spec, rows)):
+        if note:
+            print_whole_words(screen, note, markup=False)
     warning = feature_dir_warning(spec.dataset)
     if warning:
         print_whole_words(screen, f"warning: {spec.dataset} holds {warning}", markup=False)
@@ -403,17 +463,20 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
     from ..experiments.leaderboard import summary_lines
     from ..experiments.published import display_name
 
+    observations = {s.observation_used for s in specs}
     names = args.suite or f"{len(specs)} data sets"
-    tracker = _SweepProgress(screen, f"benchmark {names} ({specs[0].observation_used})", args.quiet,
-                             str(out / bm.STORE_NAME), jobs)
-    hyperparameters = bm.hyperparameter_source(specs[0], [s.dataset for s in specs])
+    if len(observations) == 1:
+        names += f" ({observations.pop()})"
+    tracker = _SweepProgress(screen, f"benchmark {names}", args.quiet, str(out / bm.STORE_NAME), jobs)
     with tracker.progress:
         result = bm.run_benchmarks(specs, out, jobs=jobs, retry_failed=args.retry_failed,
                                    on_result=tracker.on_result, on_start=tracker.on_start, on_wait=tracker.on_wait)
+        specs, result = _widened(specs, out, jobs, args, tracker, result)
     tracker.print_failures()
     failed = tracker.print_earlier_failures(pd.concat([bm.benchmark_runs(spec, result.store) for spec in specs]))
-    title = (f"Leaderboard over {', '.join(s.dataset for s in specs)} ({specs[0].observation_used}): test mAP (%), "
-             f"lr selected on validation, mean over {len(specs[0].seeds)} seeds")
+    seeds = len(specs[0].seeds)
+    title = (f"Leaderboard over {bm.labels_words(specs)}: test mAP (%), lr selected on validation, "
+             + (f"mean over {seeds} seeds" if seeds > 1 else "one seed"))
     try:
         tables, board, paths = bm.write_suite_outputs(out, specs, result.store, title=title,
                                                       rank_references=args.rank_references)
@@ -431,8 +494,7 @@ def _run_suite(args: argparse.Namespace, specs: list[Any], out: Path, jobs: int,
     for method in board.references:
         ranked.add_row("–", f"{display_name(str(method))} (reference, not ranked)", "–", style="dim")
     screen.print(ranked)
-    print_whole_words(screen, hyperparameters, markup=False)
-    for line in summary_lines(board):
+    for line in [*board.setup, *summary_lines(board)]:
         print_whole_words(screen, line, markup=False)
     print_whole_words(screen, f"wrote the tables of {len(tables)} data sets to {out}/<data set>/ and "
                               f"{', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "

@@ -16,12 +16,17 @@ Because it is a sweep, a benchmark that is interrupted resumes where it stopped,
 finished runs are never trained twice. The tables report exactly the runs of this
 benchmark's grid, even when the store holds others.
 
-Several data sets (``--dataset A --dataset B``, ``--suite mulan``) are one sweep into one
-store: each data set's table is written as above into its own folder ``<out>/<name>/``, and
-the leaderboard across them (:mod:`spmlkit.experiments.leaderboard`) into ``<out>/``. There,
-every method's hyperparameters come from one source on every data set (the recipes' defaults
-unless ``hparams_from`` names a data set's presets), and the references that see more labels
-than the methods compared are shown beside the ranks, not ranked (docs/leaderboard.md).
+Several data sets (``--dataset A --dataset B``, ``--suite mulan``) go into one store, one sweep
+per list of methods (a user's own data runs without the references, which need full labels):
+each data set's table is written as above into its own folder ``<out>/<name>/``, and the
+leaderboard across them (:mod:`spmlkit.experiments.leaderboard`) into ``<out>/``, each data set
+named with its own observation and validation labels. There, every method's hyperparameters come
+from one source on every data set (the recipes' defaults unless ``hparams_from`` names a data
+set's presets), and the references that see more labels than the methods compared are shown
+beside the ranks, not ranked (docs/leaderboard.md).
+
+A selection on the edge of its lr grid is marked in every table, and ``extend_lrs`` widens the
+grid there (:func:`widen_lr_grids`; docs/benchmark.md, "Learning rates on the edge").
 """
 
 from __future__ import annotations
@@ -42,17 +47,21 @@ from ..methods import METHODS, get_method
 from ..output_dir import MARKER
 from ..protocol import Observation
 from . import report
-from .benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS
+from .benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS, MAX_EXTEND_LRS
 from .benchmark_hold import WAIT_SECONDS, grid_digest, sweep_until_none_held
+from .lr_grid import EDGES, edge_note, lr_position, step_beyond
 from .leaderboard import Leaderboard, build_leaderboard, scores_from_tables, spread_from_tables, write_leaderboard
 from .presets import PRESETS, RECIPE_DEFAULTS, check_hparams_from
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
-from .sweep.spec import first_repeated, repeat_words
+from .sweep.run import finished_ids
+from .sweep.spec import first_repeated, grid_size, repeat_words
 
 __all__ = ["BenchmarkSpec", "run_benchmark", "run_benchmarks", "summarize", "write_outputs", "write_suite_outputs",
            "dataset_folders", "grid_of", "labels_measured", "measured_on", "one_source", "hyperparameter_source",
-           "reference_methods", "default_methods", "gap_note", "table_title", "DEFAULT_LRS", "DEFAULT_SEEDS"]
+           "reference_methods", "default_methods", "gap_note", "table_title", "widen_lr_grids", "lr_edge_note",
+           "labels_words", "selection_lines", "suite_sweeps", "combined", "DEFAULT_LRS", "DEFAULT_SEEDS",
+           "MAX_EXTEND_LRS"]
 
 STORE_NAME = "results.db"
 #: what a benchmark of several data sets keeps in ``<out>`` itself beside the data sets' folders
@@ -75,8 +84,8 @@ class BenchmarkSpec:
     """
 
     dataset: str = "yeast"
-    #: None: every registered method that has a meaning on the data set (:func:`default_methods`, read
-    #: when the spec is made, so a plug-in's methods are in it)
+    #: None: spmlkit's methods and those of ``plugins`` that have a meaning on the data set
+    #: (:func:`default_methods`, read when the spec is made)
     methods: tuple[str, ...] | None = None
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     lrs: tuple[float, ...] = DEFAULT_LRS
@@ -100,6 +109,11 @@ class BenchmarkSpec:
     #: plug-ins (.py files relative to the working folder, module names) whose methods or datasets it
     #: names (docs/plugins.md); loaded here and in every worker
     plugins: tuple[str, ...] = ()
+    #: whether :func:`widen_lr_grids` adds lrs beyond an edge of ``lrs`` where a method's selection
+    #: lies on it, at most :data:`MAX_EXTEND_LRS` per method (docs/benchmark.md, "Learning rates on the edge")
+    extend_lrs: bool = False
+    #: the lrs beyond ``lrs`` that :func:`widen_lr_grids` added, per method (filled by it, not by hand)
+    extra_lrs: dict[str, tuple[float, ...]] | None = None
 
     def __post_init__(self) -> None:
         from ..plugins import is_file_reference, load_plugins
@@ -109,7 +123,7 @@ class BenchmarkSpec:
                              for ref in self.plugins)
         load_plugins(self.plugins)
         if self.methods is None:
-            self.methods = default_methods([self.dataset])
+            self.methods = default_methods([self.dataset], self.plugins)
         if not self.seeds or not self.lrs or not self.methods:
             raise ValueError("a benchmark needs at least one method, one seed and one lr")
         for axis in ("methods", "seeds", "lrs"):  # one grid point twice: docs/sweep-files.md
@@ -121,6 +135,13 @@ class BenchmarkSpec:
         if self.observation is not None:
             Observation.parse(self.observation)
         check_hparams_from(self.hparams_from)
+        if self.extend_lrs and len(self.lrs) < 2:
+            raise ValueError(f"--extend-lrs widens the lr grid by the ratio of its lrs; give at least two --lrs "
+                             f"(got {', '.join(f'{lr:g}' for lr in self.lrs)})")
+
+    def lr_grid(self, method: str) -> tuple[float, ...]:
+        """The lrs ``method`` is trained with: ``lrs`` and those :func:`widen_lr_grids` added, ascending."""
+        return tuple(sorted({*map(float, self.lrs), *(self.extra_lrs or {}).get(method, ())}))
 
     @property
     def observation_used(self) -> str:
@@ -151,15 +172,44 @@ class BenchmarkSpec:
                          weight_decays=None if self.weight_decays is None else list(self.weight_decays))
 
 
-def default_methods(datasets: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """Every registered method (built-in or a plug-in's) that has a meaning on each of ``datasets``:
-    a method that learns from image augmentations or activation maps (``Method.on_features``) is
-    left out when any of them is a feature set, where every run of it would be refused
+    def sweeps(self, store: str | Path) -> list[SweepSpec]:
+        """Every run of the benchmark as sweeps: :meth:`sweep`'s grid, then one sweep per lr that
+        :func:`widen_lr_grids` added, of the methods it was added for. A run's id depends on its
+        settings only, so these are the runs a grid naming that lr would train."""
+        added: dict[float, list[str]] = {}
+        for method in self.methods:
+            for lr in (self.extra_lrs or {}).get(method, ()):
+                added.setdefault(lr, []).append(method)
+        return [self.sweep(store), *(self._extra_sweep(store, methods, lr) for lr, methods in added.items())]
+
+    def _extra_sweep(self, store: str | Path, methods: Sequence[str], lr: float) -> SweepSpec:
+        """The runs of ``methods`` at the added ``lr``: the grid's own settings, one lr, those methods."""
+        base = self.sweep(store)
+        return replace(base, methods=list(methods), lrs=[lr],
+                       hparams={m: grid for m, grid in base.hparams.items() if m in methods})
+
+
+def default_methods(datasets: list[str] | tuple[str, ...], plugins: Sequence[str] = (), *,
+                    installed: bool = False) -> tuple[str, ...]:
+    """The methods a benchmark of ``datasets`` runs when none are named: spmlkit's own, and the
+    methods of the plug-ins the user named for it (``plugins``: ``--plugin``, a config file's,
+    ``$SPMLKIT_PLUGINS``); with ``installed``, those of installed packages' plug-ins (entry
+    points) too. An installed package's plug-in is loaded by every command, so without this rule
+    it would join every benchmark of the machine without anyone asking (docs/plugins.md, "Which
+    methods a benchmark runs").
+
+    A method that learns from image augmentations or activation maps (``Method.on_features``) is
+    left out when any of the data sets is a feature set, where every run of it would be refused
     (docs/methods.md, "Two views of each image"); a benchmark of images includes it."""
     from ..data.registry import is_feature_dataset
+    from ..names import BUILTIN
+    from ..plugins import load_plugins, loaded_plugins
 
+    origins = {BUILTIN, *(plugin.module for plugin in load_plugins(plugins))}
+    if installed:
+        origins.update(plugin.module for plugin in loaded_plugins() if plugin.kind == "entry point")
     features = any(is_feature_dataset(d) for d in datasets)
-    return tuple(m for m in METHODS if not (features and not METHODS[m].on_features.trains))
+    return tuple(m for m in METHODS if METHODS.origin(m) in origins and not (features and not METHODS[m].on_features.trains))
 
 
 def labels_measured(spec: BenchmarkSpec) -> dict[str, str | None]:
@@ -189,23 +239,106 @@ def run_benchmark(spec: BenchmarkSpec, out_dir: str | Path, *, jobs: int = 1, re
     """Run every unfinished (method, lr, seed) of ``spec`` into ``<out_dir>/results.db``; a run
     recorded as failed counts as finished unless ``retry_failed`` (as in a sweep). Runs another
     live sweep holds are waited for (:func:`~spmlkit.experiments.benchmark_hold.sweep_until_none_held`),
-    so the tables written next hold every run of the grid."""
+    so the tables written next hold every run of the grid. The lrs ``extend_lrs`` may add are
+    :func:`widen_lr_grids`'s, called next."""
     store = Path(out_dir) / STORE_NAME
-    return sweep_until_none_held(
-        lambda first: run_sweep(spec.sweep(store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
-                                on_start=on_start if first else None),
-        on_wait, wait_seconds)
+    return _run_sweeps(spec.sweeps(store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
+                       on_start=on_start, on_wait=on_wait, wait_seconds=wait_seconds)
+
+
+def _run_sweeps(sweeps: Sequence[SweepSpec], *, jobs: int, retry_failed: bool,
+                on_result: Callable[[dict[str, Any]], None] | None, on_start: Callable[[int, int], None] | None,
+                on_wait: Callable[[int], None] | None, wait_seconds: float) -> SweepResult:
+    """Run ``sweeps`` (of one store, disjoint grids) one after the other as one benchmark: ``on_start``
+    hears once, as the first starts, of all their runs and how many of them the store holds finished."""
+    def start(total: int, done: int) -> None:
+        if on_start is None:
+            return
+        later = sweeps[1:]
+        store = ResultsStore(sweeps[0].store) if later else None
+        on_start(total + sum(grid_size(s) for s in later),
+                 done + sum(len(finished_ids(s, store, retry_failed)) for s in later))
+
+    results = [sweep_until_none_held(
+        lambda first, sweep=sweep, i=i: run_sweep(sweep, jobs=jobs, retry_failed=retry_failed, on_result=on_result,
+                                                  on_start=start if first and i == 0 else None),
+        on_wait, wait_seconds) for i, sweep in enumerate(sweeps)]
+    return combined(results)
+
+
+def combined(results: Sequence[SweepResult]) -> SweepResult:
+    """The runs of several sweeps (or benchmark steps) of one store, counted as one."""
+    return replace(results[0], total=sum(r.total for r in results), skipped=sum(r.skipped for r in results),
+                   ran=sum(r.ran for r in results), failed=sum(r.failed for r in results), held=0,
+                   failed_before=sum(r.failed_before for r in results))
+
+
+def widen_lr_grids(specs: Sequence[BenchmarkSpec], out_dir: str | Path, *, jobs: int = 1, retry_failed: bool = False,
+                   on_result: Callable[[dict[str, Any]], None] | None = None,
+                   on_extend: Callable[[str, dict[str, float], int, int], None] | None = None,
+                   on_wait: Callable[[int], None] | None = None, wait_seconds: float = WAIT_SECONDS
+                   ) -> tuple[list[BenchmarkSpec], SweepResult | None]:
+    """Widen the lr grid of each method whose lr, selected on validation, lies on an edge of the lrs it
+    tried, for every spec with ``extend_lrs``: the next lr beyond that edge
+    (:func:`~spmlkit.experiments.lr_grid.step_beyond`), its runs trained into ``<out_dir>/results.db``,
+    and the selection made again, until every selection is inside its grid or a method has
+    :data:`MAX_EXTEND_LRS` lrs added (docs/benchmark.md, "Learning rates on the edge"). Runs the
+    store holds are reused, so the same benchmark again trains nothing; the grids widen by the
+    same steps, since the selections are those of the same runs.
+
+    ``on_extend(dataset, {method: lr added}, runs, finished)`` hears of each step before its runs train
+    (``finished``: how many of them the store holds already).
+    Returns the specs with the lrs added (:attr:`BenchmarkSpec.extra_lrs`) and what the added runs
+    did (None when no lr was added)."""
+    store = Path(out_dir) / STORE_NAME
+    specs = list(specs)
+    results: list[SweepResult] = []
+    for _ in range(MAX_EXTEND_LRS):
+        widened = False
+        for i, spec in enumerate(specs):
+            steps = _steps_beyond(spec, store) if spec.extend_lrs else {}
+            if not steps:
+                continue
+            extra = dict(spec.extra_lrs or {})
+            for method, lr in steps.items():
+                extra[method] = (*extra.get(method, ()), lr)
+            specs[i] = spec = replace(spec, extra_lrs=extra)
+            sweeps = [spec._extra_sweep(store, [m for m, added in steps.items() if added == lr], lr)
+                      for lr in dict.fromkeys(steps.values())]
+            if on_extend is not None:
+                done = sum(len(finished_ids(s, ResultsStore(store), retry_failed)) for s in sweeps)
+                on_extend(spec.dataset, steps, sum(grid_size(s) for s in sweeps), done)
+            results.append(_run_sweeps(sweeps, jobs=jobs, retry_failed=retry_failed, on_result=on_result,
+                                       on_start=None, on_wait=on_wait, wait_seconds=wait_seconds))
+            widened = True
+        if not widened:
+            break
+    return specs, combined(results) if results else None
+
+
+def _steps_beyond(spec: BenchmarkSpec, store: Path) -> dict[str, float]:
+    """The next lr of each method of ``spec`` whose selection lies on an edge of its grid; none for a
+    method whose runs finished none."""
+    runs = benchmark_runs(spec, store)
+    if runs.empty or not (runs["status"] == "ok").any():
+        return {}
+    rows, _ = summarize(runs, spec.methods)
+    return {r["method"]: step_beyond(spec.lrs, spec.lr_grid(r["method"]), r["lr_position"])
+            for r in rows if r["lr_position"] in EDGES}
 
 
 def grid_of(specs: Sequence[BenchmarkSpec], store: str | Path) -> str:
     """The digest of the runs of ``specs`` (:func:`~spmlkit.experiments.benchmark_hold.grid_digest`): two
-    benchmarks of one grid share an output folder, two of different grids do not at once."""
-    return grid_digest(r["run_id"] for spec in specs for r in expand(spec.sweep(store)))
+    benchmarks of one grid share an output folder, two of different grids do not at once. A grid
+    ``--extend-lrs`` may widen is another grid than the same one fixed: their tables differ."""
+    widens = ["--extend-lrs"] if any(spec.extend_lrs for spec in specs) else []
+    return grid_digest([*(r["run_id"] for spec in specs for sweep in spec.sweeps(store) for r in expand(sweep)),
+                        *widens])
 
 
 def benchmark_runs(spec: BenchmarkSpec, store: str | Path) -> pd.DataFrame:
-    """The store's records of exactly this benchmark's grid."""
-    ids = {r["run_id"] for r in expand(spec.sweep(store))}
+    """The store's records of exactly this benchmark's grid (with the lrs :func:`widen_lr_grids` added)."""
+    ids = {r["run_id"] for sweep in spec.sweeps(store) for r in expand(sweep)}
     df = ResultsStore(store).to_dataframe()
     return df[df["run_id"].isin(ids)] if not df.empty else df
 
@@ -215,13 +348,16 @@ def summarize(runs: pd.DataFrame, methods: tuple[str, ...] | None = None) -> tup
 
     Returns the table rows (one per method, in ``methods`` order, mAP in percent, with
     ``gap_closed`` where both references bce and an are present and BCE − AN is larger than
-    noise, :func:`gap_note` says why not otherwise) and the selection frame.
+    noise, :func:`gap_note` says why not otherwise; ``lr_position``, where the selected lr lies
+    among the lrs the method's runs tried, failed ones too: :func:`~spmlkit.experiments.lr_grid.
+    lr_position`) and the selection frame.
     """
     ok = runs[runs["status"] == "ok"] if not runs.empty else runs
     if ok.empty:
         raise ValueError("no run of the benchmark finished; nothing to report (see the failures above)")
     agg = report.select_and_aggregate(ok, by=("dataset", "observation", "method"))
     epochs = dict(zip(ok["run_id"], ok["best_epoch"]))
+    tried = runs.groupby("method")["lr"].agg(lambda lrs: tuple(lrs)).to_dict()
     by_method = {r["method"]: r for r in agg.to_dict("records")}
     order = [m for m in (methods or by_method) if m in by_method]
     rows = []
@@ -229,7 +365,8 @@ def summarize(runs: pd.DataFrame, methods: tuple[str, ...] | None = None) -> tup
         r = by_method[m]
         rows.append({
             "method": m, "description": METHODS[m].description if m in METHODS else "", "lr": float(r["lr"]),
-            "seeds": int(r["n_seeds"]), "val_map": float(r["select_mean"]), "test_map": float(r["mean"]),
+            "lr_position": lr_position(r["lr"], tried[m]), "seeds": int(r["n_seeds"]),
+            "val_map": float(r["select_mean"]), "test_map": float(r["mean"]),
             "test_map_std": float(r["std"]), "best_epoch": float(np.mean([epochs[i] for i in r["run_ids"]])),
             **({"weight_decay": float(r["weight_decay"])} if "weight_decay" in r else {}),  # a --weight-decays grid's
         })
@@ -297,13 +434,19 @@ def write_outputs(out_dir: str | Path, spec: BenchmarkSpec, runs: pd.DataFrame, 
     atomic_write_text(paths["table"], pd.DataFrame(rows).to_csv(index=False))
     table = report.paper_table(agg)
     hyper = hyperparameter_source(spec, datasets)
-    notes = [hyper, *table.attrs["notes"]]
+    below = [*table.attrs["notes"], *filter(None, [lr_edge_note(spec, rows)])]
     atomic_write_text(paths["markdown"], f"**{table_title(spec)}**\n\n" + report.to_markdown(table)
-                      + "".join(f"\n{note}\n" for note in notes))
+                      + "".join(f"\n{note}\n" for note in [hyper, *below]))
     atomic_write_json(paths["json"], {"spec": {**asdict(spec), "observation": spec.observation_used,
                                                "val_variant": spec.val_used},
-                                      "hyperparameters": hyper, "notes": table.attrs["notes"], "table": rows})
+                                      "hyperparameters": hyper, "notes": below, "table": rows})
     return paths
+
+
+def lr_edge_note(spec: BenchmarkSpec, rows: Sequence[dict[str, Any]]) -> str | None:
+    """The line under a table whose methods selected an lr on an edge of their grid
+    (:func:`~spmlkit.experiments.lr_grid.edge_note`); None when none did."""
+    return edge_note(rows, widened=MAX_EXTEND_LRS if spec.extend_lrs else 0)
 
 
 def table_title(spec: BenchmarkSpec) -> str:
@@ -372,34 +515,70 @@ def reference_methods(spec: BenchmarkSpec) -> tuple[str, ...]:
     return tuple(m for m in spec.methods if m in METHODS and METHODS[m].sees_more_labels)
 
 
-def suite_sweep(specs: Sequence[BenchmarkSpec], store: str | Path) -> SweepSpec:
-    """One sweep over the data sets of ``specs``, which must differ in nothing but the data set.
+def suite_sweeps(specs: Sequence[BenchmarkSpec], store: str | Path) -> list[SweepSpec]:
+    """The sweeps of the data sets of ``specs``, which must differ in nothing but the data set and
+    its methods (a user's own data runs without the references, which need full labels): one
+    sweep over the data sets of each list of methods, so that workers move on to the next data
+    set's runs without waiting; then the lrs :func:`widen_lr_grids` added, data set by data set.
 
     Run ids leave the sweep's name out, so a data set's runs here are the runs of its own
     one-data-set benchmark with the same ``hparams_from``: either finds the other's finished runs
     in a shared store.
     """
     first = specs[0]
-    for s in specs[1:]:
-        if replace(s, dataset=first.dataset) != first:
+    groups: dict[tuple[str, ...], list[BenchmarkSpec]] = {}
+    for s in specs:
+        if replace(s, dataset=first.dataset, methods=first.methods, extra_lrs=first.extra_lrs) != first:
             raise ValueError(f"the benchmarks of {first.dataset} and {s.dataset} differ in more than their data set")
-    return replace(first.sweep(store), name="benchmark-suite", datasets=[s.dataset for s in specs])
+        groups.setdefault(tuple(s.methods), []).append(s)
+    together = [replace(group[0].sweep(store), name="benchmark-suite", datasets=[s.dataset for s in group])
+                for group in groups.values()]
+    return together + [sweep for s in specs for sweep in s.sweeps(store)[1:]]
 
 
 def run_benchmarks(specs: Sequence[BenchmarkSpec], out_dir: str | Path, *, jobs: int = 1, retry_failed: bool = False,
                    on_result: Callable[[dict[str, Any]], None] | None = None,
                    on_start: Callable[[int, int], None] | None = None,
                    on_wait: Callable[[int], None] | None = None, wait_seconds: float = WAIT_SECONDS) -> SweepResult:
-    """Run every unfinished (data set, method, lr, seed) of ``specs`` into ``<out_dir>/results.db``,
-    as one sweep: workers move on to the next data set's runs without waiting for a table.
-    Hyperparameters come from one source across the data sets (:func:`one_source`)."""
+    """Run every unfinished (data set, method, lr, seed) of ``specs`` into ``<out_dir>/results.db``
+    (:func:`suite_sweeps`). Hyperparameters come from one source across the data sets
+    (:func:`one_source`)."""
     specs = one_source(specs)
     dataset_folders([s.dataset for s in specs], out_dir)  # a clash is refused before any run
-    store = Path(out_dir) / STORE_NAME
-    return sweep_until_none_held(
-        lambda first: run_sweep(suite_sweep(specs, store), jobs=jobs, retry_failed=retry_failed, on_result=on_result,
-                                on_start=on_start if first else None),
-        on_wait, wait_seconds)
+    return _run_sweeps(suite_sweeps(specs, Path(out_dir) / STORE_NAME), jobs=jobs, retry_failed=retry_failed,
+                       on_result=on_result, on_start=on_start, on_wait=on_wait, wait_seconds=wait_seconds)
+
+
+def labels_words(specs: Sequence[BenchmarkSpec]) -> str:
+    """The observation of the data sets of ``specs``, in the words of a leaderboard's title:
+    ``yeast, emotions (single_positive)`` when they share one, else each data set with its own,
+    ``yeast (single_positive), mytable (given)``."""
+    if len({s.observation_used for s in specs}) == 1:
+        return f"{', '.join(s.dataset for s in specs)} ({specs[0].observation_used})"
+    return ", ".join(f"{s.dataset} ({s.observation_used})" for s in specs)
+
+
+def selection_lines(specs: Sequence[BenchmarkSpec]) -> list[str]:
+    """How each data set of a leaderboard was trained and selected (:func:`measured_on`), one sentence
+    for the data sets that share it, and where the references ran when some data sets lack them
+    (data of one's own, whose labels are observed ones only, cannot train them)."""
+    from ..data.registry import labels_held
+
+    by_words: dict[str, list[str]] = {}
+    for s in specs:
+        trained = ("its own labels (given)" if s.observation_used == "given"
+                   else f"the {s.observation_used} observation of its full labels")
+        by_words.setdefault(f"trained on {trained}, {measured_on(s)}", []).append(s.dataset)
+    lines = [f"{', '.join(datasets)}: {words}." for words, datasets in by_words.items()]
+    references = dict.fromkeys(m for s in specs for m in reference_methods(s))
+    without = [s.dataset for s in specs if not set(references) <= set(s.methods)]
+    if references and without:
+        ran = ", ".join(s.dataset for s in specs if s.dataset not in without)
+        own = [d for d in without if labels_held(d).labels == "observed"]
+        why = (f"{', '.join(own)} {'has' if len(own) == 1 else 'have'} no full labels to train them on"
+               if own == without else f"{', '.join(without)} did not name them")
+        lines.append(f"The references {', '.join(references)} ran on {ran} only: {why}.")
+    return lines
 
 
 def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], store: str | Path, *,
@@ -430,10 +609,10 @@ def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], sto
     ranked = {dataset: rows for dataset, rows in tables.items() if dataset not in failed}
     if not ranked:
         raise ValueError("no data set has finished runs with a test mAP; nothing to rank (see the failures above)")
-    references = () if rank_references else reference_methods(specs[0])
+    references = () if rank_references else tuple(dict.fromkeys(m for s in specs for m in reference_methods(s)))
     board = build_leaderboard(scores_from_tables(ranked), references=references, spread=spread_from_tables(ranked))
     board.left_out.update(failed)
-    board.setup.append(hyperparameter_source(specs[0], datasets))
+    board.setup += [*selection_lines(specs), hyperparameter_source(specs[0], datasets)]
     board.notes += [f"warning: {dataset} holds {warning}" for dataset in datasets
                     for warning in [feature_dir_warning(dataset)] if warning]
     return tables, board, write_leaderboard(out_dir, board, title=title)

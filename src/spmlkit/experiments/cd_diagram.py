@@ -1,9 +1,12 @@
 """The critical-difference diagram of a leaderboard (docs/leaderboard.md, "The diagram").
 
-The rank axis runs from 1 (best) to k; every method hangs from its average rank, its name
-and rank written on the side its rank is nearer to; a thick bar joins methods that the Nemenyi
-test cannot tell apart at the leaderboard's alpha, and the critical difference is drawn to
-scale above the axis. Methods with the same average rank would hang from one dot, the last
+The rank axis runs from 1 (best) to k; every method hangs from its average rank in its colour of
+every figure (:func:`~spmlkit.experiments.method_colors.method_color`), its name and rank
+written on the side its rank is nearer to; a thick bar joins methods that the Nemenyi test
+cannot tell apart at the leaderboard's alpha, and the critical difference is drawn to scale
+above the axis, from rank 1: a CD longer than the axis (few data sets: with two, no two
+methods can ever differ) runs past the axis's end, which is drawn to scale beside it, and its
+label says what that means. Methods with the same average rank would hang from one dot, the last
 one drawn hiding the others: their dot is split into one slice per method, in each one's
 colour, and each label says "tied". The drawing is ``scikit_posthocs.critical_difference_diagram``'s; this
 module sizes the figure from the number of methods (so 2 and 30 methods both read at the
@@ -26,6 +29,7 @@ from matplotlib.path import Path as MarkerPath
 
 from ..io import atomic_write_bytes
 from .figure_text import finish, short_labels
+from .method_colors import method_color
 from .published import display_name
 
 __all__ = ["critical_difference_figure", "save_png", "tie_groups", "DPI", "WIDTH_INCHES"]
@@ -60,10 +64,11 @@ def critical_difference_figure(average_rank: pd.Series, p_values: pd.DataFrame, 
     fig = Figure(figsize=(WIDTH_INCHES, 3.0))
     FigureCanvasAgg(fig)
     ax = fig.add_axes((0.2, 0.05, 0.6, 0.8))  # placed by _fit once everything is drawn
+    colours = {number[m]: method_color(str(m)) for m in average_rank.index}
     drawn = sp.critical_difference_diagram(
         ranks, p_values, alpha=alpha, ax=ax, label_fmt_left="L{label}", label_fmt_right="R{label}",
         label_props={"fontsize": _FONT_SIZE}, elbow_props={"linewidth": 1},
-        crossbar_props={"linewidth": 3, "alpha": 0.7}, text_h_margin=0.02 * max(k - 1, 1))
+        crossbar_props={"linewidth": 3, "alpha": 0.7}, color_palette=colours, text_h_margin=0.02 * max(k - 1, 1))
     for text in drawn["labels"]:
         side, i = text.get_text()[0], int(text.get_text()[1:])
         rank = f"({ranks[i]:.2f})"
@@ -73,25 +78,37 @@ def critical_difference_figure(average_rank: pd.Series, p_values: pd.DataFrame, 
     # them; the figure gets a fixed height per unit, so 2 and 30 methods read at the same type size
     bottom = min(text.get_position()[1] for text in drawn["labels"]) - 0.8
     cd_y = 1.6  # above the tick labels, which sit just over the axis line at y = 0
-    top = cd_y + 0.6
+    top = cd_y + 1.2  # the CD label above its bar
     fig.set_size_inches(WIDTH_INCHES, 1.0 + _ROW_INCHES * (top - bottom))
-    # the rank axis spans every possible rank, so diagrams of the same methods compare by eye
-    ax.set_xlim(1, k)
+    # the rank axis spans every possible rank, so diagrams of the same methods compare by eye; the
+    # view reaches further where the CD bar does, with room for the dots at either end
+    cd = critical_difference
+    end = max(k, 1 + cd) if cd is not None else k
+    margin = 0.02 * (end - 1)
+    ax.set_xlim(1 - margin, end + margin)
+    ax.spines["top"].set_bounds(1, k)
     ax.set_xticks(range(1, k + 1))
     ax.tick_params(axis="x", labelsize=_FONT_SIZE - 1)
     ax.set_ylim(bottom, top)
-    cd = critical_difference
-    if cd is not None and cd <= k - 1:
-        ax.plot([1, 1 + cd], [cd_y, cd_y], color="k", linewidth=1.5)
-        for x in (1, 1 + cd):
-            ax.plot([x, x], [cd_y - 0.15, cd_y + 0.15], color="k", linewidth=1.5)
-        ax.text(1 + cd + 0.02 * (k - 1), cd_y, f"CD = {cd:.2f}", va="center", ha="left", fontsize=_FONT_SIZE)
-    elif cd is not None:  # wider than the whole axis: no two methods can differ
-        ax.text(1, cd_y, f"CD = {cd:.2f} (wider than the rank axis)", va="center", ha="left", fontsize=_FONT_SIZE)
+    if cd is not None:
+        _cd_bar(ax, cd, k, cd_y)
     ax.set_title(title, fontsize=_FONT_SIZE + 1)
     finish(fig)  # right-to-left names in reading order before the texts are measured
     _fit(fig, ax)
     return fig
+
+
+def _cd_bar(ax: Any, cd: float, k: int, y: float) -> None:
+    """The critical difference to scale, from rank 1 to rank 1 + ``cd`` at height ``y``, with end
+    ticks and its value; where it is longer than the rank axis (1 to ``k``), the label says that
+    no two methods can differ, since no two average ranks are further apart than k - 1."""
+    ax.plot([1, 1 + cd], [y, y], color="k", linewidth=1.5)
+    for x in (1, 1 + cd):
+        ax.plot([x, x], [y - 0.15, y + 0.15], color="k", linewidth=1.5)
+    text = f"CD = {cd:.2f}"
+    if cd > k - 1:
+        text += f", longer than the rank axis (1 to {k}): no two methods can differ"
+    ax.text(1, y + 0.35, text, va="bottom", ha="left", fontsize=_FONT_SIZE)
 
 
 #: average ranks closer than this are one rank (means of half-integers over a few data sets are

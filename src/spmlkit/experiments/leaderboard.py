@@ -296,13 +296,13 @@ def to_markdown(board: Leaderboard, *, figure: str | None = None, title: str | N
 
 def _diagram_title(board: Leaderboard) -> str:
     head = f"Average rank over {len(board.ranks)} data sets (1 = best)"
+    bars = f"bars: no Nemenyi difference at alpha = {board.alpha:g}"
     f = board.friedman
     if f is None and any("ties" in note for note in board.notes):
         return f"{head}\nno Friedman test: every method ties with every other on every data set"
     if f is None:
-        return f"{head}\nno Friedman test (fewer than {MIN_FOR_FRIEDMAN} methods or data sets)"
-    return (f"{head}\nFriedman chi² = {f.statistic:.2f}, p = {f.pvalue:.2g}; bars: no Nemenyi difference at "
-            f"alpha = {board.alpha:g}")
+        return f"{head}\nno Friedman test (fewer than {MIN_FOR_FRIEDMAN} methods or data sets); {bars}"
+    return f"{head}\nFriedman chi² = {f.statistic:.2f}, p = {f.pvalue:.2g}; {bars}"
 
 
 def diagram(board: Leaderboard) -> Figure:

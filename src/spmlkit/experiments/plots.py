@@ -25,8 +25,6 @@ figure the records cannot feed raises :class:`NothingToPlot`, which
 
 from __future__ import annotations
 
-import colorsys
-import hashlib
 import io
 import math
 import os
@@ -47,6 +45,7 @@ from ..file_names import UniqueNames
 from ..io import atomic_write_bytes
 from .figure_layout import DPI, LINE_STYLES, bottom_panels, grid_shape, method_groups, new_figure, panel_grid
 from . import figure_text
+from .method_colors import METHOD_COLORS, method_color
 from .published import DATASET_LABELS, METHOD_LABELS, display_name
 from .report import select_and_aggregate
 
@@ -65,45 +64,6 @@ __all__ = [
 ]
 
 Record = dict[str, Any]
-
-#: fixed colours of the spmlkit methods (references dark/grey, families share a hue)
-METHOD_COLORS: dict[str, str] = {
-    "bce": "#000000",  # full labels: black
-    "iun": "#525252",
-    "an": "#969696",  # AN: grey
-    "wan": "#bdbdbd",
-    "dw": "#8c6d31",
-    "l1r": "#bd9e39",
-    "l2r": "#e7ba52",
-    "an_ls": "#9e9ac8",
-    "n_ls": "#6a51a3",
-    "epr": "#e7969c",
-    "entmin": "#17becf",
-    "focal": "#ff7f0e",
-    "asl": "#ffbb78",
-    "hill": "#8c564b",
-    "splc": "#c49c94",
-    "role": "#2ca02c",  # ROLE: greens
-    "role_li": "#98df8a",
-    "ll_r": "#e6550d",  # large loss: oranges
-    "ll_ct": "#fd8d3c",
-    "ll_cp": "#a63603",
-    "em": "#1f77b4",  # EM: blue
-    "em_apl": "#08306b",  # EM+APL: dark blue
-    "zlpr": "#bcbd22",
-    "opml": "#9467bd",  # OPML: purples
-    "opml_sp": "#54278f",
-    "gr": "#d62728",  # GR: red
-    "pu_mlc": "#e377c2",
-    "crisp": "#7b4173",  # CRISP: plum
-    "smile": "#637939",  # SMILE: olive
-    "plc": "#3182bd",  # LAC's stages: steel blues
-    "lac": "#6baed6",
-    "boostlu_ll_r": "#1b9e77",  # BoostLU + large loss: teals
-    "boostlu_ll_ct": "#66c2a5",
-    "boostlu_ll_cp": "#00574a",
-    "mime": "#393b79",  # MIME: indigo
-}
 
 _POS_STYLE = {"alpha": 0.45}
 _NEG_COLOR = "#636363"
@@ -125,17 +85,6 @@ class NothingToPlot(ValueError):
     training rows' full labels), no swept
     hyperparameter. :func:`make_all_figures` skips the figure with a one-line note; a direct
     call gets the error, whose message says what the figure needs."""
-
-
-def method_color(name: str) -> str:
-    """The colour of a method in every figure: fixed for spmlkit's methods, otherwise
-    derived from an MD5 of the name (Python's ``hash`` is salted per process, MD5 is the
-    same everywhere), with saturation and value kept in a readable range."""
-    if name in METHOD_COLORS:
-        return METHOD_COLORS[name]
-    h = hashlib.md5(name.encode("utf-8")).digest()
-    r, g, b = colorsys.hsv_to_rgb(h[0] / 255.0, 0.55 + 0.35 * h[1] / 255.0, 0.55 + 0.35 * h[2] / 255.0)
-    return "#{:02x}{:02x}{:02x}".format(round(r * 255), round(g * 255), round(b * 255))
 
 
 def _shown(method: str) -> str:
@@ -660,10 +609,20 @@ def plot_pseudo_labels(records: Sequence[Record]) -> Figure:
     context = _context(ok)
     methods = _ordered_methods(set(acc["method"]) | set(count["method"]))
     panels = [
-        _EpochPanel(acc, 100.0, "Pseudo-label accuracy", "accuracy of pseudo-labels (%)"),
-        _EpochPanel(count, 1.0, "Pseudo-labels in the label state", "number of pseudo-labels"),
+        *([_EpochPanel(acc, 100.0, "Pseudo-label accuracy", "accuracy of pseudo-labels (%)")] if not acc.empty else []),
+        *([_EpochPanel(count, 1.0, "Pseudo-labels in the label state", "number of pseudo-labels")]
+          if not count.empty else []),
     ]
-    return _epoch_figure(methods, panels, f"Pseudo-labels during training ({context})")
+    title = f"Pseudo-labels during training ({context})"
+    if acc.empty:  # an empty panel on a 0-1 axis labelled % would read as a measurement
+        title += "\n" + _NO_ACCURACY[all(not r.get("analysis") for r in ok)]
+    return _epoch_figure(methods, panels, title)
+
+
+#: why a pseudo-label figure has no accuracy panel: [whether the runs have no full training labels]
+_NO_ACCURACY = {True: "no accuracy shown: it is measured against the training rows' full labels, which data of your "
+                      "own does not have",
+                False: "no accuracy shown: no run recorded one"}
 
 
 def plot_training_curves(records: Sequence[Record]) -> Figure:
@@ -678,14 +637,25 @@ def plot_training_curves(records: Sequence[Record]) -> Figure:
     ok = [r for r in records if r.get("status", "ok") == "ok" and r.get("history")]
     _require(ok, "a history", "pass finished records")
     context = _context(ok)
+    labels = _val_labels(ok)
     panels = [
         _EpochPanel(_history_frame(ok, "observed_pos_loss"), 1.0, "Loss on observed positives (training set)",
                     "-log p on observed positives (nats)"),
-        _EpochPanel(_history_frame(ok, "val_map"), 100.0, "Validation mAP", "validation mAP (%)"),
+        _EpochPanel(_history_frame(ok, "val_map"), 100.0, f"Validation mAP{f' ({labels})' if labels else ''}",
+                    f"validation mAP{f' on {labels}' if labels else ''} (%)"),
     ]
     if all(p.frame.empty for p in panels):
         raise NothingToPlot("no run history has observed_pos_loss or val_map")
     return _epoch_figure(_ordered_methods(r["method"] for r in ok), panels, f"Training curves ({context})")
+
+
+def _val_labels(records: Sequence[Record]) -> str:
+    """Which labels the runs' validation mAP is measured on, in a title's words: ``observed labels``
+    (a user's own data, or ``--val observed``: every unobserved positive counts as a negative, so
+    the numbers are lower than on full labels and not comparable with them), ``full labels``, both
+    when runs differ, or nothing for records that do not say."""
+    kinds = sorted({str(r["val_map_labels"]) for r in records if r.get("val_map_labels") in ("full", "observed")})
+    return " or ".join(kinds) + " labels" if kinds else ""
 
 
 def _param_column(df: pd.DataFrame, param: str) -> str:

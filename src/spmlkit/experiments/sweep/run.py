@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .executor import Executor
     from .ray_backend import RayOptions
 
-__all__ = ["run_sweep", "SweepResult", "SweepTerminated", "sigterm_stops_sweep"]
+__all__ = ["run_sweep", "SweepResult", "SweepTerminated", "finished_ids", "sigterm_stops_sweep"]
 
 
 @dataclass
@@ -137,9 +137,9 @@ def run_sweep(
         store.check()  # a damaged store is one line now, not after hours of runs it cannot record
         started_at = now()
         total = grid_size(spec)
-        finished = _finished_ids(spec, store, retry_failed)
+        finished = finished_ids(spec, store, retry_failed)
         already = len(finished)
-        failed_before = 0 if retry_failed else len(finished - _finished_ids(spec, store, True))
+        failed_before = 0 if retry_failed else len(finished - finished_ids(spec, store, True))
         if on_start:
             on_start(total, already)
         if not executor.starts_in_background:
@@ -171,7 +171,7 @@ def _check_settings(spec: SweepSpec) -> None:
             run_config(run)  # its labels too: a mistake that would fail every run of a grid is said here, once
 
 
-def _finished_ids(spec: SweepSpec, store: ResultsStore, retry_failed: bool) -> set[str]:
+def finished_ids(spec: SweepSpec, store: ResultsStore, retry_failed: bool) -> set[str]:
     """The ids of the grid's runs that ``store`` holds as finished (``ok``; ``failed`` too
     unless they are to be retried): read from the store's finished records, so it costs the
     store's size, never the grid's (docs/architecture.md, "Grids of any size")."""
