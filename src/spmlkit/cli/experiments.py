@@ -127,7 +127,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--no-figures", action="store_true", help="tables only (default: tables and figures)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into --out even where it holds files of the report's names that spmlkit did not write")
-    p.set_defaults(func=run_report)
+    p.set_defaults(func=run_report, plugins_optional=True)  # a store's numbers need no plug-in
 
     p = sub.add_parser("presets", help="list the presets and the published numbers they target")
     p.add_argument("--dataset", help="only presets of this dataset (default: all)")
