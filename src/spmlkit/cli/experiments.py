@@ -253,7 +253,7 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
     methods = tuple(args.methods) if args.methods else bm.default_methods(datasets)
     own = [d for d in datasets if labels_held(d).labels == "observed"]
     if own and not args.methods:  # nothing to compare the references with: they need the truth
-        references = [m for m in methods if get_method(m).labels != "observed"]
+        references = [m for m in methods if get_method(m).sees_more_labels]
         methods = tuple(m for m in methods if m not in references)
         notes.append(f"left out {', '.join(references)}: references that train on full labels, which "
                      f"{', '.join(own)} {'does' if len(own) == 1 else 'do'} not have (--methods names them)")

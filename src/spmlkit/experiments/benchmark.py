@@ -369,6 +369,19 @@ def reference_methods(spec: BenchmarkSpec) -> tuple[str, ...]:
     return tuple(m for m in spec.methods if m in METHODS and METHODS[m].sees_more_labels)
 
 
+def _unfinished(method: str, runs: pd.DataFrame, datasets: list[str]) -> str:
+    """Why ``method`` has no score on any of ``datasets``: how many of its runs failed there, with
+    the first one's error (its first line), or that none was recorded."""
+    mine = runs[runs["method"] == method] if not runs.empty else runs
+    where = f"on {len(datasets)} data set{'s' if len(datasets) != 1 else ''}"
+    if mine.empty:
+        return f"method without a recorded run {where}"
+    errors = [str(e).strip().splitlines()[0] for e in mine.get("error", pd.Series(dtype=object)).dropna()
+              if str(e).strip()]
+    first = f"; the first error: {errors[0]}" if errors else ""
+    return f"method none of whose {len(mine)} runs {where} finished{first}"
+
+
 def suite_sweep(specs: Sequence[BenchmarkSpec], store: str | Path) -> SweepSpec:
     """One sweep over the data sets of ``specs``, which must differ in nothing but the data set.
 
@@ -413,8 +426,9 @@ def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], sto
     folders = dataset_folders(datasets, out_dir)
     tables: dict[str, list[dict[str, Any]]] = {}
     failed: dict[str, str] = {}
+    records: dict[str, pd.DataFrame] = {}
     for spec in specs:
-        runs = benchmark_runs(spec, store)
+        runs = records[spec.dataset] = benchmark_runs(spec, store)
         if runs.empty or not (runs["status"] == "ok").any():
             failed[spec.dataset] = f"data set where none of its {len(runs)} runs finished"
             continue
@@ -428,7 +442,11 @@ def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], sto
     if not ranked:
         raise ValueError("no data set has finished runs with a test mAP; nothing to rank (see the failures above)")
     references = () if rank_references else reference_methods(specs[0])
-    board = build_leaderboard(scores_from_tables(ranked), references=references, spread=spread_from_tables(ranked))
+    board = build_leaderboard(scores_from_tables(ranked, specs[0].methods), references=references,
+                              spread=spread_from_tables(ranked))
+    every_run = pd.concat([records[d] for d in ranked if not records[d].empty] or [pd.DataFrame()])
+    for method in [m for m in board.left_out if m in specs[0].methods]:  # none of its runs finished
+        board.left_out[method] = _unfinished(method, every_run, list(ranked))
     board.left_out.update(failed)
     board.setup.append(hyperparameter_source(specs[0], datasets))
     return tables, board, write_leaderboard(out_dir, board, title=title)
