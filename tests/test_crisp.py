@@ -55,6 +55,19 @@ def test_the_risk_of_a_batch_worked_by_hand() -> None:
     assert _crisp(lam=1.0, reduction="sum")(Z, Y).item() == pytest.approx(0.8 + extra, abs=1e-15)
 
 
+def test_observed_negatives_are_no_annotation_of_a_class() -> None:
+    """r_j is the share of rows annotated with j as a positive: the same four rows with observed negatives
+    (-1) beside their positives give r = (0.75, 0.25) and the risk above; counted as annotations, the
+    negatives would make r_1 = 0.75 and class 1's weight π̂/r 2/3 instead of 2."""
+    with_negatives = np.array([[1, -1], [1, 0], [-1, 1], [1, -1]], dtype=np.int8)
+    fn = losses.create("crisp", observed=with_negatives, reduction="none").double()
+    fn.set_epoch(2, 10)
+    fn.set_class_prior(PRIOR)
+    assert fn.positive_rate.tolist() == [0.75, 0.25], "observed negatives counted in the annotated share r_j"
+    assert torch.allclose(fn(Z, Y), torch.tensor([0.375, 0.425], dtype=torch.float64), atol=1e-15, rtol=0), \
+        "observed negatives counted in the annotated share r_j"
+
+
 def test_the_gradient_of_the_risk_worked_by_hand() -> None:
     # dR/dz_bj = -(1/B)·w_j·l_bj·2·f'(z) + sign_j·(1/B)·f'(z), f' = f(1 - f): 0.1875, 0.1875 / 0.25, 0.16;
     # sign_0 = -1 (mean 0.625 < 0.75), sign_1 = +1 (mean 0.525 > 0.5)
