@@ -439,10 +439,24 @@ def test_a_reference_that_registers_nothing_is_refused_and_not_recorded(ref: str
     err = capsys.readouterr().err
     module = ref.removesuffix(".py")
     assert err.startswith(f"spmlkit train: error: plug-in {ref} registers nothing: importing {module} (")
-    assert err.endswith("added no loss, method, label algorithm or data set; give the file or module of yours "
+    assert err.endswith("added no loss, method, label algorithm, data set or run logger; give the file or module of yours "
                         "that registers them (docs/plugins.md)\n") and len(err.splitlines()) == 1
     assert all(p.module != module for p in loaded_plugins()) and not Path("r").exists()
     assert "helpers" not in sys.modules  # a file imported only to find that out is taken back out
+
+
+def test_a_plugin_that_registers_only_a_run_logger_is_a_plugin(tmp_path: Path, monkeypatch) -> None:
+    from spmlkit.plugins import load_plugins
+    from spmlkit.training import loggers
+
+    monkeypatch.setattr(loggers, "_REGISTRY", dict(loggers._REGISTRY))  # the test's logger is the test's
+    path = tmp_path / "my_logger.py"
+    path.write_text("from spmlkit.training.loggers import register_logger\n"
+                    "class Quiet:\n    def log_config(self, config): pass\n"
+                    "    def log_metrics(self, metrics, step): pass\n    def close(self): pass\n"
+                    "register_logger('quiet_for_test', lambda run_dir: Quiet())\n")
+    (plugin,) = load_plugins([str(path)])
+    assert plugin.name == "my_logger.py" and "quiet_for_test" in loggers.users_loggers()
 
 
 def test_a_package_whose_submodule_registers_is_a_plugin(tmp_path: Path, monkeypatch) -> None:

@@ -196,14 +196,18 @@ def _load(ref: str, label: str) -> Plugin:
         _forget(plugin, imported_here=plugin.module not in modules)
         what = f"{plugin.module} ({plugin.path})" if plugin.path else plugin.module
         raise InputError(f"plug-in {label} registers nothing: importing {what} added no loss, method, label "
-                         "algorithm or data set; give the file or module of yours that registers them "
+                         "algorithm, data set or run logger; give the file or module of yours that registers them "
                          "(docs/plugins.md)")
     return plugin
 
 
 def _names_of_plugins() -> int:
-    """How many names the plug-ins of this process have registered (spmlkit's own not counted)."""
-    return sum(family.origin(name) != BUILTIN for family in REGISTRY.families() for name in family)
+    """How many names the plug-ins of this process have registered (spmlkit's own not counted): in
+    the one registry, and the run loggers of :mod:`spmlkit.training.loggers` (a layer above this
+    one, so read only once something has imported it: a plug-in that registers a logger has)."""
+    loggers = sys.modules.get("spmlkit.training.loggers")
+    users_loggers = len(loggers.users_loggers()) if loggers is not None else 0
+    return users_loggers + sum(family.origin(name) != BUILTIN for family in REGISTRY.families() for name in family)
 
 
 def _registered_under(module: str) -> bool:
