@@ -344,13 +344,13 @@ def _broken(label: str, exc: BaseException, file: str | None, todo: str = "fix i
             f"{todo} (--debug shows the traceback)")
 
 
-class _HeldStream(io.TextIOBase):
+class _HeldStream:
     """A stand-in for ``sys.stderr`` while a plug-in is imported: what is written is held, and
     written on at :meth:`release`; from then on it writes straight through, so that an object
-    the plug-in kept (a logging handler made at import) still reaches the real stream."""
+    the plug-in kept (a logging handler made at import) still reaches the real stream. Anything
+    else (``encoding``, ``isatty``, ``fileno``) is the real stream's."""
 
     def __init__(self, stream: Any) -> None:
-        super().__init__()
         self._stream, self._held = stream, io.StringIO()
         self._holding = True
 
