@@ -54,6 +54,19 @@ def test_the_risk_of_a_batch_worked_by_hand() -> None:
     assert _crisp(lam=1.0, reduction="sum")(Z, Y).item() == pytest.approx(0.8 + extra, abs=1e-15)
 
 
+def test_observed_negatives_are_no_annotation_of_a_class() -> None:
+    """r_j is the share of rows annotated with j as a positive: the same four rows with observed negatives
+    (-1) beside their positives give r = (0.75, 0.25) and the risk above; counted as annotations, the
+    negatives would make r_1 = 0.75 and class 1's weight π̂/r 2/3 instead of 2."""
+    with_negatives = np.array([[1, -1], [1, 0], [-1, 1], [1, -1]], dtype=np.int8)
+    fn = losses.create("crisp", observed=with_negatives, reduction="none").double()
+    fn.set_epoch(2, 10)
+    fn.set_class_prior(PRIOR)
+    assert fn.positive_rate.tolist() == [0.75, 0.25], "observed negatives counted in the annotated share r_j"
+    assert torch.allclose(fn(Z, Y), torch.tensor([0.375, 0.425], dtype=torch.float64), atol=1e-15, rtol=0), \
+        "observed negatives counted in the annotated share r_j"
+
+
 def test_the_gradient_of_the_risk_worked_by_hand() -> None:
     # dR/dz_bj = -(1/B)·w_j·l_bj·2·f'(z) + sign_j·(1/B)·f'(z), f' = f(1 - f): 0.1875, 0.1875 / 0.25, 0.16;
     # sign_0 = -1 (mean 0.625 < 0.75), sign_1 = +1 (mean 0.525 > 0.5)
@@ -103,6 +116,28 @@ def test_bad_arguments_are_refused_with_what_to_do() -> None:
         fn.set_class_prior([0.5, 1.5])
     with pytest.raises(ValueError, match="logits have 3 classes"):
         fn(torch.zeros(2, 3), torch.zeros(2, 3))
+
+
+def test_a_warm_up_as_long_as_the_run_is_refused_before_its_first_step(tmp_path, capsys) -> None:
+    """`crisp --hparam warmup_epochs=50` with 2 epochs trained AN for both and was recorded as CRISP
+    (APL refuses the same); one epoch of the risk is the least a CRISP run is."""
+    from pathlib import Path
+
+    from spmlkit.cli import main
+    from spmlkit.errors import InputError
+
+    fn = losses.create("crisp", observed=OBSERVED, warmup_epochs=3)
+    fn.set_epoch(1, 4)  # three epochs of AN, then one of the risk
+    for epochs in (3, 2):
+        with pytest.raises(InputError, match=f"warmup_epochs=3 is not below the {epochs} epochs it trains"):
+            fn.set_epoch(1, epochs)
+    assert main(["train", "--method", "crisp", "--hparam", "warmup_epochs=50", "--epochs", "2", "--subset", "300",
+                 "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        "spmlkit train: error: loss 'crisp': warmup_epochs=50 is not below the 2 epochs it trains, so every epoch "
+        "would train AN and none CRISP's risk; set warmup_epochs below the epochs (--hparam warmup_epochs=N) or "
+        "train longer (--epochs)\n")
+    assert not Path("runs").exists()  # refused before the first step: nothing is left
 
 
 def test_a_checkpoint_carries_the_prior() -> None:

@@ -120,3 +120,28 @@ def test_predictions_that_overflow_with_finite_weights_stop_the_run_by_name(monk
         train(resolve_config({**QUICK, "method": "an", "lr": 1e-3}))
     assert str(caught.value).startswith("the run (an on yeast, seed 0) diverged in epoch 1: its predictions on its "
                                         "validation rows became nan; the likely cause is a learning rate too large")
+
+
+def test_a_weight_decay_that_takes_the_weights_past_zero_is_named_as_the_cause(capsys):
+    """`--weight-decay 1e30` (SGD): the line blamed the learning rate alone, which was the default."""
+    assert main(["train", "--dataset", "yeast", "--subset", "300", "--epochs", "2", "--method", "an", "--quiet",
+                 "--optimizer", "sgd", "--weight-decay", "1e30", "--out", "run"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "spmlkit train: error: the run (an on yeast, seed 0) diverged in epoch 1, step 3 of 4: its training loss became "
+        "nan; the likely cause is a weight decay too large for it (weight decay 1e+30 with lr 0.003: lr × weight decay "
+        "is 3e+27, and at 1 or more a step can take the weights past zero): lower --weight-decay (weight_decay: in a "
+        "config or sweep file), or check the data for extreme values")
+
+
+def test_a_weight_decay_beside_a_large_lr_is_named_beside_it_and_none_beyond_float32_is_taken(capsys):
+    with pytest.raises(RunDiverged) as caught:
+        train(resolve_config({**QUICK, "method": "an", "lr": 1e38, "weight_decay": 1e-4}))
+    assert str(caught.value).endswith(
+        "the likely cause is a learning rate or a weight decay too large for it (lr 1e+38, weight decay 0.0001): lower "
+        "--lr or --weight-decay (lr, weight_decay: in a config or sweep file), or check the data for extreme values")
+    # 1e300 cannot be a float32 weight's factor: SGD raised torch's overflow error with a traceback
+    for option in ("--weight-decay", "--lr"):
+        assert main(["train", "--optimizer", "sgd", option, "1e300", "--epochs", "1", "--out", "big"]) == 2
+        assert capsys.readouterr().err.strip().endswith(
+            f"{option.removeprefix('--').replace('-', '_')} 1e+300 is beyond the largest float32 number (3.4e+38), the "
+            "precision the weights are updated in; no run could use it: give a smaller value")

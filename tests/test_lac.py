@@ -106,6 +106,18 @@ def test_queue_writes_after_the_pointer_and_starts_over_at_the_front():
         push_queue(contents, kinds, 0, 0, torch.ones(6, 2, 1), torch.arange(6))
 
 
+def test_queue_starts_over_when_pointer_plus_n_is_its_size_exactly():
+    """4 + 2 entries in a queue of 6 reach its end exactly: the code writes them at the front, as when
+    they overrun it (`pointer + n >= size`), and what lies beyond stays."""
+    queue, kinds = torch.zeros(6, 1, 1), torch.arange(6)
+    contents, kinds, pointer, filled = push_queue(queue, kinds, 4, 4, torch.ones(2, 1, 1), torch.tensor([7, 8]))
+    assert (pointer, filled) == (2, 4), "the queue did not start over at the front when full exactly"
+    assert kinds.tolist() == [7, 8, 2, 3, 4, 5] and contents[:, 0, 0].tolist() == [1, 1, 0, 0, 0, 0]
+    # one short of the end: written after the pointer
+    _, kinds, pointer, filled = push_queue(queue, torch.arange(6), 3, 3, torch.ones(2, 1, 1), torch.tensor([7, 8]))
+    assert (pointer, filled, kinds.tolist()) == (5, 5, [0, 1, 2, 7, 8, 5])
+
+
 def test_lac_keeps_earlier_entries_as_constants_and_checkpoints_its_queue():
     torch.manual_seed(2)
     labels = torch.tensor([[1.0, 0, 0], [0, 1, 0]])
@@ -187,6 +199,41 @@ def test_sine_positions_hand_values():
          math.sin(x), math.cos(x), math.sin(x / 100), math.cos(x / 100)], abs=1e-6)
 
 
+def test_the_decoders_queries_find_the_map_by_its_positions_by_hand():
+    """One decoder layer, identity attention projections and no feed-forward: a label query ``q`` reads
+    ``softmax(q · (m_i + p_i) / √d)`` of the map's two positions, so the position encoding ``p_i`` of the
+    keys decides where it looks. With d = 4, a 1 x 2 map and ``q = (0, 0, 0, ±ln 9)``: ``p_i``'s last
+    channel is cos(x_i) = -1 and +1 (x = π, 2π), the map's last channel is 0, so the weights are
+    1/(1 + 9) and 9/(1 + 9) (and reversed for -ln 9); keys without positions would give 1/2 each."""
+    from spmlkit.models.label_query import LabelQueryHead
+
+    head = LabelQueryHead(4, 2, heads=1, encoder_layers=0, decoder_layers=1, ffn=2, dropout=0.0).eval()
+    layer = head.decoder[0]
+    with torch.no_grad():
+        layer.multihead_attn.in_proj_weight.copy_(torch.eye(4).repeat(3, 1))
+        layer.multihead_attn.in_proj_bias.zero_()
+        layer.multihead_attn.out_proj.weight.copy_(torch.eye(4))
+        layer.multihead_attn.out_proj.bias.zero_()
+        for linear in (layer.linear1, layer.linear2):
+            linear.weight.zero_()
+            linear.bias.zero_()
+        s = math.log(9.0)
+        head.queries.weight.copy_(torch.tensor([[0.0, 0.0, 0.0, s], [0.0, 0.0, 0.0, -s]]))
+    m1, m2 = torch.tensor([1.0, -1.0, 0.0, 0.0]), torch.tensor([1.0, 0.0, -1.0, 0.0])
+    fmap = torch.stack([m1, m2], dim=1).view(1, 4, 1, 2)  # [B, d, h, w]
+
+    def layer_norm(v: torch.Tensor) -> torch.Tensor:  # three LayerNorms in a row: norm2, norm3, decoder_norm
+        for _ in range(3):
+            v = (v - v.mean()) / torch.sqrt(v.var(unbiased=False) + 1e-5)
+        return v
+
+    out = head.outputs(fmap)[0]
+    for c, (a1, a2) in enumerate(((0.1, 0.9), (0.9, 0.1))):
+        expected = layer_norm(a1 * m1 + a2 * m2)
+        assert torch.allclose(out[c], expected, atol=1e-5), \
+            f"class {c}'s query did not read the map by its positions: {out[c].tolist()} != {expected.tolist()}"
+
+
 def test_label_query_net_gives_logits_and_unit_embeddings():
     torch.manual_seed(0)
     body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=4), torch.nn.ReLU())
@@ -217,6 +264,23 @@ def test_plc_on_features_is_refused_in_one_line(tmp_path):
     assert "method 'plc' has no meaning on a feature dataset ('yeast'): it learns from a weak and a strong " \
            "augmentation" in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("method", ["lac", "plc"])
+def test_a_two_view_method_on_grey_images_is_refused_in_one_line_before_training(method, capsys):
+    """`--method lac` on the digits mosaic was a 55-line traceback from a loader worker, ending in "the strong
+    view of LAC/PLC augments RGB photographs"."""
+    from pathlib import Path
+
+    from spmlkit.cli import main
+
+    args = ["train", "--method", method, "--dataset", "digits-mosaic", "--epochs", "1", "--out", "grey", "--quiet"]
+    assert main([*args, *(["--image-head", "label_query"] if method == "lac" else [])]) == 2
+    assert capsys.readouterr().err == (
+        f"spmlkit train: error: method {method!r} trains on a strong view of each image made with colour operations "
+        "(colour jitter, RandAugment, greyscale) of RGB photographs, and digits-mosaic's images are grey; choose a "
+        "method that trains on one view (`spmlkit methods`), or a data set of colour images\n")
+    assert not Path("grey").exists()
 
 
 def test_lac_brings_its_label_query_head_and_refuses_a_run_without_one():

@@ -418,3 +418,70 @@ def test_cli_refuses_a_feature_folder_named_as_a_file_the_benchmark_keeps_before
     assert err.endswith(f"the tables of data set {feats} would go to {out / 'results.db'}, which is the benchmark's "
                         "own results.db; give the feature folder another name (or a link to it)")
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- what the benchmark's runs decide
+
+#: each method's test mAP (%) on the three data sets: the references see more labels and score higher
+SUITE_SCORES = {"bce": 90.0, "iun": 80.0, "an": 50.0, "em": 55.0, "role": 52.0, "em_apl": 60.0}
+
+
+def _suite_leaderboard(tmp_path, *, observation=None, failing=()):
+    """A three-set benchmark through the path `spmlkit benchmark` takes (its specs, its store, its tables,
+    :func:`write_suite_outputs`), with the store's records written here instead of trained: the methods
+    ``failing`` failed every run, the others scored :data:`SUITE_SCORES` (+ the set's number)."""
+    from spmlkit.experiments.benchmark import BenchmarkSpec, write_suite_outputs
+    from spmlkit.experiments.store import ResultsStore
+    from spmlkit.experiments.sweep import expand
+
+    out = tmp_path / "board"
+    out.mkdir(parents=True)
+    specs = [BenchmarkSpec(dataset=str(_feature_folder(tmp_path / f"set{i}", seed=i)), methods=tuple(SUITE_SCORES),
+                           seeds=(0, 1), lrs=(0.01,), epochs=1, observation=observation) for i in range(3)]
+    store = ResultsStore(out / "results.db")
+    for i, spec in enumerate(specs):
+        for run in expand(spec.sweep(store.path)):
+            if run["method"] in failing:
+                store.add({**run, "status": "failed", "error": f"ValueError: {run['method']} broke\nmore lines"})
+            else:
+                test = SUITE_SCORES[run["method"]] + i + run["seed"] / 10
+                store.add({**run, "status": "ok", "val_map": test / 100, "test_map": test / 100, "best_epoch": 1,
+                           "history": [], "test_metrics": {}})
+    tables, board, paths = write_suite_outputs(out, specs, store.path)
+    return board, paths
+
+
+def test_a_method_whose_every_run_failed_is_named_with_its_reason(tmp_path):
+    """em_apl failed all 6 of its runs: leaderboard.md and .json never named it, while
+    docs/leaderboard.md says the Markdown names each left-out method with its reason."""
+    board, paths = _suite_leaderboard(tmp_path, failing=("em_apl",))
+    why = "method none of whose 6 runs on 3 data sets finished; the first error: ValueError: em_apl broke"
+    assert board.left_out == {"em_apl": why}
+    assert json.loads(paths["json"].read_text())["left_out"] == {"em_apl": why}
+    md = paths["markdown"].read_text()
+    assert f"Left out of the ranks: em_apl ({why})." in md
+    assert "| – | EM+APL | – | – | – | – |" in md  # its row, without a number
+    assert list(board.ranks.columns) == ["an", "em", "role"] and len(board.ranks) == 3
+
+
+def test_the_references_come_from_the_methods_declaration_unless_every_label_is_observed(tmp_path):
+    """Which methods are references is what each method declares (`Method.sees_more_labels`: bce sees
+    every label, iun one positive and every negative), read by the benchmark itself, not passed by
+    hand; under observation `full` every method sees every label, and all are ranked."""
+    board, _ = _suite_leaderboard(tmp_path / "sp")
+    assert board.references == ["bce", "iun"], "the references are not the methods that see more labels"
+    assert list(board.ranks.columns) == ["an", "em", "role", "em_apl"]
+    assert [m for m in SUITE_SCORES if METHODS[m].sees_more_labels] == ["bce", "iun"]
+    full, _ = _suite_leaderboard(tmp_path / "full", observation="full")
+    assert full.references == [], "under observation full a method was left unranked as a reference"
+    assert list(full.average_rank.index) == ["bce", "iun", "em_apl", "em", "role", "an"]
+
+
+def test_with_no_score_anywhere_the_note_says_so_and_not_that_all_are_references():
+    nothing = _scores([[math.nan, math.nan], [math.nan, math.nan]], ["an", "em"])
+    assert build_leaderboard(nothing).notes == ["no method has a finished run on any data set, so nothing is ranked"]
+    with_refs = _scores([[90, math.nan, math.nan], [91, math.nan, math.nan]], ["bce", "an", "em"])
+    board = build_leaderboard(with_refs, references=("bce",))
+    assert board.notes == ["no method but the references has a finished run on any data set, so nothing is ranked"]
+    assert build_leaderboard(with_refs[["bce"]], references=("bce",)).notes == [
+        "every method here is a reference, so nothing is ranked (rank_references ranks them)"]

@@ -229,6 +229,29 @@ def test_the_beta_draw_and_its_gradient_are_torch_betas_from_the_same_stream():
     assert all(torch.equal(x, y) for x, y in zip(g_ours, g_theirs))
 
 
+def test_the_losss_beta_draw_is_beta_of_d_and_one_minus_d():
+    """The loss draws each entry from Beta(D + ε, 1 - D + ε), its label distribution first (the draw's mean is
+    D, not 1 - D). Other tests replace the sampler with fixed draws, which hid the order; here it is watched:
+    what it is given, and that the loss uses the first component of what it returns."""
+    fn = losses.create("smile", features=LINE, num_classes=2, seed=0, k=2).double()
+    given, returned = [], []
+
+    def watched(concentration):
+        given.append(concentration.detach().clone())
+        returned.append(torch.distributions.Dirichlet(concentration.detach()).sample())
+        return returned[-1]
+
+    fn.sample = watched
+    parts = fn.terms(torch.zeros(2, 2, dtype=torch.float64), torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
+                     torch.tensor([0, 2]))
+    (pair,) = given
+    d = parts.distribution.detach()
+    assert not torch.allclose(d, 1 - d)  # the two orders differ here
+    assert torch.equal(pair[..., 0], d + 1e-5) and torch.equal(pair[..., 1], 1 - d + 1e-5), \
+        "the Beta draw's concentrations are swapped"
+    assert torch.equal(parts.draw.detach(), returned[0][..., 0])
+
+
 def test_the_loss_is_the_sum_of_its_two_losses_on_the_gcn_computed_by_hand():
     fn = smile(LINE, 2, seed=0, k=2, mu=0.4, p=0.1, bias=False,
                        rate=0.2).double()

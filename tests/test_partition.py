@@ -43,3 +43,16 @@ def test_shares_that_leave_no_training_row_are_refused_with_the_counts():
         random_partition(4, 0, val_frac=0.5, test_frac=0.5)
     with pytest.raises(ValueError, match="seed must be >= 0"):
         random_partition(10, -1)
+
+
+@pytest.mark.parametrize("rows, fracs, empty, least", [(5, (0.1, 0.1), "validation and the test part", 6),
+                                                       (4, (0.1, 0.2), "validation part", 6),
+                                                       (14, (0.2, 0.03), "test part", 17)])
+def test_shares_that_round_a_part_to_no_row_are_refused_with_the_rows_that_fill_it(rows, fracs, empty, least):
+    """80/10/10 of 5 rows rounded to 5/0/0, and the run trained, then failed on an empty test list."""
+    with pytest.raises(ValueError, match=f"leaves the {empty} empty .*; use at least {least} rows") as caught:
+        random_partition(rows, 0, val_frac=fracs[0], test_frac=fracs[1])
+    assert [len(p) > 0 for p in random_partition(least, 0, val_frac=fracs[0], test_frac=fracs[1])] == [True] * 3
+    assert "5 / 0 / 0 rows" in str(caught.value) or rows != 5
+    # a share of 0 asks for an empty part: that is kept as asked
+    assert [len(p) for p in random_partition(5, 0, val_frac=0.0, test_frac=0.2)] == [4, 0, 1]

@@ -371,13 +371,206 @@ def test_report_says_when_a_methods_runs_come_from_two_versions_of_its_code(tmp_
 
 
 def test_a_broken_installed_plugin_is_one_line_naming_its_package(tmp_path: Path, monkeypatch, capsys) -> None:
-    _installed(tmp_path / "site", monkeypatch, "broken_spml", "import nothing_by_this_name\n", "broken-spml", "0.1",
-               "broken")
+    _broken_installed_plugin(tmp_path, monkeypatch)
     assert main(["datasets"]) == 2
     assert capsys.readouterr().err == (
         "spmlkit datasets: error: plug-in entry point 'broken' of the installed package broken-spml raised "
         "ModuleNotFoundError while it was imported: No module named 'nothing_by_this_name' (__init__.py, line 1); "
         "fix or uninstall that package (--debug shows the traceback)\n")
+
+
+# ----------------------------------------------------------------------------- exits that lie
+
+STOPPING = {
+    "exit 0": ("import sys\nsys.exit(0)\n", "plug-in {f} called sys.exit(0) while it was imported (bad.py, line 2); "),
+    "exit 3": ("import sys\nprint('bye', file=sys.stderr)\nsys.exit(3)\n",
+               "plug-in {f} called sys.exit(3) while it was imported (bad.py, line 3), after writing \"bye\"; "),
+    "argparse script": ("import argparse\nparser = argparse.ArgumentParser()\n"
+                        "parser.add_argument('--data', required=True)\nargs = parser.parse_args()\n",
+                        "plug-in {f} called sys.exit(2) while it was imported (bad.py, line 4), after writing "
+                        "\"bad.py: error: the following arguments are required: --data\"; "),
+    "interrupt": ("x = 1\nraise KeyboardInterrupt\n",
+                  "plug-in {f} was interrupted while it was imported (bad.py, line 2); nothing ran: run the command "
+                  "again (and keep long work out of a plug-in's import)\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STOPPING))
+def test_a_plugin_that_exits_or_is_interrupted_while_imported_is_one_line_naming_it(case: str, tmp_path: Path,
+                                                                                     capsys) -> None:
+    """sys.exit(0) used to end `spmlkit train` with status 0 and nothing trained, sys.exit(3) with 3
+    and no word, a script's argparse blamed spmlkit's own options, Ctrl-C said "interrupted" alone."""
+    source, start = STOPPING[case]
+    bad = tmp_path / "bad.py"
+    bad.write_text(source)
+    assert main(["train", "--plugin", str(bad), "--out", "r", *QUICK]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"spmlkit train: error: {start.format(f=bad)}") and captured.out == ""
+    assert len(captured.err.splitlines()) == 1  # the script's usage and error line are not printed beside it
+    assert "unrecognized arguments" not in captured.err and not Path("r").exists()
+    if case != "interrupt":
+        assert captured.err.rstrip().endswith('under `if __name__ == "__main__":`, or fix it (--debug shows the '
+                                              "traceback)")
+    assert "bad" not in sys.modules and sys.argv[1:2] != [str(bad)]  # the command line is spmlkit's again
+
+
+def test_the_loader_itself_turns_an_exit_into_its_line(tmp_path: Path) -> None:
+    """The loader itself says it, so a process that is not the command line (the estimator, a sweep's
+    runs) gets the same line instead of ending."""
+    from spmlkit.plugins import load_plugins
+
+    bad = tmp_path / "quits.py"
+    bad.write_text("raise SystemExit('no GPU here')\n")
+    with pytest.raises(ValueError, match=r"plug-in .*quits\.py called sys\.exit\('no GPU here'\) while it was "
+                                         r"imported \(quits\.py, line 1\)"):
+        load_plugins([str(bad)])
+
+
+def test_what_a_plugin_writes_at_import_still_reaches_stderr(tmp_path: Path, capsys) -> None:
+    """Held while it is imported, written after: a plug-in that prints (or keeps a handler on
+    stderr) says what it says, once."""
+    from spmlkit.plugins import load_plugins
+
+    talks = tmp_path / "talks.py"
+    talks.write_text(MY_LOSS + "\nimport logging, sys\nprint('my_loss loaded', file=sys.stderr)\n"
+                     "handler = logging.StreamHandler()\n")
+    load_plugins([str(talks)])
+    import talks as module
+
+    module.handler.stream.write("later\n")
+    assert capsys.readouterr().err == "my_loss loaded\nlater\n"
+
+
+@pytest.mark.parametrize("ref", ["os", "json", "helpers.py"])
+def test_a_reference_that_registers_nothing_is_refused_and_not_recorded(ref: str, tmp_path: Path, capsys) -> None:
+    """`--plugin os` was recorded as a plug-in (its SHA-256 in every result): a module that registers
+    nothing is no plug-in, and saying so catches a wrong name (`json` for `json_loss.py`)."""
+    from spmlkit.plugins import loaded_plugins
+
+    Path("helpers.py").write_text("def helper():\n    return 1\n")
+    assert main(["train", "--plugin", ref, "--out", "r", *QUICK]) == 2
+    err = capsys.readouterr().err
+    module = ref.removesuffix(".py")
+    assert err.startswith(f"spmlkit train: error: plug-in {ref} registers nothing: importing {module} (")
+    assert err.endswith("added no loss, method, label algorithm, data set or run logger; give the file or module of yours "
+                        "that registers them (docs/plugins.md)\n") and len(err.splitlines()) == 1
+    assert all(p.module != module for p in loaded_plugins()) and not Path("r").exists()
+    assert "helpers" not in sys.modules  # a file imported only to find that out is taken back out
+
+
+def test_a_plugin_that_registers_only_a_run_logger_is_a_plugin(tmp_path: Path, monkeypatch) -> None:
+    from spmlkit.plugins import load_plugins
+    from spmlkit.training import loggers
+
+    monkeypatch.setattr(loggers, "_REGISTRY", dict(loggers._REGISTRY))  # the test's logger is the test's
+    path = tmp_path / "my_logger.py"
+    path.write_text("from spmlkit.training.loggers import register_logger\n"
+                    "class Quiet:\n    def log_config(self, config): pass\n"
+                    "    def log_metrics(self, metrics, step): pass\n    def close(self): pass\n"
+                    "register_logger('quiet_for_test', lambda run_dir: Quiet())\n")
+    (plugin,) = load_plugins([str(path)])
+    assert plugin.name == "my_logger.py" and "quiet_for_test" in loggers.users_loggers()
+
+
+def test_a_package_whose_submodule_registers_is_a_plugin(tmp_path: Path, monkeypatch) -> None:
+    """Names registered by a module the plug-in imports count as the plug-in's: a package whose
+    ``__init__`` imports its losses, imported by the user's code first or not."""
+    from spmlkit.plugins import load_plugins
+
+    package = tmp_path / "site" / "acme_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from . import losses\n")
+    (package / "losses.py").write_text(MY_LOSS.replace('"my_loss"', '"acme_pkg_loss"'))
+    monkeypatch.syspath_prepend(str(package.parent))
+    for _ in range(2):  # the second time as a module the process has already imported
+        with isolated_plugins():
+            import acme_pkg  # noqa: F401
+
+            (plugin,) = load_plugins(["acme_pkg"])
+            assert plugin.module == "acme_pkg"
+    with isolated_plugins():
+        sys.modules.pop("acme_pkg", None), sys.modules.pop("acme_pkg.losses", None)
+        assert [p.module for p in load_plugins(["acme_pkg"])] == ["acme_pkg"]
+
+
+def _broken_installed_plugin(tmp_path: Path, monkeypatch) -> None:
+    from spmlkit import plugins
+
+    site = tmp_path / "site"
+    (site / "broken_spml").mkdir(parents=True)
+    (site / "broken_spml" / "__init__.py").write_text("import nothing_by_this_name\n")
+    info = site / "broken_spml-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-spml\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[spmlkit.plugins]\nbroken = broken_spml\n")
+    monkeypatch.syspath_prepend(str(site))
+    plugins._entry_points.cache_clear()
+
+
+def test_a_broken_installed_plugin_does_not_block_report(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`report` reads numbers from a store and needs no plug-in: a broken installed entry point (or a
+    broken file in SPMLKIT_PLUGINS) is one warning, and the report is written."""
+    from spmlkit.experiments.store import ResultsStore
+
+    store = ResultsStore(tmp_path / "r.db")
+    for seed in (0, 1):
+        store.add({"run_id": f"a{seed}", "status": "ok", "dataset": "yeast", "method": "an", "seed": seed,
+                   "observation": "single_positive", "lr": 0.01, "batch_size": 64, "hparams": {}, "val_map": 0.4,
+                   "test_map": 0.39 + seed / 100})
+    _broken_installed_plugin(tmp_path, monkeypatch)
+    (tmp_path / "gone.py").write_text("import sys\nsys.exit(0)\n")
+    monkeypatch.setenv("SPMLKIT_PLUGINS", str(tmp_path / "gone.py"))
+    assert main(["report", "--store", str(tmp_path / "r.db"), "--out", "rep", "--no-figures"]) == 0
+    warnings = capsys.readouterr().err.splitlines()
+    assert warnings == [
+        "spmlkit report: warning: plug-in entry point 'broken' of the installed package broken-spml raised "
+        "ModuleNotFoundError while it was imported: No module named 'nothing_by_this_name' (__init__.py, line 1); "
+        "fix or uninstall that package (--debug shows the traceback); going on without it (this command needs no "
+        "plug-in)",
+        f"spmlkit report: warning: plug-in SPMLKIT_PLUGINS entry '{tmp_path / 'gone.py'}' called sys.exit(0) while it "
+        "was imported (gone.py, line 2); a plug-in only registers its names when imported: put a script's own work "
+        "(its argument parsing, its training) under `if __name__ == \"__main__\":`, or fix it (--debug shows the "
+        "traceback); going on without it (this command needs no plug-in)"]
+    assert "39.50 ± 0.50" in (Path("rep") / "table.md").read_text()
+    # a plug-in the report is asked for by name is still loaded or refused
+    assert main(["report", "--store", str(tmp_path / "r.db"), "--out", "rep", "--no-figures", "--plugin",
+                 str(tmp_path / "gone.py")]) == 2
+
+
+def test_resume_refuses_a_plugin_edited_since_the_runs_first_epochs(my_loss: Path, capsys) -> None:
+    """Edited between `--stop-after 1` and `--resume`, the run trained epoch 1 on the old code and
+    epochs 2-3 on the new, and result.json named the new file alone. Refused in one line naming
+    the file; the old file back resumes, `--overwrite` without `--resume` starts afresh on the new."""
+    three = ["--epochs", "3", "--subset", "300", "--quiet"]
+    run = ["train", "--plugin", str(my_loss), "--method", "my_loss", "--out", "cut", *three]
+    with isolated_plugins():
+        assert main([*run, "--stop-after", "1"]) == 0
+    old = my_loss.read_text()
+    old_sha, before = hashlib.sha256(old.encode()).hexdigest(), (Path("cut") / "last.pt").read_bytes()
+    my_loss.write_text(old.replace("weight: float = 0.5", "weight: float = 0.4"))
+    new_sha = hashlib.sha256(my_loss.read_bytes()).hexdigest()
+    capsys.readouterr()
+    with isolated_plugins():
+        assert main(["train", "--resume", "--out", "cut", "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        f"spmlkit train: error: --resume: the plug-in code of the run in cut changed since its first 1 epoch trained "
+        f"(my_loss.py ({my_loss}): sha256:{old_sha} then, sha256:{new_sha} now); resuming would train the rest on "
+        "other code than the first epochs: put the code it started with back to resume, or start the run afresh on "
+        "the new code (the same command without --resume, with --overwrite)\n")
+    assert (Path("cut") / "last.pt").read_bytes() == before and not (Path("cut") / "result.json").exists()
+    with isolated_plugins():  # the user's choice: the new code, from the first epoch
+        assert main([*run, "--overwrite"]) == 0
+    assert [p["sha256"] for p in _result(Path("cut"))["plugins"]] == [new_sha]
+    assert len(json.loads((Path("cut") / "metrics.json").read_text())) == 3
+    with isolated_plugins():  # or the code it started with, put back: it resumes
+        assert main([*run, "--overwrite", "--stop-after", "1"]) == 0
+    my_loss.write_text(old.replace("weight: float = 0.5", "weight: float = 0.3"))
+    with isolated_plugins():
+        assert main(["train", "--resume", "--out", "cut", "--quiet"]) == 2
+    my_loss.write_text(old.replace("weight: float = 0.5", "weight: float = 0.4"))
+    with isolated_plugins():
+        assert main(["train", "--resume", "--out", "cut", "--quiet"]) == 0
+    assert _result(Path("cut"))["plugins"][0]["sha256"] == new_sha
 
 
 #: a method whose name climbs out of the run folder ``runs/<dataset>/<method>/seed<seed>``: from the test's

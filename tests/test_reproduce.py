@@ -182,6 +182,11 @@ def test_reproduce_runs_the_grid_selects_on_validation_and_writes_the_tables_bes
     assert (ap["lr"], ap["weight_decay"], ap["batch_size"]) == best
     chosen = runs.set_index(["lr", "weight_decay", "batch_size"]).loc[best]
     assert ap["ours"] == pytest.approx(chosen["test.smile.example_ap"].mean(), abs=1e-12)
+    # "ours ± std": the population std over the trials, as the docs promise (not the sample std, √2 wider here)
+    ours = chosen["test.smile.example_ap"].to_numpy(float)
+    assert ours.std(ddof=1) != pytest.approx(ours.std(ddof=0))  # two trials that differ tell the two apart
+    assert ap["ours_std"] == pytest.approx(ours.std(ddof=0), abs=1e-12), \
+        "ours ± std is not the population std over the trials"
     assert ap["ours_spmlkit"] == pytest.approx(chosen["test.example_ap"].mean(), abs=1e-12)
     saved = json.loads((out / "crisp-tabular.json").read_text())
     assert saved["sweeps"][0]["settings"]["partition"] == "random" and len(saved["cells"]) == 5

@@ -79,3 +79,23 @@ def test_every_run_records_them_beside_spmlkits_own():
             "smile.one_error"} <= m.keys()
     assert m["smile.coverage"] == pytest.approx(m["coverage"] / 14, abs=1e-12)  # Yeast's test rows all have a label
     assert m["smile.example_ap"] == pytest.approx(m["example_ap"], abs=1e-12)  # float scores: no ties
+
+
+def test_the_hamming_loss_is_at_one_half_whatever_the_methods_threshold():
+    """SMILE's and CRISP's tables decide ``p > 0.5`` for every method; EM's own threshold is 0.75. Computed at
+    the method's threshold, EM's Hamming loss on Yeast read 0.317 instead of 0.489, and no test trained a
+    method whose threshold is not 0.5."""
+    from spmlkit.experiments.presets import resolve_config
+    from spmlkit.methods import get_method
+    from spmlkit.training import train
+    from spmlkit.training.evaluation import evaluate_test
+
+    # by hand: at 0.5 every entry is right; at 0.75 the 0.6 is a missed positive (1 of 4 entries)
+    out = evaluate_test(np.array([[0.6, 0.2], [0.8, 0.3]]), np.array([[1, 0], [1, 0]]), threshold=0.75)
+    assert (out["smile.hamming_loss@0.5"], out["hamming_loss@0.75"]) == (0.0, 0.25), \
+        "SMILE's Hamming loss was computed at the method's threshold, not at 0.5"
+    assert get_method("em").threshold == 0.75
+    m = train(resolve_config({"dataset": "yeast", "method": "em", "subset": 200, "epochs": 2, "device": "cpu"})
+              ).test_metrics
+    assert m["smile.hamming_loss@0.5"] == m["hamming_loss@0.5"] != m["hamming_loss@0.75"], \
+        "SMILE's Hamming loss was computed at the method's threshold, not at 0.5"

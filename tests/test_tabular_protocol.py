@@ -109,3 +109,19 @@ def test_runs_differing_in_weight_decay_train_as_one_group_each_equal_to_its_sol
         assert abs(g.test_map - solo.test_map) <= 1e-6 and g.best_epoch == solo.best_epoch
         finals.append(torch.cat([p.flatten() for p in solo.model.state_dict().values()]))
     assert not torch.equal(finals[0], finals[1])  # the weight decay did act: 0 and 1e-2 end elsewhere
+
+
+def test_a_subset_that_leaves_a_part_empty_is_refused_before_training_and_leaves_no_folder(tmp_path, capsys):
+    """`--subset 5` under `partition: random` cut 5/0/0: a traceback ("scores is empty") after training,
+    and a run folder with best.pt and last.pt but no result.json."""
+    from pathlib import Path
+
+    from spmlkit.cli import main
+
+    (tmp_path / "random.yaml").write_text("partition: random\n")
+    assert main(["train", "--config", str(tmp_path / "random.yaml"), "--dataset", "yeast", "--subset", "5",
+                 "--epochs", "1", "--quiet"]) == 2
+    assert capsys.readouterr().err == (
+        "spmlkit train: error: a partition of 5 rows into 80 / 10 / 10 % leaves the validation and the test part "
+        "empty (5 / 0 / 0 rows); use at least 6 rows (subset) or larger shares\n")
+    assert not Path("runs").exists()

@@ -16,8 +16,21 @@ module name carried in the run's settings), never from a pickled object, so a wo
 machine imports the same code from the same place. A plug-in that cannot be loaded -- no such
 file, a syntax error, an exception while it is imported, a name it registers twice or that
 spmlkit or another plug-in already has -- is one line naming the file and what to do
-(:class:`~spmlkit.errors.InputError`; ``--debug`` shows the traceback). An exception raised by
-the user's code *later*, while a run trains, is left alone: its traceback points into their file.
+(:class:`~spmlkit.errors.InputError`; ``--debug`` shows the traceback). So is a plug-in that
+*exits* or is interrupted while it is imported (``sys.exit``, a script's ``argparse`` reading
+the command line, Ctrl-C): ``SystemExit`` and ``KeyboardInterrupt`` are no ``Exception``, and
+left alone they ended spmlkit with the plug-in's status and no word of which file did it. While
+it is imported a plug-in sees a command line of its own name alone (``sys.argv == [its file]``),
+so a script's parser never reads spmlkit's options as its own, and what it writes to stderr is
+held until the import ends, so that an exit is one line that quotes the plug-in's last words.
+A reference that registers nothing (``--plugin os``, a helper module) is refused in one line:
+it is no plug-in, and recording it as one would claim that its code made the numbers. An
+exception raised by the user's code *later*, while a run trains, is left alone: its traceback
+points into their file.
+
+A command that needs no plug-in (``report`` reads numbers from a store) passes ``on_broken``:
+an installed or environment plug-in that cannot be loaded is then a warning, not the end of the
+command.
 
 What produced a number is part of it: every plug-in is described by its file's SHA-256, or by its
 package's version when it is installed (:class:`Plugin`), in ``result.json`` and in every record
@@ -32,14 +45,16 @@ while the user's file is being imported, where a clash is reported with the file
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
 import importlib.util
+import io
 import os
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,11 +120,16 @@ def env_plugins() -> list[str]:
     return [ref.strip() for ref in os.environ.get(PLUGIN_ENV, "").split(os.pathsep) if ref.strip()]
 
 
-def load_plugins(refs: Iterable[str] = (), *, installed: bool = True) -> list[Plugin]:
+def load_plugins(refs: Iterable[str] = (), *, installed: bool = True,
+                 on_broken: Callable[[str], None] | None = None) -> list[Plugin]:
     """Load the plug-ins ``refs`` (paths relative to the working folder, or module names) and, with
     ``installed``, those of ``SPMLKIT_PLUGINS`` and of installed packages' entry points; each once
     per process. Returns the plug-ins of ``refs``, in order. Nothing is imported when there is
-    nothing to load, so a command without plug-ins pays nothing for them."""
+    nothing to load, so a command without plug-ins pays nothing for them.
+
+    ``on_broken``: for a command that needs no plug-in, an installed or environment plug-in that
+    cannot be loaded is handed to it as its one line (and left out) instead of raised; ``refs``,
+    which the caller named, are raised whatever it is."""
     refs = [str(ref) for ref in refs]
     env = env_plugins() if installed else []
     entries = _entry_points() if installed else ()
@@ -117,10 +137,18 @@ def load_plugins(refs: Iterable[str] = (), *, installed: bool = True) -> list[Pl
         return []
     from . import methods  # noqa: F401  (spmlkit's names first; a loss's method is made as it registers)
 
+    def tolerated(load: Callable[[], Plugin]) -> None:
+        try:
+            load()
+        except InputError as exc:
+            if on_broken is None:
+                raise
+            on_broken(str(exc))
+
     for entry in entries:
-        _load_entry_point(entry)
+        tolerated(lambda: _load_entry_point(entry))
     for ref in env:
-        _load(ref, f"{PLUGIN_ENV} entry {ref!r}")
+        tolerated(lambda: _load(ref, f"{PLUGIN_ENV} entry {ref!r}"))
     return [_load(ref, ref) for ref in refs]
 
 
@@ -158,9 +186,43 @@ def plugin_code(method: str, dataset: str) -> list[str]:
 
 
 def _load(ref: str, label: str) -> Plugin:
-    if is_file_reference(ref):
-        return _load_file(ref, label)
-    return _load_module(ref, label)
+    known = set(_LOADED.values())
+    modules = set(sys.modules)
+    before = _names_of_plugins()
+    plugin = _load_file(ref, label) if is_file_reference(ref) else _load_module(ref, label)
+    if plugin not in known and _names_of_plugins() == before and not _registered_under(plugin.module):
+        _forget(plugin, imported_here=plugin.module not in modules)
+        what = f"{plugin.module} ({plugin.path})" if plugin.path else plugin.module
+        raise InputError(f"plug-in {label} registers nothing: importing {what} added no loss, method, label "
+                         "algorithm, data set or run logger; give the file or module of yours that registers them "
+                         "(docs/plugins.md)")
+    return plugin
+
+
+def _names_of_plugins() -> int:
+    """How many names the plug-ins of this process have registered (spmlkit's own not counted): in
+    the one registry, and the run loggers of :mod:`spmlkit.training.loggers` (a layer above this
+    one, so read only once something has imported it: a plug-in that registers a logger has)."""
+    loggers = sys.modules.get("spmlkit.training.loggers")
+    users_loggers = len(loggers.users_loggers()) if loggers is not None else 0
+    return users_loggers + sum(family.origin(name) != BUILTIN for family in REGISTRY.families() for name in family)
+
+
+def _registered_under(module: str) -> bool:
+    """Whether ``module`` or one of its submodules registered a name (a package the user's own code
+    imported before naming it as a plug-in registered its names then)."""
+    return any(origin == module or origin.startswith(module + ".") for origin in REGISTRY.origins())
+
+
+def _forget(plugin: Plugin, *, imported_here: bool) -> None:
+    """Take a plug-in back out of this process's records (it turned out to be none), and its
+    module out of ``sys.modules`` when this load imported it."""
+    for identity in [k for k, v in _LOADED.items() if v is plugin]:
+        del _LOADED[identity]
+    if _BY_MODULE.get(plugin.module) is plugin:
+        del _BY_MODULE[plugin.module]
+    if imported_here:
+        sys.modules.pop(plugin.module, None)
 
 
 def _load_file(ref: str, label: str) -> Plugin:
@@ -194,9 +256,12 @@ def _load_file(ref: str, label: str) -> Plugin:
     imported = importlib.util.module_from_spec(spec)
     sys.modules[module] = imported
     try:
-        spec.loader.exec_module(imported)
-    except Exception as exc:
-        del sys.modules[module]
+        with _importing(label, str(real), str(real)):
+            spec.loader.exec_module(imported)
+    except BaseException as exc:
+        sys.modules.pop(module, None)
+        if isinstance(exc, InputError) or not isinstance(exc, Exception):
+            raise
         raise InputError(_broken(label, exc, str(real))) from exc
     return _remember(str(real), plugin)
 
@@ -213,7 +278,10 @@ def _load_module(ref: str, label: str) -> Plugin:
     if here not in sys.path:  # a module in the working folder imports as it would under `python -m`
         sys.path.append(here)
     try:
-        importlib.import_module(ref)
+        with _importing(label, ref, lambda: _spec_origin(ref)):
+            importlib.import_module(ref)
+    except InputError:
+        raise
     except ModuleNotFoundError as exc:
         if exc.name is not None and ref.startswith(exc.name):
             raise InputError(f"plug-in {label}: no module named {exc.name!r} (looked on the Python path and in "
@@ -232,7 +300,10 @@ def _load_entry_point(entry: Any) -> Plugin:
     dist = getattr(entry, "dist", None)
     where = f"entry point {entry.name!r} of the installed package {dist.name if dist else '?'}"
     try:
-        entry.load()
+        with _importing(where, module, lambda: _spec_origin(module), "fix or uninstall that package"):
+            entry.load()
+    except InputError:
+        raise
     except Exception as exc:
         raise InputError(_broken(where, exc, _spec_origin(module), "fix or uninstall that package")) from exc
     plugin = Plugin(entry.name, module, "entry point", _spec_origin(module),
@@ -269,6 +340,77 @@ def _broken(label: str, exc: BaseException, file: str | None, todo: str = "fix i
     first = (str(exc).strip().splitlines() or [""])[0]
     return (f"plug-in {label} raised {type(exc).__name__} while it was imported: {first}{_line_in(exc, file)}; "
             f"{todo} (--debug shows the traceback)")
+
+
+class _HeldStream:
+    """A stand-in for ``sys.stderr`` while a plug-in is imported: what is written is held, and
+    written on at :meth:`release`; from then on it writes straight through, so that an object
+    the plug-in kept (a logging handler made at import) still reaches the real stream. Anything
+    else (``encoding``, ``isatty``, ``fileno``) is the real stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream, self._held = stream, io.StringIO()
+        self._holding = True
+
+    def write(self, text: str) -> int:
+        return (self._held if self._holding else self._stream).write(text)
+
+    def flush(self) -> None:
+        if not self._holding:
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, encoding, isatty ...: the real stream's
+        return getattr(self._stream, name)
+
+    def last_line(self) -> str:
+        """The last non-empty line written so far (what an exiting script said last)."""
+        lines = [line.strip() for line in self._held.getvalue().splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
+    def release(self, *, keep: bool) -> None:
+        """Stop holding; with ``keep``, write what was held to the real stream first."""
+        if keep and self._held.getvalue():
+            self._stream.write(self._held.getvalue())
+            self._stream.flush()
+        self._holding = False
+
+
+@contextlib.contextmanager
+def _importing(label: str, argv0: str, file: str | Callable[[], str | None] | None, todo: str = "fix it"
+               ) -> Iterator[None]:
+    """Around a plug-in's import: it sees the command line ``[argv0]`` (its own name, none of
+    spmlkit's options) and its stderr is held; an exit or an interrupt becomes one line naming
+    it (:class:`InputError`), quoting the last line it wrote, which is not written again.
+    ``file``: the plug-in's file, or how to find it once it is imported (a module's)."""
+    argv, stderr = sys.argv, sys.stderr
+    held = _HeldStream(stderr)
+    sys.argv, sys.stderr = [argv0], held
+    stopped: BaseException | None = None
+    try:
+        yield
+    except (SystemExit, KeyboardInterrupt) as exc:
+        stopped = exc
+    finally:
+        sys.argv = argv
+        if sys.stderr is held:
+            sys.stderr = stderr
+        held.release(keep=stopped is None)
+    if stopped is not None:
+        path = file() if callable(file) else file
+        raise InputError(_stopped(label, stopped, path, held.last_line(), todo)) from stopped
+
+
+def _stopped(label: str, exc: BaseException, file: str | None, said: str, todo: str) -> str:
+    """One line for a plug-in that exited or was interrupted while it was imported."""
+    where = _line_in(exc, file)
+    if isinstance(exc, KeyboardInterrupt):
+        return (f"plug-in {label} was interrupted while it was imported{where}; nothing ran: run the command again "
+                "(and keep long work out of a plug-in's import)")
+    code = exc.code if isinstance(exc, SystemExit) else None
+    words = f', after writing "{said}"' if said else ""
+    return (f"plug-in {label} called sys.exit({code!r}) while it was imported{where}{words}; a plug-in only "
+            "registers its names when imported: put a script's own work (its argument parsing, its training) under "
+            f"`if __name__ == \"__main__\":`, or {todo} (--debug shows the traceback)")
 
 
 def _line_in(exc: BaseException, file: str | None) -> str:

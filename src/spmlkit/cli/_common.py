@@ -84,7 +84,17 @@ def plugin_refs(args: argparse.Namespace) -> list[str]:
 
 
 def load_command_plugins(args: argparse.Namespace) -> None:
-    """Load the command's plug-ins before it runs (nothing is imported when there are none)."""
+    """Load the command's plug-ins before it runs (nothing is imported when there are none).
+
+    A command that needs no plug-in (``report``: its numbers come from a store; its parser sets
+    ``plugins_optional``) warns in one line about an installed or environment plug-in that cannot
+    be loaded and goes on without it; what ``--plugin`` names is loaded or refused as anywhere."""
+    import sys
+
     from ..plugins import load_plugins
 
-    load_plugins(getattr(args, "plugins", []))
+    def warn(line: str) -> None:
+        print(f"spmlkit {args.command}: warning: {line}; going on without it (this command needs no plug-in)",
+              file=sys.stderr)
+
+    load_plugins(getattr(args, "plugins", []), on_broken=warn if getattr(args, "plugins_optional", False) else None)

@@ -138,7 +138,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--no-figures", action="store_true", help="tables only (default: tables and figures)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into --out even where it holds files of the report's names that spmlkit did not write")
-    p.set_defaults(func=run_report)
+    p.set_defaults(func=run_report, plugins_optional=True)  # a store's numbers need no plug-in
 
     p = sub.add_parser("presets", help="list the presets and the published numbers they target")
     p.add_argument("--dataset", help="only presets of this dataset (default: all)")
@@ -280,7 +280,7 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
                                                                           installed=args.with_plugins)
     per_dataset = {d: methods for d in datasets}
     if not args.methods:
-        references = [m for m in methods if get_method(m).labels != "observed"]
+        references = [m for m in methods if get_method(m).sees_more_labels]
         notes += _references_left_out(per_dataset, references, [d for d in datasets if labels_held(d).labels ==
                                                                 "observed"])
         everywhere = bm.default_methods((), plugins, installed=args.with_plugins)  # images: none left out

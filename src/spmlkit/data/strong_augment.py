@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["OPERATIONS", "LEVELS", "StrongDraw", "draw_strong", "strong_view", "two_views"]
+__all__ = ["OPERATIONS", "LEVELS", "StrongDraw", "draw_strong", "grey_images_refusal", "strong_view", "two_views"]
 
 #: magnitude levels of RandAugment's operations (level 0 is never drawn)
 LEVELS = 10
@@ -182,6 +182,18 @@ def strong_view(pixels: np.ndarray, draw: StrongDraw) -> np.ndarray:
     if draw.grey:
         image = TF.rgb_to_grayscale(image, num_output_channels=3)
     return np.asarray(image, dtype=np.uint8)
+
+
+def grey_images_refusal(method: str, dataset: str) -> str:
+    """The line that refuses a two-view method on grey images, said when the run is planned.
+
+    The strong view's operations are colour operations of RGB photographs (colour jitter's
+    saturation and hue, RandAugment's colour and solarise, the greyscale step); the code never
+    ran on grey images, and a grey image has none of what they change. Said before the run
+    starts: met in a loader worker, it was a 55-line traceback after the model was built."""
+    return (f"method {method!r} trains on a strong view of each image made with colour operations (colour jitter, "
+            f"RandAugment, greyscale) of RGB photographs, and {dataset}'s images are grey; choose a method that "
+            "trains on one view (`spmlkit methods`), or a data set of colour images")
 
 
 def two_views(pixels: torch.Tensor, draws: list[StrongDraw]) -> torch.Tensor:

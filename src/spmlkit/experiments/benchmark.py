@@ -515,6 +515,19 @@ def reference_methods(spec: BenchmarkSpec) -> tuple[str, ...]:
     return tuple(m for m in spec.methods if m in METHODS and METHODS[m].sees_more_labels)
 
 
+def _unfinished(method: str, runs: pd.DataFrame, datasets: list[str]) -> str:
+    """Why ``method`` has no score on any of ``datasets``: how many of its runs failed there, with
+    the first one's error (its first line), or that none was recorded."""
+    mine = runs[runs["method"] == method] if not runs.empty else runs
+    where = f"on {len(datasets)} data set{'s' if len(datasets) != 1 else ''}"
+    if mine.empty:
+        return f"method without a recorded run {where}"
+    errors = [str(e).strip().splitlines()[0] for e in mine.get("error", pd.Series(dtype=object)).dropna()
+              if str(e).strip()]
+    first = f"; the first error: {errors[0]}" if errors else ""
+    return f"method none of whose {len(mine)} runs {where} finished{first}"
+
+
 def suite_sweeps(specs: Sequence[BenchmarkSpec], store: str | Path) -> list[SweepSpec]:
     """The sweeps of the data sets of ``specs``, which must differ in nothing but the data set and
     its methods (a user's own data runs without the references, which need full labels): one
@@ -595,8 +608,9 @@ def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], sto
     folders = dataset_folders(datasets, out_dir)
     tables: dict[str, list[dict[str, Any]]] = {}
     failed: dict[str, str] = {}
+    records: dict[str, pd.DataFrame] = {}
     for spec in specs:
-        runs = benchmark_runs(spec, store)
+        runs = records[spec.dataset] = benchmark_runs(spec, store)
         if runs.empty or not (runs["status"] == "ok").any():
             failed[spec.dataset] = f"data set where none of its {len(runs)} runs finished"
             continue
@@ -610,7 +624,12 @@ def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], sto
     if not ranked:
         raise ValueError("no data set has finished runs with a test mAP; nothing to rank (see the failures above)")
     references = () if rank_references else tuple(dict.fromkeys(m for s in specs for m in reference_methods(s)))
-    board = build_leaderboard(scores_from_tables(ranked), references=references, spread=spread_from_tables(ranked))
+    named = tuple(dict.fromkeys(m for s in specs for m in s.methods))  # every data set's methods
+    board = build_leaderboard(scores_from_tables(ranked, named), references=references,
+                              spread=spread_from_tables(ranked))
+    every_run = pd.concat([records[d] for d in ranked if not records[d].empty] or [pd.DataFrame()])
+    for method in [m for m in board.left_out if m in named]:  # none of its runs finished
+        board.left_out[method] = _unfinished(method, every_run, list(ranked))
     board.left_out.update(failed)
     board.setup += [*selection_lines(specs), hyperparameter_source(specs[0], datasets)]
     board.notes += [f"warning: {dataset} holds {warning}" for dataset in datasets

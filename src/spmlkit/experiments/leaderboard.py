@@ -103,13 +103,16 @@ class Leaderboard:
         return self.nemenyi is not None and self.critical_difference is not None
 
 
-def scores_from_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> pd.DataFrame:
+def scores_from_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]],
+                       methods: Sequence[str] = ()) -> pd.DataFrame:
     """``{dataset: benchmark table rows}`` -> data sets x methods of ``test_map`` (percent).
 
-    Methods keep the order in which they first appear; a method absent from a data set's
-    table (every run of it failed there) is NaN.
+    The columns are ``methods`` (the benchmark's, so that one absent from every table -- every
+    run of it failed -- is still a column, and the leaderboard names it as left out), then any
+    other method of the tables, in the order in which they first appear; a method absent from a
+    data set's table (every run of it failed there) is NaN.
     """
-    methods: list[str] = []
+    methods = list(dict.fromkeys(methods))
     for rows in tables.values():
         methods += [r["method"] for r in rows if r["method"] not in methods]
     data = {ds: {r["method"]: float(r["test_map"]) for r in rows} for ds, rows in tables.items()}
@@ -168,6 +171,9 @@ def build_leaderboard(scores: pd.DataFrame, *, alpha: float = ALPHA, references:
         raise ValueError("a leaderboard needs at least one data set and one method")
     refs = [m for m in scores.columns if m in set(references)]
     block, left_out = _complete_block(scores.drop(columns=refs))
+    for m in refs:
+        if scores[m].isna().all():
+            left_out[m] = "reference without a finished run on any data set"
     if decimals is not None:
         block = block.round(decimals)
     ranks = rank_within_datasets(block)
@@ -175,8 +181,12 @@ def build_leaderboard(scores: pd.DataFrame, *, alpha: float = ALPHA, references:
     board = Leaderboard(scores=scores, ranks=ranks, average_rank=average, left_out=left_out, alpha=alpha,
                         references=refs, spread=spread)
     n, k = block.shape
-    if k == 0:
+    if k == 0 and len(refs) == scores.shape[1]:
         board.notes.append("every method here is a reference, so nothing is ranked (rank_references ranks them)")
+        return board
+    if k == 0:
+        board.notes.append("no method but the references has a finished run on any data set, so nothing is ranked"
+                           if refs else "no method has a finished run on any data set, so nothing is ranked")
         return board
     if n == 0:
         board.notes.append("no data set has a result for every method, so nothing is ranked")

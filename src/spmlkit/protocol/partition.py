@@ -14,6 +14,8 @@ rule rather than by how many rows a draw happens to hit.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ._checks import _check_fraction, _check_int, _check_seed
@@ -46,7 +48,9 @@ def random_partition(num_examples: int, seed: int, *, val_frac: float = 0.1,
         ``(train, val, test)``: disjoint, ascending int64 arrays covering ``0 .. N-1``.
 
     Raises:
-        ValueError: on bad arguments, or when the shares leave no training row.
+        ValueError: on bad arguments, or when the shares leave a part empty: no training row, or
+            no validation or test row where its share is above 0 (5 rows at 80/10/10 round to
+            5/0/0; a run would train, then fail to select an epoch or score a test list of none).
     """
     n = _check_int("num_examples", num_examples, minimum=1)
     seed = _check_seed("seed", seed)
@@ -57,5 +61,18 @@ def random_partition(num_examples: int, seed: int, *, val_frac: float = 0.1,
     if n_train < 1:
         raise ValueError(f"val_frac={val_frac} and test_frac={test_frac} of {n} rows leave no training row "
                          f"({n_val} validation + {n_test} test); lower the fractions or use more rows.")
+    empty = [part for part, frac, rows in (("validation", val_frac, n_val), ("test", test_frac, n_test))
+             if frac > 0 and rows == 0]
+    if empty:
+        least = next(m for m in itertools.count(n + 1) if _parts_filled(m, val_frac, test_frac))
+        raise ValueError(f"a partition of {n} rows into {100 * (1 - val_frac - test_frac):g} / {100 * val_frac:g} / "
+                         f"{100 * test_frac:g} % leaves the {' and the '.join(empty)} part empty ({n_train} / {n_val} / "
+                         f"{n_test} rows); use at least {least} rows (subset) or larger shares")
     perm = np.random.RandomState(seed).permutation(n).astype(np.int64, copy=False)
     return (np.sort(perm[:n_train]), np.sort(perm[n_train:n_train + n_val]), np.sort(perm[n_train + n_val:]))
+
+
+def _parts_filled(n: int, val_frac: float, test_frac: float) -> bool:
+    """Whether ``n`` rows give every part with a share above 0 at least one row (the rounding above)."""
+    n_val, n_test = int(np.round(val_frac * n)), int(np.round(test_frac * n))
+    return n - n_val - n_test >= 1 and (n_val >= 1 or val_frac == 0) and (n_test >= 1 or test_frac == 0)

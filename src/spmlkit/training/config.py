@@ -179,6 +179,8 @@ class OptimisationConfig:
         _positive_number("lr", self.lr)
         _positive_int("batch_size", self.batch_size)
         _non_negative("weight_decay", self.weight_decay)
+        for name in ("lr", "weight_decay"):
+            _within_float32(name, getattr(self, name))
 
 
 @dataclass
@@ -519,6 +521,18 @@ def _positive_number(name: str, value: Any) -> None:
 def _non_negative(name: str, value: Any) -> None:
     if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0):
         raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
+
+#: the largest float32: the weights are float32, and torch's optimisers multiply them by the lr and
+#: the weight decay as float32 numbers (SGD raised "value cannot be converted to type float without
+#: overflow" with a traceback on a weight decay of 1e300)
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _within_float32(name: str, value: float) -> None:
+    if value > _FLOAT32_MAX:
+        raise ValueError(f"{name} {value:g} is beyond the largest float32 number ({_FLOAT32_MAX:.3g}), the precision "
+                         "the weights are updated in; no run could use it: give a smaller value")
 
 
 #: settings that change no number: a resumed run may change them (where it is written, how it is

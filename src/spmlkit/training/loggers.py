@@ -81,6 +81,15 @@ def register_logger(name: str, factory: LoggerFactory, *, replace: bool = False)
     _NEEDS.pop(name, None)
 
 
+def users_loggers() -> list[str]:
+    """The loggers registered by code outside spmlkit (a plug-in's), by name: a plug-in that registers
+    only a logger has registered something (:mod:`spmlkit.plugins` counts them)."""
+    from ..names import BUILTIN, origin_of
+
+    return [name for name, factory in _REGISTRY.items()
+            if origin_of(str(getattr(factory, "__module__", "") or "")) != BUILTIN]
+
+
 def available_loggers() -> list[str]:
     """Every name a run may use: registered in this process, then installed entry points."""
     return sorted({*_REGISTRY, *(ep.name for ep in _entry_points())})

@@ -45,6 +45,7 @@ import yaml
 
 from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..output_dir import MARKER, RUN, check_output_dir, claim_output_dir, output_kind
+from ..plugins import loaded_plugins, plugin_code
 from .checkpoint import load_checkpoint, numpy_rng_state, plain_checkpoint, set_numpy_rng_state
 from .config import RESUME_FREE, RunConfig, flat_settings, load_config_file, saved_settings
 from .loop import LoopState, Run
@@ -192,6 +193,7 @@ class RunDirectory:
             raise FileNotFoundError(f"--resume: no checkpoint at {self.last} ({why}); run the same command without "
                                     "--resume to start it")
         ckpt = load_checkpoint(self.last)
+        self._check_same_code(ckpt, config)
         defaults = RunConfig().flat()  # a setting added since the run started counts as its default
         held = absolute_paths(paths_from_run_folder(saved_settings(ckpt["config"]), self.path))  # nested or flat
         saved = {k: held.get(k, defaults[k]) for k in defaults if k not in RESUME_FREE}
@@ -220,6 +222,31 @@ class RunDirectory:
                          f"{saved[:12]}); resume with the data it started on, or start the run afresh on this data "
                          "(another --out, or --overwrite)")
 
+    def _check_same_code(self, ckpt: dict[str, Any], config: RunConfig) -> None:
+        """Refuse to resume a run whose plug-in code changed since its epochs were trained.
+
+        ``last.pt`` keeps the identity of the plug-in code the run trains with (:func:`~spmlkit.
+        plugins.plugin_code`: each file's SHA-256, or its package's version). Resumed on other code,
+        the run's first epochs would come from one version and the rest from another, while its
+        ``result.json`` named the last alone. A checkpoint of an spmlkit from before this record
+        says nothing either way, and is resumed."""
+        if "plugin_code" not in ckpt:
+            return
+        then, now = list(ckpt["plugin_code"]), plugin_code(config.method.name, config.data.dataset)
+        if then == now:
+            return
+        before, after = dict(_code_entry(e) for e in then), dict(_code_entry(e) for e in now)
+        changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+        paths = {p.name: p.path for p in loaded_plugins() if p.path}
+        what = "; ".join(f"{name}{f' ({paths[name]})' if name in paths else ''}: "
+                         f"{before.get(name, 'not used')} then, {after.get(name, 'not used')} now" for name in changed)
+        done = self.finished_epochs()
+        raise ValueError(f"--resume: the plug-in code of the run in {self.path} changed since its first "
+                         f"{done} epoch{'s' if done != 1 else ''} trained ({what}); resuming would train "
+                         "the rest on other code than the first epochs: put the code it started with back to resume, "
+                         "or start the run afresh on the new code (the same command without --resume, with "
+                         "--overwrite)")
+
     # ------------------------------------------------------------------ per epoch
     def save_epoch(self, run: Run, optimizer: torch.optim.Optimizer, config: RunConfig,
                    extra_best: dict[str, Any]) -> None:
@@ -234,6 +261,7 @@ class RunDirectory:
             "method": run.method.state_dict(), "label_state": run.state.state_dict(),
             "generator": run.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "numpy_rng": numpy_rng_state(), "config": saved, "loop": ls.progress(),
+            "plugin_code": plugin_code(config.method.name, config.data.dataset),  # what --resume must find again
             **({} if run.recipe is None else {"recipe": run.recipe.state_dict()}),
             **({} if self._data_digest is None else {"data_digest": self._data_digest}),
         }, "last.pt"), self.last)
@@ -316,6 +344,12 @@ def _adopt_legacy_method_state(ckpt: dict[str, Any], run: Run) -> None:
     for holder in (ckpt, ckpt.get("best_snapshot") or {}):
         if _method_key(holder) == "components":
             holder["method"] = run.method.legacy_state(holder.pop("components"))
+
+
+def _code_entry(entry: str) -> tuple[str, str]:
+    """``("my_loss.py", "sha256:4305...")`` from a :func:`~spmlkit.plugins.plugin_code` entry."""
+    name, _, fingerprint = entry.rpartition(" ")
+    return name, fingerprint
 
 
 def feature_spec(X_fit: np.ndarray, standardize: bool) -> dict[str, Any]:
