@@ -120,21 +120,25 @@ def test_bad_arguments_are_refused_with_what_to_do() -> None:
 
 def test_a_warm_up_as_long_as_the_run_is_refused_before_its_first_step(tmp_path, capsys) -> None:
     """`crisp --hparam warmup_epochs=50` with 2 epochs trained AN for both and was recorded as CRISP
-    (APL refuses the same); one epoch of the risk is the least a CRISP run is."""
+    (APL refuses the same); one epoch of the risk is the least a CRISP run is. Refused when the method
+    is built, before its first step."""
     from pathlib import Path
 
     from spmlkit.cli import main
-    from spmlkit.errors import InputError
 
-    fn = losses.create("crisp", observed=OBSERVED, warmup_epochs=3)
-    fn.set_epoch(1, 4)  # three epochs of AN, then one of the risk
+    def build(epochs: int):
+        info = RunInfo(num_train=4, num_classes=2, observed=OBSERVED, expected_num_pos=1.0, epochs=epochs, seed=0,
+                       features=lambda: None)
+        return METHODS["crisp"](info, warmup_epochs=3)
+
+    build(4)  # three epochs of AN, then one of the risk
     for epochs in (3, 2):
-        with pytest.raises(InputError, match=f"warmup_epochs=3 is not below the {epochs} epochs it trains"):
-            fn.set_epoch(1, epochs)
+        with pytest.raises(ValueError, match=f"warmup_epochs=3 is not below the {epochs} epochs it trains"):
+            build(epochs)
     assert main(["train", "--method", "crisp", "--hparam", "warmup_epochs=50", "--epochs", "2", "--subset", "300",
                  "--quiet"]) == 2
     assert capsys.readouterr().err == (
-        "spmlkit train: error: loss 'crisp': warmup_epochs=50 is not below the 2 epochs it trains, so every epoch "
+        "spmlkit train: error: method 'crisp': warmup_epochs=50 is not below the 2 epochs it trains, so every epoch "
         "would train AN and none CRISP's risk; set warmup_epochs below the epochs (--hparam warmup_epochs=N) or "
         "train longer (--epochs)\n")
     assert not Path("runs").exists()  # refused before the first step: nothing is left

@@ -233,7 +233,7 @@ def test_the_losss_beta_draw_is_beta_of_d_and_one_minus_d():
     """The loss draws each entry from Beta(D + ε, 1 - D + ε), its label distribution first (the draw's mean is
     D, not 1 - D). Other tests replace the sampler with fixed draws, which hid the order; here it is watched:
     what it is given, and that the loss uses the first component of what it returns."""
-    fn = losses.create("smile", features=LINE, num_classes=2, seed=0, k=2).double()
+    fn = smile(LINE, 2, seed=0, k=2).double()
     given, returned = [], []
 
     def watched(concentration):

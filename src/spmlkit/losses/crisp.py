@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import InputError
 from ..labels import validate_observed
 from .base import LossContext, LossOptions, SPMLLoss, check_number, make_room, register
 from .terms import bce_neg, bce_pos, spine
@@ -105,19 +104,10 @@ class CRISPLoss(SPMLLoss):
         self.warming = True
 
     def set_epoch(self, epoch: int, num_epochs: int) -> None:
-        """AN up to ``warmup_epochs``, the risk afterwards.
-
-        A warm-up as long as the run (``warmup_epochs >= num_epochs``) is refused here, at the
-        first epoch's start, before any step: every epoch would train AN, and the run would be
-        recorded as CRISP's (APL refuses the same when it is built). The loss learns the run's
-        length only here: the trainer hands a loss no run arguments when it builds it."""
+        """AN up to ``warmup_epochs``, the risk afterwards (a warm-up as long as the run is refused by
+        the ``crisp`` method when it is built, :class:`~spmlkit.methods.crisp.CRISP`)."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
             raise ValueError(f"loss 'crisp': set_epoch expects a 1-indexed epoch (int >= 1), got {epoch!r}")
-        if self.warmup_epochs >= num_epochs:
-            raise InputError(f"loss 'crisp': warmup_epochs={self.warmup_epochs} is not below the {num_epochs} "
-                             f"epoch{'s' if num_epochs != 1 else ''} it trains, so every epoch would train AN and "
-                             "none CRISP's risk; set warmup_epochs below the epochs (--hparam warmup_epochs=N) or train "
-                             "longer (--epochs)")
         self.warming = epoch <= self.warmup_epochs
 
     def set_class_prior(self, prior: Tensor | np.ndarray | Any) -> None:

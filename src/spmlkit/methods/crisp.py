@@ -32,6 +32,12 @@ class CRISP(LossMethod):
 
     def __init__(self, run: RunInfo, *, delta: float = 0.01, tau: float = 0.01, **hparams: Any) -> None:
         super().__init__(run, **hparams)
+        warmup = self.criterion.warmup_epochs
+        if warmup >= run.epochs:  # every epoch would train AN, and the run would be recorded as CRISP's
+            raise ValueError(f"method 'crisp': warmup_epochs={warmup} is not below the {run.epochs} "
+                             f"epoch{'s' if run.epochs != 1 else ''} it trains, so every epoch would train AN and "
+                             "none CRISP's risk; set warmup_epochs below the epochs (--hparam warmup_epochs=N) or "
+                             "train longer (--epochs)")
         self.estimator = ClassPriorEstimation(delta, tau)
 
     def after_epoch(self, epoch: int, *, probs: Tensor, state: LabelState, truth: np.ndarray | None

@@ -220,6 +220,10 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
         hparams = method.check_hparams(config.method.hparams)
         data = load_run_data(config) if data is None else data
         network = _check_method_fits(config, method, data.kind, dist)
+        if "strong" in method.requires and data.images is not None and data.images.transform_spec.get("kind") == "grey":
+            from ..data.strong_augment import grey_images_refusal
+
+            raise ValueError(grey_images_refusal(method.name, data.name))  # its strong view's operations need colour
         split = split_and_observe(config, data)
         train_labels = method_label_matrix(method, split.observed, split.truth_train)
         validate_observed(train_labels, where=f"the training labels of {data.name}")

@@ -90,20 +90,8 @@ def check_recipe(config: RunConfig, data: RunData, train_rows: int, dist: Distri
         raise ValueError(f"crop_scale {recipe.crop_scale} differs from this dataset's image size "
                          f"{config.data.image_size}; it is generated in memory and has no files to read at another "
                          f"size: set crop_scale to {config.data.image_size}")
-    if data.images is not None and data.images.transform_spec.get("kind") == "grey" and _trains_on_two_views(config):
-        from ..data.strong_augment import grey_images_refusal
-
-        raise ValueError(grey_images_refusal(config.method.name, data.name))
     check_min_lr(config)
     check_parts(config, data.kind)
-
-
-def _trains_on_two_views(config: RunConfig) -> bool:
-    """Whether the run's method trains on a weak and a strong view of each image (LAC, PLC)."""
-    from .. import losses
-    from ..methods import get_method
-
-    return losses.loss_class(get_method(config.method.name).loss).needs_views
 
 
 def check_parts(config: RunConfig, kind: str) -> None:
