@@ -314,3 +314,31 @@ def test_the_image_presets_carry_the_papers_settings_and_table_1() -> None:
         assert preset.config["epochs"] == 10 and preset.config["batch_size"] in (8, 16)
         assert preset.config["hparams"] == {"delta": 0.01, "tau": 0.01}
         assert preset.target is not None and preset.target.mean == mean and preset.target.table == "CRISP Table 1"
+
+
+def test_the_true_prior_reference_trains_the_same_risk_with_the_truths_priors_and_is_no_single_positive_method(
+        tmp_path, capsys) -> None:
+    """crisp_true_prior: CRISP's warm-up and risk, with each class's true prior on the training rows handed
+    over after every epoch instead of the estimate (its error is 0); a reference, shown beside the ranks;
+    refused on data without full labels, whose truth it would need."""
+    from spmlkit.cli import main
+
+    info = RunInfo(num_train=4, num_classes=2, observed=OBSERVED, expected_num_pos=1.0, epochs=10, seed=0,
+                   features=lambda: None)
+    method = METHODS["crisp_true_prior"](info, lam=0.5)
+    truth = np.array([[1, 0], [1, 1], [0, 1], [1, 0]], dtype=np.uint8)
+    record = method.after_epoch(1, probs=torch.rand(4, 2), state=LabelState(OBSERVED), truth=truth)
+    assert torch.equal(method.criterion.class_prior, torch.tensor([0.75, 0.5], dtype=torch.float64))
+    assert record == {"labeling_prior_mean": 0.625, "class_prior_error": 0.0}
+    assert METHODS["crisp_true_prior"].sees_more_labels and not METHODS["crisp"].sees_more_labels
+    rng = np.random.RandomState(0)
+    X = rng.randn(60, 4).astype(np.float32)
+    observed = np.zeros((60, 3), dtype=np.int8)
+    observed[np.arange(60), np.arange(60) % 3] = 1
+    data = RunData("features", "mine", ("a", "b", "c"), None, X_train=X, observed=observed)
+    with pytest.raises(ValueError, match="method 'crisp_true_prior' is a reference that trains on what the training "
+                                         "rows' full labels tell it, and mine has none"):
+        train(RunConfig(dataset="mine", observation="given", val_variant="observed", method="crisp_true_prior",
+                        epochs=2, device="cpu"), data=data)
+    fit = train(RunConfig(dataset="yeast", method="crisp_true_prior", epochs=3, subset=300, lr=0.01))
+    assert [h["class_prior_error"] for h in fit.history] == [0.0, 0.0, 0.0]

@@ -143,7 +143,8 @@ def test_label_matrices_of_the_references():
     assert method_label_matrix(METHODS["iun"], OBS, TRUTH).tolist() == [[1, 0, -1], [-1, 1, -1], [0, -1, 1], [1, -1, 0]]
     with pytest.raises(ValueError, match="needs the full training labels"):
         method_label_matrix(METHODS["bce"], OBS, None)
-    assert [m for m in METHODS if METHODS[m].sees_more_labels] == ["bce", "iun"]
+    assert [m for m in METHODS if METHODS[m].sees_more_labels] == ["bce", "iun", "crisp_true_prior"]
+    assert METHODS["crisp_true_prior"].labels == "observed"  # it sees the truth's priors, not its labels
 
 
 def test_every_part_a_method_names_is_registered():

@@ -215,7 +215,7 @@ def paper_table(
     reference: str | None = None,
     decimals: int = 2,
     gap_closed: bool = True,
-    exclude_from_best: Sequence[str] = ("bce", "iun"),
+    exclude_from_best: Sequence[str] | None = None,
     pretty: bool = True,
 ) -> pd.DataFrame:
     """A papers'-style table of :func:`select_and_aggregate` output.
@@ -224,8 +224,8 @@ def paper_table(
     missing). The best mean of every column (after rounding, so ties are all marked) is
     recorded in ``table.attrs["bold"]`` as (row label, column label) pairs; the writers
     :func:`to_markdown` and :func:`to_latex` print those in bold. Rows in
-    ``exclude_from_best`` (default: the references ``bce`` and ``iun``, which see more labels
-    than single-positive methods) are never marked, as in the papers.
+    ``exclude_from_best`` (default: the references, the methods that see more than single
+    positives, :attr:`~spmlkit.methods.Method.sees_more_labels`) are never marked, as in the papers.
 
     Args:
         agg: output of :func:`select_and_aggregate`; each (rows, cols) pair must occur once
@@ -249,6 +249,10 @@ def paper_table(
         sentences a reader needs under the table (the gap formula, a gap left out and why,
         cells from one seed).
     """
+    if exclude_from_best is None:
+        from ..methods import METHODS
+
+        exclude_from_best = tuple(m for m in METHODS if METHODS[m].sees_more_labels)
     _check_table_input(agg, rows, cols, decimals)
     row_keys = _ordered_keys(agg, rows)
     col_keys = _ordered_keys(agg, cols)

@@ -121,8 +121,10 @@ class Method(nn.Module):
     #: which label matrix trains it: "observed" (the simulated or given partial labels), "full" (the
     #: complete truth: an oracle reference), "1p_alln" (one positive plus every true negative)
     labels: ClassVar[str] = "observed"
-    #: whether it trains on more labels than the observation gives the others: a reference shown
-    #: beside a leaderboard's ranks, not in them (set from :attr:`labels` at registration)
+    #: whether it trains on more than the observation gives the others: a reference shown beside a
+    #: leaderboard's ranks, not in them. Set at registration from :attr:`labels` (full, 1p_alln); a
+    #: method that trains on what ``after_epoch``'s ``truth`` tells it declares it itself, and the
+    #: plan refuses it on data without full labels
     sees_more_labels: ClassVar[bool] = False
     #: decision threshold of its thresholded metrics (EM's authors advise 0.75 for EM models)
     threshold: ClassVar[float] = 0.5

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .base import Meaning
 from .boostlu import BoostLU
-from .crisp import CRISP
+from .crisp import CRISP, CRISPTruePrior
 from .loss_method import loss_method
 from .opml_sp import OPMLSP
 from .penalty import L1R, L2R
@@ -64,6 +64,8 @@ register("opml_sp", "OPML-SP: soft OPML + high-rank + AP-based correction", pape
 register("pu_mlc", "variational PU learning with re-balancing and mixup", paper="Yuan, Zhang, Huang, ICME 2024")(PUMLC)
 register("crisp", "class priors estimated after every epoch + unbiased risk with those priors",
          paper="Liu, Xu, Wang, Geng (CRISP)")(CRISP)
+register("crisp_true_prior", "CRISP's risk with the training rows' true class priors (reference: it sees the truth's "
+         "priors)", paper="Liu, Xu, Wang, Geng (CRISP)")(CRISPTruePrior)
 register("smile", "label enhancement: soft targets from a GCN's Beta label distributions on a k-NN graph",
          paper="Xu et al., NeurIPS 2022")(SMILE)
 register("plc", "LAC stage 1: AN on a weak view + hard pseudo-label consistency on a strong view", paper=_LAC)(

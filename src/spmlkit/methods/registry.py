@@ -47,7 +47,8 @@ def register(name: str, description: str | None = None, *, paper: str = "") -> C
                             "register a subclass of it instead")
         _check_declarations(name, cls)
         cls.name, cls.description, cls.paper = name, description, paper
-        cls.sees_more_labels = cls.labels != "observed"
+        # a reference: labels beyond the observation, or (declared by the class) the truth's statistics
+        cls.sees_more_labels = cls.labels != "observed" or bool(cls.__dict__.get("sees_more_labels", False))
         origin = origin_of(cls.__module__)
         if name in _DERIVED and METHODS.origin(name) == origin:
             _DERIVED.discard(name)

@@ -226,6 +226,9 @@ def plan_run(config: RunConfig, *, data: RunData | None = None, dist: Distribute
             raise ValueError(grey_images_refusal(method.name, data.name))  # its strong view's operations need colour
         split = split_and_observe(config, data)
         train_labels = method_label_matrix(method, split.observed, split.truth_train)
+        if method.sees_more_labels and split.truth_train is None:
+            raise ValueError(f"method {method.name!r} is a reference that trains on what the training rows' full labels "
+                             f"tell it, and {data.name} has none; leave {method.name} out")
         validate_observed(train_labels, where=f"the training labels of {data.name}")
         if not (train_labels != 0).any():
             raise ValueError(f"the training rows of {data.name} carry no observed label at all under observation "

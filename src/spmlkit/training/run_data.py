@@ -275,9 +275,10 @@ def check_labels(config: RunConfig) -> None:
     if config.data.val_variant == "clean" and config.data.val_frac > 0:
         raise ValueError(_no_clean_validation(name))
     method = get_method(config.method.name)
-    if method.labels != "observed":
-        raise ValueError(f"method {method.name!r} is a reference that trains on {method.labels!r} labels, the truth "
-                         f"behind the observed ones; {name} holds observed labels only, so leave {method.name} out")
+    if method.sees_more_labels:
+        what = f"{method.labels!r} labels" if method.labels != "observed" else "what the full labels tell it"
+        raise ValueError(f"method {method.name!r} is a reference that trains on {what}, the truth behind the observed "
+                         f"ones; {name} holds observed labels only, so leave {method.name} out")
 
 
 def feature_scaling(X_fit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
