@@ -26,17 +26,20 @@ The parts and what they ask (docs/methods.md has the methods that bring them):
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from .config import RunConfig
 
-__all__ = ["NetworkSpec", "backbone_map_reason", "build_run_model", "check_network", "network_spec"]
+__all__ = ["NetworkSpec", "backbone_map_reason", "build_run_model", "check_network", "network_spec", "own_part"]
 
-#: the model settings a method may bring (:meth:`~spmlkit.methods.Method.model_parts`)
-METHOD_PARTS = ("image_head", "bottleneck", "cam_boost")
+#: the model settings a method may bring (:meth:`~spmlkit.methods.Method.model_parts`), and what a run
+#: has where neither it nor its method sets them
+METHOD_PARTS = {"image_head": "linear", "bottleneck": 0, "cam_boost": None}
 #: the width of the label-wise embeddings of a label-query head's projector (docs/methods.md has whose 128)
 PROJECTOR_WIDTH = 128
 #: where a network gets each output a method may require, in the words of a refusal
@@ -78,18 +81,32 @@ def network_spec(config: RunConfig, kind: str) -> NetworkSpec:
     from ..methods import get_method
 
     method = get_method(config.method.name)
-    parts = method.model_parts(method.check_hparams(config.method.hparams))
-    unknown = sorted(set(parts) - set(METHOD_PARTS))
-    if unknown:
-        raise ValueError(f"method {method.name!r} brings the model settings {unknown}; a method may bring "
-                         f"{', '.join(METHOD_PARTS)}")
     model = config.model
-    bottleneck = model.bottleneck if model.bottleneck is not None else int(parts.get("bottleneck", 0))
+    bottleneck = int(own_part("bottleneck", model.bottleneck, method.name, config.method.hparams))
     if kind == "features":
         return NetworkSpec(kind, model.head, bottleneck, None, None)
-    head = model.image_head if model.image_head is not None else parts.get("image_head", "linear")
+    head = own_part("image_head", model.image_head, method.name, config.method.hparams)
     projector = PROJECTOR_WIDTH if head == "label_query" and "embeddings" in method.requires else None
-    return NetworkSpec(kind, head, bottleneck, parts.get("cam_boost"), projector)
+    return NetworkSpec(kind, head, bottleneck, own_part("cam_boost", None, method.name, config.method.hparams),
+                       projector)
+
+
+def own_part(setting: str, value: Any, method: str, hparams: Mapping[str, Any]) -> Any:
+    """A model setting of :data:`METHOD_PARTS` as a run has it: ``value`` where the run sets it (not
+    None), else ``method``'s own part (:meth:`~spmlkit.methods.Method.model_parts`), else the
+    setting's plain default. What two runs with the same settings train on, whichever way they say
+    it (``--resume`` compares these)."""
+    from ..methods import get_method
+
+    if value is not None:
+        return value
+    cls = get_method(method)
+    parts = cls.model_parts(cls.check_hparams(hparams))
+    unknown = sorted(set(parts) - set(METHOD_PARTS))
+    if unknown:
+        raise ValueError(f"method {method!r} brings the model settings {unknown}; a method may bring "
+                         f"{', '.join(METHOD_PARTS)}")
+    return parts.get(setting, METHOD_PARTS[setting])
 
 
 def check_network(config: RunConfig, kind: str) -> NetworkSpec:

@@ -47,8 +47,9 @@ from ..io import atomic_torch_save, atomic_write_json, atomic_write_text
 from ..output_dir import MARKER, RUN, check_output_dir, claim_output_dir, output_kind
 from ..plugins import loaded_plugins, plugin_code
 from .checkpoint import load_checkpoint, numpy_rng_state, plain_checkpoint, set_numpy_rng_state
-from .config import RESUME_FREE, RunConfig, flat_settings, load_config_file, saved_settings
+from .config import RESUME_FREE, RunConfig, applies_to, flat_settings, load_config_file, saved_settings
 from .loop import LoopState, Run
+from .network import own_part
 from .run_data import feature_scaling
 from .run_paths import absolute_paths, paths_from_run_folder, paths_relative_to
 
@@ -114,7 +115,7 @@ class RunDirectory:
         self._data_digest = data_digest(config.data.dataset, config.data.prepared)
         ckpt = None
         if resume:
-            ckpt = self._resume_checkpoint(config)
+            ckpt = self._resume_checkpoint(config, kind)
         else:
             if self.holds_a_run() and not overwrite:
                 raise ValueError(self._refusal())
@@ -183,7 +184,7 @@ class RunDirectory:
                 break
         self._made = []
 
-    def _resume_checkpoint(self, config: RunConfig) -> dict[str, Any]:
+    def _resume_checkpoint(self, config: RunConfig, kind: str | None = None) -> dict[str, Any]:
         if (self.path / _DIVERGED).is_file():
             raise ValueError(f"--resume: the run in {self.path} diverged ({_DIVERGED}); resuming would repeat it from "
                              "its last saved epoch: start it afresh with --overwrite and a smaller lr")
@@ -196,8 +197,14 @@ class RunDirectory:
         self._check_same_code(ckpt, config)
         defaults = RunConfig().flat()  # a setting added since the run started counts as its default
         held = absolute_paths(paths_from_run_folder(saved_settings(ckpt["config"]), self.path))  # nested or flat
-        saved = {k: held.get(k, defaults[k]) for k in defaults if k not in RESUME_FREE}
-        now = {k: v for k, v in absolute_paths(config.flat()).items() if k not in RESUME_FREE}
+        # settings of the other kind of run change nothing (a feature run's image_head)
+        compared = [k for k in defaults if k not in RESUME_FREE and (kind is None or applies_to(k) in (None, kind))]
+        current = absolute_paths(config.flat())
+        saved, now = {k: held.get(k, defaults[k]) for k in compared}, {k: current[k] for k in compared}
+        for settings in (saved, now):  # None: the method's own part, as it was before settings could say None
+            for key in ("image_head", "bottleneck"):
+                if key in settings:
+                    settings[key] = own_part(key, settings[key], settings["method"], settings["hparams"])
         diff = sorted(k for k in now if saved.get(k) != now[k])
         if diff:
             raise ValueError(f"--resume: the run in {self.path} was started with different settings "
