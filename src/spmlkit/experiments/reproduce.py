@@ -105,10 +105,9 @@ def _own_network(method: str) -> bool:
     """Whether ``method``'s network on features is its own (MIME's Gaussian bottleneck over the row,
     docs/methods.md, "mime"): SMILE's MLP would be a second network before it, so such a method trains
     its own in the protocol's partitions, grid and epochs."""
-    from ..methods import get_method
+    from ..training.network import own_part
 
-    cls = get_method(method)
-    return int(cls.model_parts(cls.check_hparams({})).get("bottleneck", 0)) > 0
+    return int(own_part("bottleneck", None, method, {})) > 0
 
 
 def _dataset_argument(rep: Reproduction, dataset: str) -> str:
