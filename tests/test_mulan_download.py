@@ -148,6 +148,15 @@ def test_only_the_missing_files_are_fetched(server, empty_home):
     assert sorted(server.requests) == ["/flags/flags-test.arff", "/flags/flags-train.arff"]
 
 
+def test_cal500_is_fetched_as_its_one_file(server, empty_home):
+    ds = load_mulan("cal500")
+    assert sorted(server.requests) == ["/cal500/cal500.arff", "/cal500/cal500.xml"]
+    assert ds.X_train.shape == (502, 68) and ds.X_test is None
+    assert (empty_home / "mulan" / "cal500" / "spmlkit-parsed-v1.npz").is_file()  # parsed once, then kept
+    server.requests.clear()
+    assert load_mulan("cal500").Y_train.shape == (502, 174) and server.requests == []
+
+
 def test_a_checksum_mismatch_keeps_nothing(server, empty_home):
     server.mode = "corrupt"
     with pytest.raises(DownloadError) as caught:
