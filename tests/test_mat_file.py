@@ -121,3 +121,31 @@ def test_a_file_that_cannot_be_read_as_it_is_is_refused_in_one_line(tmp_path: Pa
     assert len(err) == 1 and message in err[0] and str(path) in err[0], err
     assert main(["train", "--dataset", str(tmp_path / "none.mat"), "--method", "an"]) == 2
     assert "none.mat: no such .mat file" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_reproduce_runs_on_the_files_partition(tmp_path: Path, capsys):
+    """A reproduction on a paper's data file standing for one of its sets: the file's rows and observed
+    positives, in both readings; a subset, which would cut the file's partition, is refused."""
+    write_mat(tmp_path / "yeast.mat")
+    out = tmp_path / "rep"
+    args = ["reproduce", "crisp-tabular", "--datasets", str(tmp_path / "yeast.mat"), "--methods", "an,smile",
+            "--trials", "2", "--epochs", "2", "--jobs", "1", "--quiet", "--out", str(out)]
+    assert main(args) == 0, capsys.readouterr().err
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"yeast: the partition and the observed positives of {tmp_path / 'yeast.mat'}, the seed varying only" in said
+    from spmlkit.experiments.store import ResultsStore
+
+    runs = ResultsStore(out / "results.db").to_dataframe()
+    assert set(runs["observation"]) == {"given"} and (runs["status"] == "ok").all()
+    assert {c["settings"]["partition"] for c in runs["config"]} == {"official"}
+    assert len(runs) == 2 * 2 * 32 + 2  # AN's and SMILE's grids, and SMILE as its code ran it
+    assert "| SMILE | as published |" in (out / "crisp-tabular.md").read_text()
+    named = ["reproduce", "crisp-tabular", "--datasets", f"scene={tmp_path / 'yeast.mat'}", "--methods", "an",
+             "--subset", "50", "--out", str(tmp_path / "sub"), "--quiet"]
+    assert main(named) == 2
+    assert "--subset cuts a whole set before its random partition" in capsys.readouterr().err
+    assert main(["reproduce", "crisp-tabular", "--datasets", str(tmp_path / "set.mat"), "--quiet",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "a .mat file stands for one of crisp-tabular's sets (yeast, scene, corel5k, delicious); name it as " \
+           "SET=FILE.mat" in capsys.readouterr().err

@@ -4,23 +4,16 @@ grid, a table reports."""
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
+from fixtures.loop_records import needs_loop
 
 from spmlkit.experiments.report import select_and_aggregate
 from spmlkit.experiments.selection import (RULES, choose_by_votes, needs_epoch_metrics, read_at, selected_epoch,
                                            vote)
-from spmlkit.training.loop import run_loop
-
-#: the training loop records every epoch's measures once it takes ``epoch_metrics`` (issue 39: the
-#: loop change the lead makes; until then the tests that train with it say so and are skipped)
-LOOP_RECORDS_EPOCHS = "epoch_metrics" in inspect.signature(run_loop).parameters
-needs_loop = pytest.mark.skipif(not LOOP_RECORDS_EPOCHS, reason="the training loop does not record per-epoch measures "
-                                "yet (run_loop has no epoch_metrics): apply the loop change of issue 39")
 
 _ORDER = ("hamming_loss@0.5", "coverage", "example_ap", "ranking_loss", "one_error")
 
@@ -163,3 +156,44 @@ def test_a_run_with_epoch_metrics_records_every_epochs_measures_and_its_best_epo
     # off by default: a run records only what it always did
     plain = train(RunConfig(**{**settings, "epoch_metrics": False}, lr=1e-2, seed=1))
     assert not any(k.startswith(("val.smile.", "test.")) for k in plain.history[0])
+
+
+@needs_loop
+@pytest.mark.usefixtures("one_thread")
+def test_sweep_report_and_benchmark_take_the_rule_by_name(tmp_path, capsys):
+    """``sweep --select smile_votes`` records what the vote reads; ``report --select`` reads the same store
+    under either rule; a store whose runs did not record it is refused in one line, nothing written."""
+    from pathlib import Path
+
+    from spmlkit.cli import main
+    from spmlkit.experiments.store import ResultsStore
+
+    grid = "name: s\ndatasets: [yeast]\nmethods: [an]\nseeds: [0, 1]\nlrs: [0.01, 0.001]\nsettings: {epochs: 3, subset: 300}\n"
+    (tmp_path / "voted.yaml").write_text(grid + "store: voted.db\n")
+    (tmp_path / "plain.yaml").write_text(grid + "store: plain.db\n")
+    assert main(["sweep", str(tmp_path / "voted.yaml"), "--select", "smile_votes", "--jobs", "1", "--quiet"]) == 0
+    assert f"spmlkit report --store {tmp_path / 'voted.db'} --select smile_votes" in " ".join(
+        capsys.readouterr().out.split())
+    runs = ResultsStore(tmp_path / "voted.db").to_dataframe()
+    assert all(c["settings"]["epoch_metrics"] for c in runs["config"])
+    assert all("val.smile.example_ap" in e for h in runs["history"] for e in h)
+    assert main(["report", "--store", str(tmp_path / "voted.db"), "--select", "smile_votes", "--no-figures",
+                 "--out", str(tmp_path / "r1")]) == 0
+    title = (Path(tmp_path / "r1") / "table.md").read_text().splitlines()[0]
+    assert "configuration and epoch selected on smile_votes" in title
+    selected = pd.read_csv(tmp_path / "r1" / "selected_configs.csv")
+    read = read_at(runs, "smile_votes")
+    chosen = read[read["lr"] == selected["lr"].iloc[0]]
+    assert selected["mean"].iloc[0] == pytest.approx(100 * chosen["test_map"].mean())
+    capsys.readouterr()
+    assert main(["sweep", str(tmp_path / "plain.yaml"), "--jobs", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["report", "--store", str(tmp_path / "plain.db"), "--select", "smile_votes",
+                 "--out", str(tmp_path / "r2")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "recorded no per-epoch validation measures, which selection rule 'smile_votes' reads" \
+        in err[0] and not (tmp_path / "r2").exists()
+    assert main(["benchmark", "--dataset", "yeast", "--methods", "an", "--seeds", "0", "--lrs", "0.01", "--epochs", "2",
+                 "--subset", "300", "--jobs", "1", "--select", "smile_votes", "--out", str(tmp_path / "b"),
+                 "--quiet"]) == 0
+    assert "epoch and lr selected by smile_votes" in (tmp_path / "b" / "table.md").read_text()

@@ -89,7 +89,9 @@ def select_and_aggregate(
     run is read at the epoch SMILE's vote selects (:func:`~spmlkit.experiments.selection.read_at`),
     and the configuration is the one the same vote chooses across the grid
     (:func:`~spmlkit.experiments.selection.choose_by_votes`); ``select_mean`` is then the mean
-    validation mAP at the voted epochs, for the reader, not what chose.
+    validation mAP at the voted epochs, for the reader, not what chose. A frame that
+    :func:`~spmlkit.experiments.selection.read_at` has read already (it has ``selected_epoch``) is
+    used as it is.
 
     Within each group of ``by``, runs are split into configurations (distinct values of the
     ``config_keys`` present in ``df``; a dict such as ``hparams`` is compared by content). The
@@ -130,7 +132,7 @@ def select_and_aggregate(
     by = list(by)
     if status is not None and "status" in df.columns:
         df = df[df["status"] == status]
-    if check_rule(rule) != "val_map":
+    if check_rule(rule) != "val_map" and "selected_epoch" not in df.columns:  # a frame read_at read is used as it is
         df = read_at(df, rule)
     _require_columns(df, by + [metric, select_on], "select_and_aggregate")
     keys = [k for k in config_keys if k in df.columns]

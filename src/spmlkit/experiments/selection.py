@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # the command line lists the rules in its help without importing pandas
+    import pandas as pd
 
 __all__ = ["RULES", "DEFAULT_RULE", "SMILE_VOTERS", "check_rule", "needs_epoch_metrics", "vote", "selected_epoch",
            "read_at", "choose_by_votes"]
@@ -117,6 +118,8 @@ def read_at(runs: pd.DataFrame, rule: str) -> pd.DataFrame:
     the history does not keep per epoch (thresholds chosen on validation, ...) become NaN, so that no
     number is read at an epoch it was not measured at. ValueError, naming the first run, when a run's
     history lacks what the rule needs (it trained without ``epoch_metrics``)."""
+    import pandas as pd
+
     check_rule(rule)
     out = runs.copy()
     if out.empty:
