@@ -250,7 +250,8 @@ def test_what_cannot_run_is_refused_in_one_line_before_any_run(tmp_path: Path, c
 def test_the_quick_check_leaves_out_what_cannot_run_in_its_epochs_and_says_why(tmp_path: Path):
     """Every method of the tables in 2 epochs: EM-APL's warm-up of 5 cannot end, so it is left out with
     the reason; CRISP keeps the warm-up lengths that can (1) and says which it dropped."""
-    from spmlkit.experiments.reproduce import heading, plan_reproduction, table_rows
+    from spmlkit.experiments.reproduce import plan_reproduction
+    from spmlkit.experiments.reproduce_tables import heading, table_rows
 
     rep = get_reproduction("crisp-tabular")
     plan = plan_reproduction(rep, tmp_path / "r.db", datasets=["yeast"], trials=2, epochs=2)
@@ -299,7 +300,8 @@ def test_a_method_whose_runs_failed_keeps_its_row_with_the_failure_named(tmp_pat
     its count and first error; AN's row has its numbers."""
     import time
 
-    from spmlkit.experiments.reproduce import failure_lines, plan_reproduction, summarize_reproduction, table_rows
+    from spmlkit.experiments.reproduce import plan_reproduction, summarize_reproduction
+    from spmlkit.experiments.reproduce_tables import failure_lines, table_rows
     from spmlkit.experiments.store import ResultsStore
     from spmlkit.experiments.sweep import expand
     from spmlkit.experiments.sweep.execute import failed_record
@@ -327,7 +329,8 @@ def test_a_method_whose_runs_failed_keeps_its_row_with_the_failure_named(tmp_pat
 
 
 def test_z_is_printed_only_under_the_papers_protocol(tmp_path: Path):
-    from spmlkit.experiments.reproduce import ReproducedCell, plan_reproduction, table_rows
+    from spmlkit.experiments.reproduce import ReproducedCell, plan_reproduction
+    from spmlkit.experiments.reproduce_tables import table_rows
 
     rep = get_reproduction("crisp-tabular")
     paper = plan_reproduction(rep, tmp_path / "r.db", datasets=["scene"], methods=["an"])

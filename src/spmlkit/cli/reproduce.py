@@ -55,6 +55,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
     130 Ctrl-C and 143 SIGTERM (finished runs are kept; the same command resumes)."""
     from ..errors import InputError, user_input
     from ..experiments import reproduce as rp
+    from ..experiments.reproduce_tables import write_reproduction
     from ..experiments.sweep.cores import default_jobs
     from .experiments import _ray_options, _SweepProgress, stoppable_sweep
 
@@ -86,7 +87,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
         failed = sum(r.failed for r in results)
         raise InputError(f"no run of the reproduction finished ({failed} failed; the first error is above). "
                          f"Earlier tables in {out} are left as they were")
-    paths = rp.write_reproduction(out, plan, cells)
+    paths = write_reproduction(out, plan, cells)
     _print_tables(screen, plan, cells)
     print_whole_words(screen, f"wrote {', '.join(str(p) for p in paths.values())}  ({time.perf_counter() - t0:.1f} s; "
                               f"{sum(r.skipped for r in results)} finished runs reused from {out / rp.STORE_NAME})")
@@ -114,7 +115,8 @@ def _print_tables(screen: Any, plan: Any, cells: list) -> None:
     """Every table as the markdown file has it, then the priors, the failures and what was run."""
     from rich.table import Table
 
-    from ..experiments.reproduce import METRICS, failure_lines, heading, prior_rows, table_rows
+    from ..experiments.reproduce import METRICS
+    from ..experiments.reproduce_tables import failure_lines, heading, prior_rows, table_rows
 
     for table_name, metric in plan.rep.tables.items():
         header, rows = table_rows(plan, cells, table_name)

@@ -29,32 +29,32 @@ mean and std with the difference in units of the published std::
 trials, its epochs, every row): a quick check with fewer prints no z. The compared values use the
 papers' metric code (SMILE's conventions, :mod:`spmlkit.metrics.smile_convention`); spmlkit's own
 are kept beside them. A method whose runs failed keeps its row, with the failure named; methods
-that recorded class priors (CRISP) also show the priors' error at the selected epoch.
+that recorded class priors (CRISP) also show the priors' error at the selected epoch. The tables
+themselves are :mod:`~spmlkit.experiments.reproduce_tables`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..io import atomic_write_json, atomic_write_text
 from .presets import PRESETS, RECIPE_DEFAULTS
 from .published import display_name, published_rows
 from .report import select_and_aggregate
 from .reproductions import REPRODUCTIONS, PublishedRun, Reproduction, get_reproduction
-from .selection import RULES, check_rule, needs_epoch_metrics, read_at
+from .selection import check_rule, needs_epoch_metrics, read_at
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
 
 __all__ = ["Reproduction", "REPRODUCTIONS", "ReproducedCell", "ReproductionPlan", "Protocol", "FAIR", "PUBLISHED",
-           "get_reproduction", "reproduction_methods", "images_only_methods", "images_only_note", "check_methods",
-           "plan_reproduction", "reproduction_sweeps", "published_hparams", "run_reproduction",
-           "summarize_reproduction", "write_reproduction", "table_rows", "STD_FLOOR"]
+           "METRICS", "get_reproduction", "reproduction_methods", "images_only_methods", "images_only_note",
+           "check_methods", "plan_reproduction", "reproduction_sweeps", "published_hparams", "published_value",
+           "row_label", "run_reproduction", "summarize_reproduction", "STD_FLOOR"]
 
 STORE_NAME = "results.db"
 #: the smallest published std a difference is divided by: half the last printed digit (0.001)
@@ -268,7 +268,7 @@ def plan_reproduction(rep: Reproduction, store: str | Path, *, datasets: Sequenc
         cannot.update(methods_that_cannot_run(spec))
     if cannot and methods is not None:
         raise ValueError(f"{next(iter(cannot.values()))}; leave it out of --methods or give more --epochs")
-    left_out.update({m: f"{_label(rep, m)}, which cannot run in {exc.epochs} epoch(s): {exc.reason}"
+    left_out.update({m: f"{row_label(rep, m)}, which cannot run in {exc.epochs} epoch(s): {exc.reason}"
                      for m, exc in cannot.items()})
     chosen = tuple(m for m in chosen if m not in cannot)
     if not chosen:
@@ -294,7 +294,7 @@ def _grid_hparams(rep: Reproduction, methods: Sequence[str], epochs: int, notes:
         for name, values in rep.grid_hparams.get(method, {}).items():
             kept = [v for v in values if not (name == "warmup_epochs" and v >= epochs)]
             dropped = [v for v in values if v not in kept]
-            label = _label(rep, method)
+            label = row_label(rep, method)
             if not kept:
                 why = (f"{label}, every {name} of whose grid ({', '.join(map(str, values))}) is as long as the run "
                        f"({epochs} epochs) or longer, so it would train AN throughout")
@@ -497,12 +497,12 @@ def _cells(plan: ReproductionPlan, reading: str, rule: str, dataset: str, method
     failed = runs[runs["status"] == "failed"]
     error = "" if failed.empty else str(failed["error"].iloc[0]).strip().splitlines()[0]
     ok = runs[runs["status"] == "ok"]
-    base = dict(method=method, label=_label(rep, method), dataset=dataset, reading=reading,
+    base = dict(method=method, label=row_label(rep, method), dataset=dataset, reading=reading,
                 rule=rule, runs=len(runs), failed=len(failed), error=error, comparable=plan.comparable)
     if ok.empty:
         return [ReproducedCell(table=table, metric=metric, ours=None, ours_std=None, trials=0, ours_spmlkit=None,
-                               published=_published(method, dataset, table)[0],
-                               published_std=_published(method, dataset, table)[1], config={}, **base)
+                               published=published_value(method, dataset, table)[0],
+                               published_std=published_value(method, dataset, table)[1], config={}, **base)
                 for table, metric in rep.tables.items()]
     read = read_at(ok, rule)
     agg = select_and_aggregate(read, by=("dataset", "method"), config_keys=_CONFIG_KEYS, metric="test_map",
@@ -517,7 +517,7 @@ def _cells(plan: ReproductionPlan, reading: str, rule: str, dataset: str, method
     out = []
     for table, metric in rep.tables.items():
         ours = chosen[f"test.smile.{metric}" + ("@0.5" if metric == "hamming_loss" else "")].to_numpy(float)
-        theirs, theirs_std = _published(method, dataset, table)
+        theirs, theirs_std = published_value(method, dataset, table)
         out.append(ReproducedCell(
             table=table, metric=metric, ours=float(ours.mean()), ours_std=float(ours.std()), trials=len(ours),
             ours_spmlkit=float(chosen[f"test.{METRICS[metric][2]}"].to_numpy(float).mean()), published=theirs,
@@ -526,7 +526,8 @@ def _cells(plan: ReproductionPlan, reading: str, rule: str, dataset: str, method
     return out
 
 
-def _published(method: str, dataset: str, table: str) -> tuple[float | None, float | None]:
+def published_value(method: str, dataset: str, table: str) -> tuple[float | None, float | None]:
+    """The published (mean, std) of a method on a set in a table, (None, None) where there is none."""
     rows = published_rows(method, dataset, source=table)
     return (rows[0].mean, rows[0].std) if rows else (None, None)
 
@@ -557,185 +558,6 @@ def _true_prior(argument: str, subset: int | None) -> float | None:
     return float(Y.mean()) if len(Y) else None
 
 
-# --------------------------------------------------------------------------- tables
-
-
-def _fmt(mean: float | None, std: float | None) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return "–"
-    return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
-
-
-def _z(value: float) -> str:
-    return "–" if math.isnan(value) else f"{value:+.1f}"
-
-
-def _ours(cell: ReproducedCell, trials: int) -> str:
-    """A cell of ours: mean ± std, with the trials where fewer than asked; "failed" or "not run"."""
-    if cell.ours is None:
-        return f"failed ({cell.failed} of {cell.runs} runs)" if cell.failed else "not run"
-    text = _fmt(cell.ours, cell.ours_std)
-    return text if cell.trials == trials else f"{text} ({cell.trials} of {trials} trials)"
-
-
-def table_rows(plan: ReproductionPlan, cells: list[ReproducedCell], table: str
-               ) -> tuple[list[str], list[list[str]]]:
-    """One published table as a header and rows: per method and reading, per data set ours, the
-    published number and (where the protocol is the paper's) z. A method left out before any run keeps
-    its row ("not run"); so does one whose runs all failed ("failed")."""
-    mine = [c for c in cells if c.table == table]
-    datasets = [d for d in plan.rep.datasets if d in plan.datasets]
-    per = ("ours", "published", "z") if plan.comparable else ("ours", "published")
-    header = ["method", "reading"] + [f"{d}: {what}" for d in datasets for what in per]
-    rows = []
-    for method in _row_order(plan):
-        for reading in (FAIR, PUBLISHED):
-            row = {c.dataset: c for c in mine if c.method == method and c.reading == reading}
-            if not row and not (reading == FAIR and method in plan.left_out):
-                continue
-            values: list[str] = []
-            for d in datasets:
-                c = row.get(d)
-                if c is None:
-                    theirs = _published(method, d, table)
-                    values += ["not run" if method in plan.left_out else "–", _fmt(*theirs)] + \
-                        (["–"] if plan.comparable else [])
-                else:
-                    values += [_ours(c, plan.protocol.trials), _fmt(c.published, c.published_std)] + \
-                        ([_z(c.z)] if plan.comparable else [])
-            rows.append([_label(plan.rep, method), reading, *values])
-    return header, rows
-
-
-def _label(rep: Reproduction, method: str) -> str:
+def row_label(rep: Reproduction, method: str) -> str:
     """A method's row label: the paper's, else spmlkit's (:func:`~spmlkit.experiments.published.display_name`)."""
     return next((label for label, m in rep.method_labels.items() if m == method), display_name(method))
-
-
-def _row_order(plan: ReproductionPlan) -> list[str]:
-    """The rows' methods: the paper's order (a method left out keeps its place), then any other method."""
-    shown = [*plan.methods, *plan.left_out]
-    paper = [m for m in dict.fromkeys(plan.rep.method_labels.values()) if m in shown]
-    return paper + [m for m in shown if m not in paper]
-
-
-def table_markdown(plan: ReproductionPlan, cells: list[ReproducedCell], table: str) -> str:
-    """One published table as markdown (:func:`table_rows`)."""
-    header, rows = table_rows(plan, cells, table)
-    if not rows:
-        return ""
-    name, larger_better, _ = METRICS[plan.rep.tables[table]]
-    z = "; z = (ours − published) / published std" if plan.comparable else ""
-    lines = [f"**{table}: {name} ({'larger' if larger_better else 'smaller'} is better), mean ± std over "
-             f"{plan.protocol.trials} trial{'s' if plan.protocol.trials != 1 else ''}{z}**", "",
-             "| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def prior_rows(plan: ReproductionPlan, cells: list[ReproducedCell]) -> tuple[list[str], list[list[str]]]:
-    """The class priors of the methods that estimate them (CRISP), at the selected epoch, per data set:
-    the mean over classes of |estimated − true prior|, the mean estimate against the set's mean true
-    prior, and the selected epoch against the warm-up (an epoch within it reports the AN warm-up's model)."""
-    first = list(plan.rep.tables)[0]
-    mine = [c for c in cells if c.table == first and c.prior_error is not None]
-    datasets = [d for d in plan.rep.datasets if any(c.dataset == d for c in mine)]
-    header = ["method", "reading"] + [f"{d}: {what}" for d in datasets
-                                      for what in ("prior error", "mean prior (true)", "epoch (warm-up)")]
-    rows = []
-    for method in dict.fromkeys(c.method for c in mine):
-        for reading in (FAIR, PUBLISHED):
-            row = {c.dataset: c for c in mine if c.method == method and c.reading == reading}
-            if not row:
-                continue
-            values: list[str] = []
-            for d in datasets:
-                c = row.get(d)
-                if c is None:
-                    values += ["–"] * 3
-                    continue
-                warm = c.config.get("hp.warmup_epochs")
-                values += [f"{c.prior_error:.3f}", f"{c.prior_mean:.2f} ({_fmt(c.true_prior, None)[:4]})",
-                           f"{c.selected_epoch:.1f}" + (f" ({warm})" if warm is not None else "")]
-            rows.append([next(iter(row.values())).label, reading, *values])
-    return header, rows
-
-
-def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    return "\n".join(["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2),
-                      *("| " + " | ".join(row) + " |" for row in rows)])
-
-
-def heading(plan: ReproductionPlan) -> str:
-    """What was run, in a few sentences: the protocol actually run (and whether it is the paper's), the
-    readings and where each of their parts comes from, what was left out."""
-    rep = plan.rep
-    differs = plan.protocol.differences(rep)
-    lines = [f"Protocol run: {plan.protocol.words()}"
-             + (f" -- the paper's." if not differs else
-                f" -- NOT the paper's ({'; '.join(differs)}): the values cannot be compared with the published ones, "
-                "and no z is printed.")]
-    files = {n: a for n, a in plan.datasets.items() if a != rep.datasets[n]}
-    ours = [n for n in plan.datasets if n not in files]
-    rows = ([f"{', '.join(ours)}: spmlkit's random 80/10/10 partitions of the rows run (seed = trial), one observed "
-             "positive drawn per training row"] if ours else [])
-    rows += [f"{n}: the partition and the observed positives of {a}, the seed varying only the initial weights and "
-             "the batch order" for n, a in files.items()]
-    lines.append("Rows: " + "; ".join(rows) + ".")
-    lines.append(f"Reading \"{FAIR}\": the papers' grid (lr x weight decay x batch size"
-                 + "".join(f", {_label(rep, m)}'s {', '.join(hp)}" for m, hp in rep.grid_hparams.items()
-                           if m in plan.methods)
-                 + f"), the configuration and its epoch chosen by {plan.rule} ({RULES[plan.rule]}); each method's "
-                 "hyperparameters: those its paper published for the set (SMILE's README), else its recipe's defaults.")
-    for run, _ in plan.published[:1] if plan.published else []:
-        parts = "; ".join(f"{part}: {where}" for part, where in run.parts)
-        lines.append(f"Reading \"{PUBLISHED}\" ({_label(rep, run.method)}): {run.source}. {parts}.")
-    others = [_label(rep, m) for m in plan.methods if m not in {r.method for r, _ in plan.published}]
-    if plan.published and others:
-        lines.append(f"No code or README fixes the setting of {', '.join(others)}: their rows have the fair grid only.")
-    lines.append("Values in the papers' metric convention (SMILE's code: coverage divided by the number of labels, "
-                 "Hamming loss at p > 0.5; docs/protocol.md, \"Metric conventions\").")
-    lines += [f"Not run: {why}." for why in plan.left_out.values()] + [f"{note}." for note in plan.notes]
-    if note := images_only_note(rep):
-        lines.append(note)
-    return "\n".join(f"- {line}" for line in lines)
-
-
-def failure_lines(cells: list[ReproducedCell]) -> list[str]:
-    """One line per (reading, method, data set) with failed runs: how many, and the first error."""
-    first = {}
-    for c in cells:
-        if c.failed:
-            first.setdefault((c.reading, c.method, c.dataset), c)
-    return [f"{c.label} ({c.reading}) on {c.dataset}: {c.failed} of {c.runs} runs failed"
-            + (", so the row has no value" if c.ours is None else ", the rest are shown") + f": {c.error}"
-            for c in first.values()]
-
-
-def write_reproduction(out_dir: str | Path, plan: ReproductionPlan, cells: list[ReproducedCell]) -> dict[str, Path]:
-    """``<rep>.md`` (every table), ``<rep>.csv`` (one row per cell) and ``<rep>.json``, atomically."""
-    rep = plan.rep
-    out = Path(out_dir)
-    paths = {"markdown": out / f"{rep.name}.md", "csv": out / f"{rep.name}.csv", "json": out / f"{rep.name}.json"}
-    intro = f"# {rep.name}\n\n{rep.description}.\n\n{heading(plan)}\n"
-    body = [t for t in (table_markdown(plan, cells, table) for table in rep.tables) if t]
-    header, rows = prior_rows(plan, cells)
-    if rows:
-        body.append("**Class priors at the selected epoch (mean over trials): the mean over classes of |estimated − "
-                    "true prior|, the mean estimated prior (the set's mean true prior), the selected epoch (the "
-                    "warm-up: an epoch within it reports the AN warm-up's model)**\n\n" + _markdown_table(header, rows))
-    failures = failure_lines(cells)
-    if failures:
-        body.append("**Failed runs**\n\n" + "\n".join(f"- {line}" for line in failures))
-    atomic_write_text(paths["markdown"], intro + "\n" + "\n\n".join(body) + "\n")
-    frame = pd.DataFrame([{**{k: v for k, v in asdict(c).items() if k != "config"}, **c.config, "z": c.z}
-                          for c in cells])
-    atomic_write_text(paths["csv"], frame.to_csv(index=False))
-    sweeps = [{"reading": reading, "dataset": s.datasets[0], "methods": s.methods, "hparams": s.hparams,
-               "trials": len(s.seeds), "settings": s.settings}
-              for reading, specs in ((FAIR, plan.fair), (PUBLISHED, [s for _, s in plan.published])) for s in specs]
-    atomic_write_json(paths["json"], {
-        "reproduction": rep.name, "protocol": asdict(plan.protocol), "comparable": plan.comparable, "rule": plan.rule,
-        "left_out": plan.left_out, "notes": plan.notes, "sweeps": sweeps,
-        "cells": [{**asdict(c), "z": None if np.isnan(c.z) else c.z} for c in cells]})
-    return paths
