@@ -261,7 +261,7 @@ def same_data(first: str, second: str) -> str | None:
         return None
     kind, name = identity(first)
     if kind == "folder":
-        return f"both are {name}"
+        return f"both are the {'file' if Path(name).is_file() else 'folder'} {name}"
     if name == "yeast":
         return "river's copy of yeast and MULAN's own files hold the same arrays"
     return f"mulan/{name} is another name for {name}"

@@ -43,9 +43,9 @@ SMILE_AS_PUBLISHED = PublishedRun(
     method="smile", source="SMILE's official code (palm-ml/smile): its README's command per set, train_smile2.py",
     hparams={name: dict(values) for name, values in SMILE_TABULAR_HPARAMS.items()},
     lr=1e-3, batch_size=16, weight_decay=0.0, epochs=10, rule="smile_votes",
-    parts=(("hyperparameters", "the README's command for the set (--bias, --p, --mu, --rate)"),
+    parts=(("hyperparameters", "the README's command for the set (its bias, p, mu and rate)"),
            ("lr, batch, weight decay, epochs", "1e-3 and 16 (train_smile2.py's defaults), no weight decay (its "
-                                               "Adam), 10 (the README's --ep 10)"),
+                                               "Adam), 10 (the README's ep 10)"),
            ("reported epoch", "Best.select: five validation measures vote (smile_votes)"),
            ("network and loss", "spmlkit's SMILE (docs/methods.md, \"smile\")")))
 

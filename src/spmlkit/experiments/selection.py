@@ -129,6 +129,10 @@ def read_at(runs: pd.DataFrame, rule: str) -> pd.DataFrame:
     chosen: list[dict[str, Any]] = []
     for rec in rows:
         history = rec.get("history") or []
+        if rule == "val_map":  # the run's own choice; a record without one (another program's) has none
+            best = _best_epoch(rec)
+            chosen.append(next((dict(e) for e in history if e.get("epoch") == best), {"epoch": best}))
+            continue
         try:
             epoch = selected_epoch(history, rule, _best_epoch(rec))
         except ValueError:
@@ -138,7 +142,7 @@ def read_at(runs: pd.DataFrame, rule: str) -> pd.DataFrame:
                              "runs with --select val_map") from None
         at = next((dict(e) for e in history if e.get("epoch") == epoch), {})
         chosen.append(at)
-    out["selected_epoch"] = [float(c.get("epoch", math.nan)) for c in chosen]
+    out["selected_epoch"] = [_number(c.get("epoch")) for c in chosen]
     # under val_map the runs' own test numbers are the selected epoch's already; only the validation measures are added
     prefixes = ("val.smile.",) if rule == "val_map" else ("val.smile.", "test.")
     keys = sorted({k for c in chosen for k in c if k.startswith(prefixes)})

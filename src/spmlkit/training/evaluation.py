@@ -70,6 +70,30 @@ def evaluate_test(
     return out
 
 
+def unobserved_analysis(probs: np.ndarray, truth: np.ndarray, observed: np.ndarray, bins: int = ANALYSIS_BINS) -> dict[str, Any]:
+    """Histograms and Wasserstein distances of predictions on unobserved training entries."""
+    p = np.asarray(probs, dtype=np.float64)
+    y = np.asarray(truth).astype(bool)
+    unobs = np.asarray(observed) == 0
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    idx = _bin_index(p, edges)
+    num_classes = p.shape[1]
+    # one count per (class, bin) cell: bincount of the flat cell numbers (np.add.at counts the
+    # same, several times slower; every run of a sweep pays this once)
+    cells = np.arange(num_classes) * bins + idx
+    hist_pos = np.bincount(cells[unobs & y], minlength=num_classes * bins).reshape(num_classes, bins)
+    hist_neg = np.bincount(cells[unobs & ~y], minlength=num_classes * bins).reshape(num_classes, bins)
+    per_class = metrics.unobserved_wasserstein(p, y.astype(np.uint8), observed, per_class=True)
+    pooled = metrics.unobserved_wasserstein(p, y.astype(np.uint8), observed)
+    return {
+        "bins": edges.tolist(),
+        "hist_pos": hist_pos.tolist(),
+        "hist_neg": hist_neg.tolist(),
+        "wasserstein": float(pooled),
+        "wasserstein_per_class": [float(v) for v in np.asarray(per_class)],
+    }
+
+
 def split_measures(probs: np.ndarray, targets: np.ndarray, split: str) -> dict[str, float]:
     """The measures of one epoch on one split (``"val"`` or ``"test"``), keyed as a run's history
     keeps them: ``<split>.smile.<name>`` (SMILE's five, its Hamming loss at p > 0.5, keyed
@@ -106,30 +130,6 @@ def epoch_measures(group: Any, runs: list[Any], val_targets: np.ndarray, test_ta
         for i, run_probs in zip(live, probs):
             out[i].update(split_measures(run_probs, targets, split))
     return out
-
-
-def unobserved_analysis(probs: np.ndarray, truth: np.ndarray, observed: np.ndarray, bins: int = ANALYSIS_BINS) -> dict[str, Any]:
-    """Histograms and Wasserstein distances of predictions on unobserved training entries."""
-    p = np.asarray(probs, dtype=np.float64)
-    y = np.asarray(truth).astype(bool)
-    unobs = np.asarray(observed) == 0
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    idx = _bin_index(p, edges)
-    num_classes = p.shape[1]
-    # one count per (class, bin) cell: bincount of the flat cell numbers (np.add.at counts the
-    # same, several times slower; every run of a sweep pays this once)
-    cells = np.arange(num_classes) * bins + idx
-    hist_pos = np.bincount(cells[unobs & y], minlength=num_classes * bins).reshape(num_classes, bins)
-    hist_neg = np.bincount(cells[unobs & ~y], minlength=num_classes * bins).reshape(num_classes, bins)
-    per_class = metrics.unobserved_wasserstein(p, y.astype(np.uint8), observed, per_class=True)
-    pooled = metrics.unobserved_wasserstein(p, y.astype(np.uint8), observed)
-    return {
-        "bins": edges.tolist(),
-        "hist_pos": hist_pos.tolist(),
-        "hist_neg": hist_neg.tolist(),
-        "wasserstein": float(pooled),
-        "wasserstein_per_class": [float(v) for v in np.asarray(per_class)],
-    }
 
 
 def _bin_index(p: np.ndarray, edges: np.ndarray) -> np.ndarray:
