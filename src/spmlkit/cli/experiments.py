@@ -37,9 +37,18 @@ def add_ray_options(p: argparse.ArgumentParser) -> None:
                                                    "(default 2)")
 
 
+def add_select_option(p: argparse.ArgumentParser, chooses: str, more: str = "") -> None:
+    """``--select``, one meaning for every command that tabulates runs (report, benchmark, sweep, reproduce)."""
+    from ..experiments.selection import RULES
+
+    p.add_argument("--select", choices=tuple(RULES), default="val_map",
+                   help=f"the rule that chooses {chooses}: val_map (best mean validation mAP) or smile_votes (SMILE's "
+                        f"Best.select: five validation measures vote{more}) (default val_map; docs/protocol.md, "
+                        "\"Selection rules\")")
+
+
 def add_parsers(sub: Any) -> None:
     from ..experiments.benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS
-    from ..experiments.selection import RULES
     from ..experiments.suites import SUITES
 
     p = sub.add_parser("benchmark", help="compare every method on a data set (paper-style table), or on several "
@@ -81,10 +90,7 @@ def add_parsers(sub: Any) -> None:
                         "method's recipe defaults) or a data set whose presets to use everywhere, e.g. yeast "
                         "(`spmlkit presets --dataset yeast`; methods without one keep their defaults). Default: the "
                         "data set's own presets with one --dataset, defaults with several")
-    p.add_argument("--select", choices=tuple(RULES), default="val_map",
-                   help="the rule that chooses each run's epoch and each method's lr: val_map (best mean validation "
-                        "mAP) or smile_votes (SMILE's Best.select: five validation measures vote; the runs then record "
-                        "every epoch's measures) (default val_map)")
+    add_select_option(p, "each run's epoch and each method's lr", "; the runs then record every epoch's measures")
     p.add_argument("--rank-references", action="store_true",
                    help="rank bce (full labels) and iun (one positive and all negatives) with the other methods "
                         "(default: shown beside the ranks, not ranked, since they see more labels)")
@@ -125,10 +131,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--max-runs", type=positive_int, help="stop after this many runs (resume later)")
     p.add_argument("--retry-failed", action="store_true", help=_RETRY_HELP)
     add_ray_options(p)
-    p.add_argument("--select", choices=tuple(RULES), default="val_map",
-                   help="the selection rule the store's runs will be read with: smile_votes records every epoch's "
-                        "validation and test measures in each run (epoch_metrics), which it needs (default val_map, "
-                        "which needs nothing more; docs/protocol.md, \"Selection rules\")")
+    add_select_option(p, "what the store's runs will be read with", "; each run then records every epoch's "
+                      "validation and test measures, epoch_metrics, which it reads")
     p.add_argument("--quiet", action="store_true", help="no progress bar (default: one)")
     p.set_defaults(func=run_sweep)
 
@@ -137,10 +141,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--out", default="report", help="output folder (default report)")
     p.add_argument("--reference", help="show published numbers beside ours: EM, OPML, GR or PU-MLC (default: none)")
     p.add_argument("--metric", default="test_map", help="metric column to tabulate (default test_map)")
-    p.add_argument("--select", choices=tuple(RULES), default="val_map",
-                   help="the rule that chooses each run's epoch and each row's configuration: val_map (best mean "
-                        "validation mAP) or smile_votes (SMILE's Best.select: five validation measures vote; needs runs "
-                        "that recorded every epoch, sweep --select smile_votes) (default val_map)")
+    add_select_option(p, "each run's epoch and each row's configuration", "; it needs runs that recorded every "
+                      "epoch, sweep --select smile_votes")
     p.add_argument("--formats", type=csv_list(str), default=_FORMATS, help="table formats (md,tex,csv)")
     p.add_argument("--no-figures", action="store_true", help="tables only (default: tables and figures)")
     p.add_argument("--overwrite", action="store_true",

@@ -14,13 +14,14 @@ __all__ = ["add_parsers"]
 
 def add_parsers(sub: Any) -> None:
     from ..experiments.reproductions import REPRODUCTIONS
-    from ..experiments.selection import RULES
-    from .experiments import add_ray_options
+    from .experiments import add_ray_options, add_select_option
 
     names = ", ".join(f"{name} ({rep.description})" for name, rep in REPRODUCTIONS.items())
     p = sub.add_parser("reproduce", help="rerun a published table under its own protocol, beside its numbers",
-                       description=f"Rerun a published experiment and print each of its tables with the published "
-                                   f"mean ± std beside ours and the difference in published stds. Known: {names}. "
+                       description=f"Rerun a published experiment and print each of its tables in two readings -- "
+                                   "the fair grid for every method, and as its code ran it where the code fixes the "
+                                   "setting -- with the published mean ± std beside ours and, under the paper's "
+                                   f"protocol, the difference in published stds. Known: {names}. "
                                    "The same command resumes an interrupted reproduction. docs/reproductions.md.")
     p.add_argument("name", choices=tuple(REPRODUCTIONS), help="which experiment")
     p.add_argument("--datasets", type=csv_list(str), metavar="SETS",
@@ -32,10 +33,8 @@ def add_parsers(sub: Any) -> None:
                    help="comma-separated methods (default: every method of the tables that spmlkit has and that "
                         "trains on features, less any that cannot run in --epochs, named; another feature method "
                         "gets a row without published numbers)")
-    p.add_argument("--select", choices=tuple(RULES), default="val_map",
-                   help="the rule that chooses each fair-grid row's configuration and epoch: val_map (best mean "
-                        "validation mAP) or smile_votes (SMILE's Best.select: five validation measures vote) "
-                        "(default val_map; the as-published rows use their code's own rule)")
+    add_select_option(p, "each fair-grid row's configuration and epoch (the as-published rows use their code's "
+                         "own)")
     p.add_argument("--trials", type=positive_int, help="trials, each its own random partition (default: the paper's, 5)")
     p.add_argument("--epochs", type=positive_int, help="epochs of every run (default: the paper's, 10)")
     p.add_argument("--subset", type=positive_int, metavar="N",
