@@ -43,8 +43,8 @@ def add_select_option(p: argparse.ArgumentParser, chooses: str, more: str = "") 
 
     p.add_argument("--select", choices=tuple(RULES), default="val_map",
                    help=f"the rule that chooses {chooses}: val_map (best mean validation mAP) or smile_votes (SMILE's "
-                        f"Best.select: five validation measures vote{more}) (default val_map; docs/protocol.md, "
-                        "\"Selection rules\")")
+                        f"Best.select: five validation measures vote{more}) (default val_map; "
+                        'docs/protocol.md, "Selection rules")')
 
 
 def add_parsers(sub: Any) -> None:
