@@ -276,6 +276,8 @@ def plan_reproduction(rep: Reproduction, store: str | Path, *, datasets: Sequenc
                          + "; ".join(left_out.values()))
     fair = _fair_specs(rep, named, chosen, protocol, store, plugins, grid, select)
     published = _published_specs(rep, named, chosen, protocol, store, plugins)
+    for _, spec in published:  # their settings checked too, before any run of the fair grid
+        methods_that_cannot_run(spec)
     return ReproductionPlan(rep, named, chosen, protocol, select, fair, published, left_out, notes)
 
 
