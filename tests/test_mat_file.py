@@ -126,10 +126,10 @@ def test_a_file_that_cannot_be_read_as_it_is_is_refused_in_one_line(tmp_path: Pa
 @pytest.mark.usefixtures("one_thread")
 def test_reproduce_runs_on_the_files_partition(tmp_path: Path, capsys):
     """A reproduction on a paper's data file standing for one of its sets: the file's rows and observed
-    positives, in both readings; a subset, which would cut the file's partition, is refused."""
+    positives; a subset, which would cut the file's partition, is refused."""
     write_mat(tmp_path / "yeast.mat")
     out = tmp_path / "rep"
-    args = ["reproduce", "crisp-tabular", "--datasets", str(tmp_path / "yeast.mat"), "--methods", "an,smile",
+    args = ["reproduce", "crisp-tabular", "--datasets", str(tmp_path / "yeast.mat"), "--methods", "an,wan",
             "--trials", "2", "--epochs", "2", "--jobs", "1", "--quiet", "--out", str(out)]
     assert main(args) == 0, capsys.readouterr().err
     said = " ".join(capsys.readouterr().out.split())
@@ -139,8 +139,8 @@ def test_reproduce_runs_on_the_files_partition(tmp_path: Path, capsys):
     runs = ResultsStore(out / "results.db").to_dataframe()
     assert set(runs["observation"]) == {"given"} and (runs["status"] == "ok").all()
     assert {c["settings"]["partition"] for c in runs["config"]} == {"official"}
-    assert len(runs) == 2 * 2 * 32 + 2  # AN's and SMILE's grids, and SMILE as its code ran it
-    assert "| SMILE | as published |" in (out / "crisp-tabular.md").read_text()
+    assert len(runs) == 2 * 2 * 32  # AN's and WAN's grids, two trials each
+    assert "| WAN | fair grid |" in (out / "crisp-tabular.md").read_text()
     named = ["reproduce", "crisp-tabular", "--datasets", f"scene={tmp_path / 'yeast.mat'}", "--methods", "an",
              "--subset", "50", "--out", str(tmp_path / "sub"), "--quiet"]
     assert main(named) == 2

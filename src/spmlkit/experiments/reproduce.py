@@ -501,12 +501,15 @@ def _cells(plan: ReproductionPlan, reading: str, rule: str, dataset: str, method
     ok = runs[runs["status"] == "ok"]
     base = dict(method=method, label=row_label(rep, method), dataset=dataset, reading=reading,
                 rule=rule, runs=len(runs), failed=len(failed), error=error, comparable=plan.comparable)
-    if ok.empty:
+    try:
+        read = None if ok.empty else read_at(ok, rule)
+    except ValueError as exc:  # runs that cannot be read under the rule count as failed, with the reason
+        read, base = None, {**base, "failed": len(runs), "error": str(exc)}
+    if read is None:
         return [ReproducedCell(table=table, metric=metric, ours=None, ours_std=None, trials=0, ours_spmlkit=None,
                                published=published_value(method, dataset, table)[0],
                                published_std=published_value(method, dataset, table)[1], config={}, **base)
                 for table, metric in rep.tables.items()]
-    read = read_at(ok, rule)
     agg = select_and_aggregate(read, by=("dataset", "method"), config_keys=_CONFIG_KEYS, metric="test_map",
                                scale=1.0, rule=rule)
     row = agg.iloc[0]
