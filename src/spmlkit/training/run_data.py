@@ -161,7 +161,7 @@ def load_run_data(config: RunConfig) -> RunData:
         ds = registry.load_features(config.data.dataset)
         if config.data.partition == "random":
             return _randomly_partitioned(ds, config)
-        if ds.X_val is not None:  # a paper's data file: its own partition, its authors' observed positives
+        if getattr(ds, "X_val", None) is not None:  # a paper's data file: its own partition, its authors' positives
             data = RunData("features", ds.name, tuple(ds.class_names), np.asarray(ds.Y_train), np.asarray(ds.Y_test),
                            X_train=ds.X_train, X_test=ds.X_test, X_val=ds.X_val, Y_val=np.asarray(ds.Y_val),
                            observed=None if ds.observed is None else np.asarray(ds.observed))
@@ -198,7 +198,8 @@ def _randomly_partitioned(ds: Any, config: RunConfig) -> RunData:
         raise ValueError(f"{ds.name} has no full labels to pool; partition 'random' draws the papers' partitions and "
                          "single positives from a whole labelled set (use partition 'official')")
     # every fully labelled row: a set of one file (cal500) has no test list, a paper's data file its own validation rows
-    parts = [(ds.X_train, ds.Y_train), *([] if ds.X_val is None else [(ds.X_val, ds.Y_val)]),
+    own_val = getattr(ds, "X_val", None)  # a data set of the TabularDataset's shape; the field is newer
+    parts = [(ds.X_train, ds.Y_train), *([] if own_val is None else [(own_val, ds.Y_val)]),
              *([] if ds.X_test is None else [(ds.X_test, ds.Y_test)])]
     X = np.concatenate([np.asarray(x) for x, _ in parts])
     Y = np.concatenate([np.asarray(y) for _, y in parts])
