@@ -56,13 +56,18 @@ def check_subset(config: RunConfig) -> None:
     Decided once per process and (data set, partition, subset)."""
     if config.data.subset is None:
         return
-    from .run_data import is_feature_run, load_run_data
+    from .run_data import SubsetMismatch, is_feature_run, load_run_data
 
     if not is_feature_run(config):
         return
     key = (config.data.dataset, config.data.partition, config.data.subset)
     if key not in _FITTING:
-        load_run_data(config)  # the run's own refusal: larger than the set, no validation or test row left
+        try:
+            load_run_data(config)  # the run's own refusal: larger than the set, no validation or test row left
+        except SubsetMismatch:
+            raise
+        except ValueError:  # the data itself cannot be read: each run records that, as without a subset
+            return
         _FITTING.add(key)
 
 

@@ -23,10 +23,15 @@ from torch import nn
 from ..data.image_sets import ImageData, load_image_set
 from .config import RunConfig
 
-__all__ = ["RunData", "RunSplit", "ImageData", "check_dataset", "check_labels", "load_run_data", "load_image_data",
+__all__ = ["RunData", "RunSplit", "ImageData", "SubsetMismatch", "check_dataset", "check_labels", "load_run_data", "load_image_data",
            "is_feature_run", "split_and_observe", "standardize"]
 
 log = logging.getLogger(__name__)
+
+
+class SubsetMismatch(ValueError):
+    """A ``subset`` the data cannot give: more rows than the set has, or too few to partition. A sweep
+    refuses it once, before any run (:func:`~spmlkit.training.run_check.check_subset`)."""
 
 
 @dataclass
@@ -180,7 +185,8 @@ def load_run_data(config: RunConfig) -> RunData:
                        observed=images.observed)
     if config.data.subset is not None:
         if config.data.subset > data.num_train:
-            raise ValueError(f"subset {config.data.subset} is larger than the {data.num_train} training rows of {data.name}")
+            raise SubsetMismatch(f"subset {config.data.subset} is larger than the {data.num_train} training rows of "
+                                 f"{data.name}")
         for name in ("Y_train", "X_train", "observed"):
             if getattr(data, name) is not None:
                 setattr(data, name, getattr(data, name)[: config.data.subset])
@@ -209,12 +215,12 @@ def _randomly_partitioned(ds: Any, config: RunConfig) -> RunData:
         X, Y = X[keep], Y[keep]
     if config.data.subset is not None:
         if config.data.subset > len(Y):
-            raise ValueError(f"subset {config.data.subset} is larger than the {len(Y)} rows of {ds.name}")
+            raise SubsetMismatch(f"subset {config.data.subset} is larger than the {len(Y)} rows of {ds.name}")
         X, Y = X[: config.data.subset], Y[: config.data.subset]
     tr, va, te = random_partition(len(Y), config.optimisation.seed)
     if not len(va) or not len(te):
         rows = f"subset {config.data.subset}" if config.data.subset is not None else f"{ds.name}'s {len(Y)} rows"
-        raise ValueError(f"{rows} leave{'s' if config.data.subset is not None else ''} no "
+        raise SubsetMismatch(f"{rows} leave{'s' if config.data.subset is not None else ''} no "
                          f"{'validation' if not len(va) else 'test'} row: partition 'random' holds out 10 % of the "
                          f"rows for each, rounded ({len(va)} of {len(Y)}); give a subset of at least 6 rows")
     return RunData("features", ds.name, tuple(ds.class_names), Y[tr], Y[te], X_train=X[tr], X_test=X[te],
