@@ -23,8 +23,8 @@ from torch import nn
 from ..data.image_sets import ImageData, load_image_set
 from .config import RunConfig
 
-__all__ = ["RunData", "RunSplit", "ImageData", "SubsetMismatch", "check_dataset", "check_labels", "load_run_data", "load_image_data",
-           "is_feature_run", "split_and_observe", "standardize"]
+__all__ = ["RunData", "RunSplit", "ImageData", "SubsetMismatch", "check_dataset", "check_labels", "load_run_data",
+           "load_image_data", "is_feature_run", "split_and_observe", "standardize"]
 
 log = logging.getLogger(__name__)
 
