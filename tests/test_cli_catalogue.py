@@ -32,7 +32,7 @@ def test_presets_of_a_data_set_without_any_say_so_instead_of_an_empty_table(caps
     said = " ".join(capsys.readouterr().out.split())
     assert "│" not in said and said.startswith(
         "no preset is tuned on emotions: its runs use the data set's defaults and each method's recipe defaults")
-    assert said.endswith("Presets exist for: coco2014, cub, nuswide, voc2012, yeast, voc2007, corel5k, delicious, "
+    assert said.endswith("Presets exist for: coco2014, cub, nuswide, voc2012, yeast, voc2007, cal500, corel5k, delicious, "
                           "scene, tmc2007")
     assert main(["presets", "--dataset", "yaest"]) == 0
     assert "no preset is tuned on yaest (did you mean yeast?)" in " ".join(capsys.readouterr().out.split())

@@ -329,7 +329,7 @@ def test_the_true_prior_reference_trains_the_same_risk_with_the_truths_priors_an
     truth = np.array([[1, 0], [1, 1], [0, 1], [1, 0]], dtype=np.uint8)
     record = method.after_epoch(1, probs=torch.rand(4, 2), state=LabelState(OBSERVED), truth=truth)
     assert torch.equal(method.criterion.class_prior, torch.tensor([0.75, 0.5], dtype=torch.float64))
-    assert record == {"labeling_prior_mean": 0.625, "class_prior_error": 0.0}
+    assert record == {"labeling_prior_mean": 0.625, "class_prior_error": 0.0, "class_prior": [0.75, 0.5]}
     assert METHODS["crisp_true_prior"].sees_more_labels and not METHODS["crisp"].sees_more_labels
     rng = np.random.RandomState(0)
     X = rng.randn(60, 4).astype(np.float32)

@@ -302,7 +302,7 @@ def test_cli_a_table_of_ones_own_beside_yeast_is_labelled_by_its_own_labels(tmp_
     assert main(["benchmark", "--dataset", "yeast", "--dataset", feats, "--seeds", "0", "--lrs", "0.01", "--epochs",
                  "2", "--subset", "200", "--jobs", "1", "--out", str(out), "--quiet"]) == 0
     said = " ".join(capsys.readouterr().out.split())
-    assert (f"note: left out bce, iun on {feats} only: references that train on full labels, which it does not have; "
+    assert (f"note: left out bce, iun on {feats} only: references that need full labels, which it does not have; "
             "they run on yeast") in said
     assert "benchmark 2 data sets: 6 runs, 0 already finished" in said  # 4 methods on yeast, 2 on the table
     assert list(pd.read_csv(out / "yeast" / "table.csv")["method"]) == ["bce", "iun", "an", "em"]

@@ -137,6 +137,25 @@ def test_unknown_hyperparameter_lists_valid_ones():
         get_method("nope")
 
 
+def test_a_method_checks_a_runs_length_as_its_constructor_would():
+    """check_run answers from the class what building the method for the run would refuse: APL's
+    warm-up (EM+APL's 5 epochs by default) and CRISP's must end before the run does."""
+    with pytest.raises(ValueError, match="APL needs warmup_epochs < num_epochs"):
+        get_method("em_apl").check_run({}, 5)
+    get_method("em_apl").check_run({}, 6)
+    get_method("em_apl").check_run({"warmup_epochs": 1}, 2)  # the user's value, not the default
+    with pytest.raises(ValueError, match="warmup_epochs=3 is not below the 3 epochs it trains"):
+        get_method("crisp").check_run({"warmup_epochs": 3}, 3)
+    with pytest.raises(ValueError, match="warmup_epochs=1 is not below the 1 epoch it trains"):
+        get_method("crisp").check_run({}, 1)
+    get_method("crisp").check_run({}, 2)
+    for name in ("an", "smile", "pu_mlc"):  # nothing to check: any length runs
+        get_method(name).check_run({}, 1)
+    for name, hparams, epochs in (("em_apl", {}, 5), ("crisp", {"warmup_epochs": 3}, 3)):  # the same refusal
+        with pytest.raises(ValueError):
+            METHODS[name](run_info(epochs=epochs), **hparams)
+
+
 def test_label_matrices_of_the_references():
     assert method_label_matrix(METHODS["an"], OBS, None).tolist() == OBS.tolist()
     assert method_label_matrix(METHODS["bce"], OBS, TRUTH).tolist() == (2 * TRUTH.astype(int) - 1).tolist()

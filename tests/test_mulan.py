@@ -53,6 +53,33 @@ def test_each_set_has_its_official_sizes(home, name):
 
 
 @needs_mulan
+def test_cal500_is_one_file_without_an_official_split(home):
+    """cal500.arff, first row: 68 features (``0.08254,0.048394,...,0.103943``), then the 174 labels,
+    ``0,1,0,1,0,1,1,...``; its train list is every row, and it has no test list."""
+    home("cal500")
+    ds = load_mulan("cal500")
+    assert ds.X_train.shape == (502, 68) and ds.Y_train.shape == (502, 174) and ds.X_test is None and ds.Y_test is None
+    np.testing.assert_array_equal(ds.X_train[0, [0, 1, 4, 67]], np.float32([0.08254, 0.048394, -73.856273, 0.103943]))
+    assert np.flatnonzero(ds.Y_train[0]).tolist()[:8] == [1, 3, 5, 6, 12, 15, 18, 24]
+    assert int(ds.Y_train[0].sum()) == 31 and ds.class_names[:2] == ("Angry-Agressive", "NOT-Emotion-Angry-Agressive")
+    assert (ds.Y_train.sum(1) > 0).all()  # every song has a label: the tabular protocol keeps all 502
+    spec = MULAN_SETS["cal500"]
+    assert (spec.train_rows, spec.test_rows, spec.labels, spec.files) == (502, 0, 174, ("cal500.arff", "cal500.xml"))
+
+
+@needs_mulan
+def test_cal500_trains_under_the_tabular_protocol_and_without_test_numbers_under_the_reference(home):
+    from spmlkit.experiments.presets import resolve_config
+    from spmlkit.training.run_data import load_run_data
+
+    home("cal500")
+    pooled = load_run_data(resolve_config({"dataset": "cal500", "method": "smile", "partition": "random"}))
+    assert (len(pooled.Y_train), len(pooled.Y_val), len(pooled.Y_test)) == (402, 50, 50)  # 80/10/10 of 502
+    reference = load_run_data(resolve_config({"dataset": "cal500", "method": "an"}))
+    assert reference.num_train == 502 and reference.Y_test is None and reference.X_test is None
+
+
+@needs_mulan
 def test_a_sparse_row_read_by_hand(home):
     """medical-train.arff, first row: ``{0 1,107 1,590 1,671 1,804 1,835 1,968 1,1420 1,1493 1}``;
     attributes 0-1448 are features, 1449-1493 the 45 labels (1493: ``Class-44-786_07``)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures.mulan import tiny_mulan_fixture  # noqa: F401 - the fixture "tiny_mulan"
+from fixtures.mulan import TINY, tiny_mulan_fixture  # noqa: F401 - the fixture "tiny_mulan"
 
 from spmlkit.cli import main
 from spmlkit.data.download import DownloadError
@@ -149,6 +149,18 @@ def test_only_the_missing_files_are_fetched(server, empty_home):
     (folder / "flags.xml").write_bytes((server.root / "flags" / "flags.xml").read_bytes())
     load_mulan("flags")
     assert sorted(server.requests) == ["/flags/flags-test.arff", "/flags/flags-train.arff"]
+
+
+def test_cal500_is_fetched_as_its_one_file(server, tiny_mulan, empty_home):
+    """cal500 comes unsplit: one ARFF (every row its train list) and the labels' XML, no test file."""
+    tiny_mulan.pin("cal500")
+    rows = TINY.train_rows + TINY.test_rows
+    ds = load_mulan("cal500")
+    assert sorted(server.requests) == ["/cal500/cal500.arff", "/cal500/cal500.xml"]
+    assert ds.X_train.shape == (rows, TINY.features) and ds.X_test is None
+    assert (empty_home / "mulan" / "cal500" / "spmlkit-parsed-v1.npz").is_file()  # parsed once, then kept
+    server.requests.clear()
+    assert load_mulan("cal500").Y_train.shape == (rows, len(TINY.labels)) and server.requests == []
 
 
 def test_a_checksum_mismatch_keeps_nothing(server, empty_home):

@@ -189,6 +189,30 @@ def test_a_small_file_declaring_a_huge_matrix_is_refused_before_allocating(tmp_p
     assert peak < 64 * 2**20  # the parse of the text, not the matrix
 
 
+# --------------------------------------------------------------------------- a set of one file
+def test_a_set_of_one_file_is_its_train_list_and_has_no_test_list(tmp_path, monkeypatch, caplog):
+    """cal500 comes as one ARFF file and its XML: a stand-in of 12 rows in its folder (no shared files
+    needed) reads as a train list of every row and no test list, and pools into the tabular protocol."""
+    from spmlkit.experiments.presets import resolve_config
+    from spmlkit.training.run_data import load_run_data
+
+    folder = tmp_path / "data" / "mulan" / "cal500"
+    folder.mkdir(parents=True)
+    rows = "".join(f"{i / 10},{['a', 'b', 'c'][i % 3]},{i % 2},{1 - i % 2}\n" for i in range(12))
+    (folder / "cal500.arff").write_text(HEADER + "@data\n" + rows)
+    (folder / "cal500.xml").write_text('<?xml version="1.0"?>\n<labels xmlns="http://mulan.sourceforge.net/labels">'
+                                       '<label name="L1"></label><label name="L2"></label></labels>\n')
+    monkeypatch.setenv("SPMLKIT_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("SPMLKIT_MULAN_URL", "http://127.0.0.1:9/closed")
+    with caplog.at_level(logging.WARNING):
+        ds = load_mulan("cal500")
+    assert "cal500.arff differs from MULAN's file" in caplog.text  # a stand-in, read as it is
+    assert ds.X_train.shape == (12, 4) and ds.Y_train.shape == (12, 2) and ds.X_test is None and ds.Y_test is None
+    pooled = load_run_data(resolve_config({"dataset": "cal500", "method": "an", "partition": "random"}))
+    assert (len(pooled.Y_train), len(pooled.Y_val), len(pooled.Y_test)) == (10, 1, 1)
+    assert not (folder / "spmlkit-parsed-v1.npz").exists()  # only MULAN's own files' arrays are kept
+
+
 # --------------------------------------------------------------------------- files that leave nothing to do
 def test_an_empty_test_file_is_refused_before_training(tiny_mulan, capsys, tmp_path):
     folder = tiny_mulan.install("emotions") / "mulan" / "emotions"

@@ -214,7 +214,7 @@ def test_benchmark_compares_every_method_on_a_tables_own_labels(tmp_path, capsys
     assert main(["benchmark", "--dataset", feats, "--seeds", "0", "--lrs", "0.01", "--epochs", "6", "--jobs", "1",
                  "--out", str(out), "--quiet"]) == 0
     said, _ = _said(capsys)
-    assert "note: left out bce, iun: references that train on full labels, which " + feats + " does not have" in said
+    assert "note: left out bce, iun, crisp_true_prior: references that need full labels, which " + feats + " does not have" in said
     assert ("note: left out plc, lac, boostlu_ll_r, boostlu_ll_ct, boostlu_ll_cp: methods that train on images only "
             "(`spmlkit methods` says why); a benchmark of images alone includes them") in said
     assert (f"{feats} (given): test mAP (%) on the test list's full labels; lr selected on the observed positives of "

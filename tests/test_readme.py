@@ -61,8 +61,19 @@ NOT_RUN = {
     "spmlkit export --checkpoint runs/photos/em_apl/seed0 --format torchscript":
         (None, "needs the image run of docs/your-data.md (a download)"),
     "spmlkit reproduce crisp-tabular --datasets yeast,scene":
-        ("download", "trains 3,840 runs (half an hour on 2 cores) on yeast and MULAN's scene, which it downloads "
-                     "when $SPMLKIT_DATA lacks it; test_reproduce runs the command on 300 rows of yeast"),
+        ("download", "trains 4,490 runs (a quarter of an hour on 2 cores) on yeast and MULAN's scene, which it "
+                     "downloads when $SPMLKIT_DATA lacks it; test_reproduce runs the command on 300 rows of yeast"),
+    "spmlkit reproduce crisp-tabular --datasets yeast --trials 2 --epochs 2":
+        ("minutes", "1,434 runs of every method on the whole of yeast; test_reproduce runs the same quick check on "
+                    "300 rows and two methods"),
+    "spmlkit reproduce crisp-tabular --datasets yeast=data/yeast.mat,scene=data/scene.mat":
+        ("authors' files", "needs the authors' .mat files; test_mat_file reproduces on a file written in their "
+                           "layout"),
+    "ray start --head --port 6379 --num-cpus 16": ("ray start", "starts a Ray cluster"),
+    "spmlkit reproduce crisp-tabular --datasets corel5k --backend ray --address HEAD:6379 --out repro-corel5k":
+        ("ray", "needs a Ray cluster, and corel5k (a download)"),
+    "spmlkit reproduce crisp-tabular --datasets delicious --backend ray --address HEAD:6379 --out repro-delicious":
+        ("ray", "needs a Ray cluster, and delicious (a download)"),
     "spmlkit extract --prepared prepared/photos --features-out features/photos":
         ("downloads", "an image run with ImageNet weights: downloads ResNet-50; test_own_data_compared extracts "
                       "with a small CNN"),
@@ -228,9 +239,17 @@ def _photos_with_test_photos(where: Path) -> None:
 
 
 #: the files each document's commands read, as its text describes them (keyed on the file name)
+def _smile_data_file(where: Path) -> None:
+    """docs/your-data.md's paper's data file, in SMILE's layout (tests/test_mat_file.py says what it holds)."""
+    from test_mat_file import write_mat
+
+    (where / "data").mkdir(exist_ok=True)
+    write_mat(where / "data" / "yeast.mat")
+
+
 INPUTS = {
     "README.md": (_photos_by_label,),
-    "your-data.md": (_photos_by_label, _labels_file, _genes_tables),
+    "your-data.md": (_photos_by_label, _labels_file, _genes_tables, _smile_data_file),
     "protocol.md": (_genes_tables, _photos_with_test_photos),
 }
 

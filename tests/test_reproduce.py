@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -161,18 +162,25 @@ def test_z_divides_by_the_published_std_floored_at_half_the_printed_digit():
 def test_reproduce_runs_the_grid_selects_on_validation_and_writes_the_tables_beside_the_paper(
         tmp_path: Path, capsys):
     out = tmp_path / "rep"
-    args = ["reproduce", "crisp-tabular", "--datasets", "yeast", "--methods", "an", "--trials", "2", "--epochs", "1",
-            "--subset", "300", "--out", str(out), "--jobs", "2", "--quiet"]
+    args = ["reproduce", "crisp-tabular", "--datasets", "yeast", "--methods", "an", "--trials", "2", "--epochs",
+            "2", "--subset", "300", "--out", str(out), "--jobs", "2", "--quiet"]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "CRISP Table 8: Average precision (larger is better)" in printed and "0.531 ± 0.079" in printed
+    said = " ".join(printed.split())
+    assert ("Protocol run: 2 trials (seeds 0-1), 2 epochs, the first 300 rows of each set -- NOT the paper's (2 trials "
+            "instead of 5; 2 epochs instead of 10; the first 300 rows of each set instead of every row): the values "
+            "cannot be compared with the published ones, and no z is printed.") in said
     cells = pd.read_csv(out / "crisp-tabular.csv")
-    assert cells["table"].tolist() == ["CRISP Table 2", "CRISP Table 8", "CRISP Table 9", "CRISP Table 10",
-                                       "CRISP Table 11"]
-    assert set(cells["trials"]) == {2} and set(cells["label"]) == {"AN"} and set(cells["dataset"]) == {"yeast"}
-    ap = cells[cells["metric"] == "example_ap"].iloc[0]
-    assert (ap["published"], ap["published_std"]) == (0.531, 0.079)
-    assert ap["z"] == pytest.approx((ap["ours"] - 0.531) / 0.079)
+    fair = cells
+    assert fair["table"].tolist() == ["CRISP Table 2", "CRISP Table 8", "CRISP Table 9", "CRISP Table 10",
+                                      "CRISP Table 11"]
+    assert set(cells["trials"]) == {2} and set(cells["dataset"]) == {"yeast"} and set(fair["label"]) == {"AN"}
+    ap = fair[fair["metric"] == "example_ap"].iloc[0]
+    assert (ap["published"], ap["published_std"]) == (0.531, 0.079) and ap["reading"] == "fair grid"
+    assert math.isnan(ap["z"]) and not ap["comparable"]  # not the paper's protocol: no z, in the csv or the tables
+    markdown = (out / "crisp-tabular.md").read_text()
+    assert "| method | reading | yeast: ours | yeast: published |\n" in markdown and ": z" not in markdown
     # the selected configuration is the grid point with the best mean validation mAP over the 2 trials
     from spmlkit.experiments.store import ResultsStore
 
@@ -190,10 +198,35 @@ def test_reproduce_runs_the_grid_selects_on_validation_and_writes_the_tables_bes
     assert ap["ours_spmlkit"] == pytest.approx(chosen["test.example_ap"].mean(), abs=1e-12)
     saved = json.loads((out / "crisp-tabular.json").read_text())
     assert saved["sweeps"][0]["settings"]["partition"] == "random" and len(saved["cells"]) == 5
-    assert "| AN | " in (out / "crisp-tabular.md").read_text()
+    assert saved["protocol"] == {"trials": 2, "epochs": 2, "subset": 300} and saved["comparable"] is False
+    assert "| AN | fair grid | " in markdown
     # the same command again trains nothing
     assert main(args) == 0
     assert "64 finished runs reused" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_smile_as_published_is_read_at_the_epoch_best_select_votes_for(tmp_path: Path, capsys):
+    """SMILE as its code ran it: the README's setting, lr 1e-3, batch 16, no weight decay, one run per
+    trial, each read at the epoch Best.select votes for, beside SMILE's fair grid."""
+    from spmlkit.experiments.selection import selected_epoch
+    from spmlkit.experiments.store import ResultsStore
+
+    out = tmp_path / "rep"
+    assert main(["reproduce", "crisp-tabular", "--datasets", "yeast", "--methods", "smile", "--trials", "2",
+                 "--epochs", "3", "--subset", "300", "--out", str(out), "--jobs", "2", "--quiet"]) == 0
+    capsys.readouterr()
+    everything = ResultsStore(out / "results.db").to_dataframe()
+    code = everything[(everything["lr"] == 1e-3) & (everything["batch_size"] == 16)
+                      & (everything["weight_decay"] == 0.0)]
+    assert len(code) == 2 and all(h == PRESETS["smile/yeast"].config["hparams"] for h in code["hparams"])
+    voted = [next(e for e in history if e["epoch"] == selected_epoch(history, "smile_votes"))["test.smile.example_ap"]
+             for history in code["history"]]
+    cells = pd.read_csv(out / "crisp-tabular.csv")
+    published_ap = cells[(cells["reading"] == "as published") & (cells["metric"] == "example_ap")].iloc[0]
+    assert published_ap["ours"] == pytest.approx(sum(voted) / 2, abs=1e-12) and published_ap["rule"] == "smile_votes"
+    markdown = (out / "crisp-tabular.md").read_text()
+    assert "| SMILE | fair grid | " in markdown and "| SMILE | as published | " in markdown and "Best.select" in markdown
 
 
 def test_reproduce_writes_only_into_a_new_folder_or_its_own(tmp_path: Path, capsys):
@@ -227,3 +260,161 @@ def test_a_reproduction_of_another_grid_on_a_live_reproductions_folder_is_refuse
         assert main(args) == 0
     assert (out / "crisp-tabular.md").is_file()
     assert [p.name for p in out.glob(".spmlkit-grid-*.lock")] == [f".spmlkit-grid-{mine}.lock"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--datasets", ""], "--datasets is empty; name data sets of crisp-tabular (yeast, scene, corel5k, delicious), or "
+                         "leave the option out for all of them"),
+    (["--methods", ""], "--methods is empty; name methods, or leave the option out for every method of the tables"),
+    (["--methods", "an,an"], "--methods lists an twice; give each value once"),
+    (["--datasets", "yeast,yeast"], "--datasets lists yeast twice; give each value once"),
+    (["--datasets", "yeast", "--subset", "1"], "subset 1 of yeast: a partition of 1 rows into 80 / 10 / 10 % leaves the validation and the test part empty (1 / 0 / 0 rows); use at least 6 rows"),
+    (["--datasets", "yeast", "--subset", "5"], "subset 5 of yeast: a partition of 5 rows into 80 / 10 / 10 % leaves the validation and the test part empty"),
+    (["--datasets", "yeast", "--subset", "10000000"], "subset 10000000 is larger than the 2417 rows of yeast"),
+    (["--datasets", "yeast", "--methods", "em_apl", "--epochs", "2"],
+     "method 'em_apl' cannot run in 2 epoch(s): APL needs warmup_epochs < num_epochs"),
+    (["--datasets", "yeast", "--methods", "crisp", "--epochs", "1"],
+     "method 'crisp' cannot run in 1 epoch(s): CRISP, every warmup_epochs of whose grid (1, 3, 5) is as long as the run"),
+])
+def test_what_cannot_run_is_refused_in_one_line_before_any_run(tmp_path: Path, capsys, args, words):
+    out = tmp_path / "rep"
+    assert main(["reproduce", "crisp-tabular", *args, "--trials", "1", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not out.exists()  # nothing trained, nothing written
+
+
+def test_the_quick_check_leaves_out_what_cannot_run_in_its_epochs_and_says_why(tmp_path: Path):
+    """Every method of the tables in 2 epochs: EM-APL's warm-up of 5 cannot end, so it is left out with
+    the reason; CRISP keeps the warm-up lengths that can (1) and says which it dropped."""
+    from spmlkit.experiments.reproduce import plan_reproduction
+    from spmlkit.experiments.reproduce_tables import heading, table_rows
+
+    rep = get_reproduction("crisp-tabular")
+    plan = plan_reproduction(rep, tmp_path / "r.db", datasets=["yeast"], trials=2, epochs=2)
+    assert "em_apl" not in plan.methods and set(plan.left_out) == {"em_apl"}
+    assert plan.left_out["em_apl"].startswith("EM-APL, which cannot run in 2 epoch(s): APL needs warmup_epochs < "
+                                              "num_epochs")
+    assert plan.notes == ["CRISP: warmup_epochs 3, 5 left out of its grid, as long as the run (2 epochs) or longer"]
+    (yeast,) = plan.fair
+    assert yeast.hparams["crisp"] == {"warmup_epochs": [1]} and "em_apl" not in yeast.methods
+    said = heading(plan)
+    assert "Not run: EM-APL, which cannot run in 2 epoch(s)" in said and "CRISP: warmup_epochs 3, 5 left out" in said
+    em = ReproducedCell("CRISP Table 8", "example_ap", "em", "EM", "yeast", 0.7, 0.01, 2, 0.7, 0.642, 0.029, {},
+                        comparable=False)
+    smile = ReproducedCell("CRISP Table 8", "example_ap", "smile", "SMILE", "yeast", 0.7, 0.01, 2, 0.7, 0.751, 0.004, {},
+                           comparable=False)
+    header, rows = table_rows(plan, [smile, em], "CRISP Table 8")
+    assert [r[:3] for r in rows] == [["EM", "fair grid", "0.700 ± 0.010"], ["EM-APL", "fair grid", "not run"],
+                                     ["SMILE", "fair grid", "0.700 ± 0.010"]]  # its row stays, in its place
+    assert rows[1][3] == "0.654 ± 0.040"  # beside the published number
+    # the paper's 10 epochs: every method, CRISP's three warm-up lengths as an axis of its grid
+    full = plan_reproduction(rep, tmp_path / "r.db", datasets=["yeast"])
+    assert full.left_out == {} and full.notes == [] and full.fair[0].hparams["crisp"] == {"warmup_epochs": [1, 3, 5]}
+
+
+def test_smile_runs_as_its_code_ran_it_beside_the_fair_grid(tmp_path: Path):
+    from spmlkit.experiments.reproduce import plan_reproduction
+    from spmlkit.experiments.sweep import expand, run_config
+
+    rep = get_reproduction("crisp-tabular")
+    plan = plan_reproduction(rep, tmp_path / "r.db", datasets=["yeast", "scene"], methods=["an", "smile"])
+    assert [spec.datasets for _, spec in plan.published] == [["yeast"], ["scene"]]
+    for (run, spec), name in zip(plan.published, ("yeast", "scene")):
+        assert (spec.lrs, spec.batch_sizes, spec.weight_decays, spec.seeds) == ([1e-3], [16], [0.0], [0, 1, 2, 3, 4])
+        assert spec.hparams == {"smile": PRESETS[f"smile/{name}"].config["hparams"]} and run.rule == "smile_votes"
+        config = run_config(expand(spec)[0])
+        assert (config.schedule.epochs, config.schedule.epoch_metrics, config.data.partition) == (10, True, "random")
+        assert (config.model.head, config.model.hidden, config.optimisation.weight_decay) == ("mlp", "classes", 0.0)
+    # the fair grid keeps its ids (no per-epoch records under val_map); --select smile_votes records them
+    assert "epoch_metrics" not in plan.fair[0].settings
+    voted = plan_reproduction(rep, tmp_path / "r.db", datasets=["yeast"], methods=["an"], select="smile_votes")
+    assert voted.fair[0].settings["epoch_metrics"] is True and voted.rule == "smile_votes"
+
+
+def test_a_method_whose_runs_failed_keeps_its_row_with_the_failure_named(tmp_path: Path):
+    """Every run of WAN recorded failed: its row says so in every table, and the failure is listed with
+    its count and first error; AN's row has its numbers."""
+    import time
+
+    from spmlkit.experiments.reproduce import plan_reproduction, summarize_reproduction
+    from spmlkit.experiments.reproduce_tables import failure_lines, table_rows
+    from spmlkit.experiments.store import ResultsStore
+    from spmlkit.experiments.sweep import expand
+    from spmlkit.experiments.sweep.execute import failed_record
+
+    rep = get_reproduction("crisp-tabular")
+    store = tmp_path / "r.db"
+    plan = plan_reproduction(rep, store, datasets=["yeast"], methods=["an", "wan"], trials=1, epochs=1, subset=200)
+    runs = expand(plan.fair[0])
+    db = ResultsStore(store)
+    for run in runs:
+        if run["method"] == "wan":
+            db.add(failed_record(run, "ValueError: the loss went wrong\nTraceback ...", "2026-01-01T00:00:00Z",
+                                 time.perf_counter()))
+    from spmlkit.experiments.sweep import run_sweep
+
+    run_sweep(plan.fair[0], jobs=1)  # AN's runs; WAN's are recorded failed and count as finished
+    cells = summarize_reproduction(plan, store)
+    wan = [c for c in cells if c.method == "wan"]
+    assert len(wan) == 5 and all(c.ours is None and c.failed == c.runs == 32 for c in wan)
+    assert wan[0].error == "ValueError: the loss went wrong"
+    header, rows = table_rows(plan, cells, "CRISP Table 8")
+    assert ["WAN", "fair grid", "failed (32 of 32 runs)", "0.698 ± 0.017"] in rows
+    assert failure_lines(cells) == ["WAN (fair grid) on yeast: 32 of 32 runs failed, so the row has no value: "
+                                    "ValueError: the loss went wrong"]
+
+
+def test_z_is_printed_only_under_the_papers_protocol(tmp_path: Path):
+    from spmlkit.experiments.reproduce import ReproducedCell, plan_reproduction
+    from spmlkit.experiments.reproduce_tables import table_rows
+
+    rep = get_reproduction("crisp-tabular")
+    paper = plan_reproduction(rep, tmp_path / "r.db", datasets=["scene"], methods=["an"])
+    cell = ReproducedCell("CRISP Table 8", "example_ap", "an", "AN", "scene", 0.790, 0.034, 5, 0.79, 0.580, 0.104, {})
+    header, rows = table_rows(paper, [cell], "CRISP Table 8")
+    assert header == ["method", "reading", "scene: ours", "scene: published", "scene: z"]
+    assert rows == [["AN", "fair grid", "0.790 ± 0.034", "0.580 ± 0.104", "+2.0"]]
+    quick = plan_reproduction(rep, tmp_path / "r.db", datasets=["scene"], methods=["an"], trials=3)
+    cell = ReproducedCell("CRISP Table 8", "example_ap", "an", "AN", "scene", 0.790, 0.034, 3, 0.79, 0.580, 0.104, {},
+                          comparable=False)
+    header, rows = table_rows(quick, [cell], "CRISP Table 8")
+    assert header == ["method", "reading", "scene: ours", "scene: published"] and math.isnan(cell.z)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_crisps_priors_are_shown_at_the_selected_epoch_in_the_tables_and_the_report(tmp_path: Path, capsys):
+    """CRISP's rows come with the error of the priors it trained with at the selected epoch (its runs record
+    it every epoch), in the reproduction's tables and in `spmlkit report`; the run keeps every class's prior."""
+    out = tmp_path / "rep"
+    assert main(["reproduce", "crisp-tabular", "--datasets", "yeast", "--methods", "crisp", "--trials", "1",
+                 "--epochs", "3", "--subset", "300", "--jobs", "2", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    from spmlkit.experiments.store import ResultsStore
+
+    runs = ResultsStore(out / "results.db").to_dataframe()
+    assert sorted({h["warmup_epochs"] for h in runs["hparams"]}) == [1]  # 3 and 5 cannot end within 3 epochs
+    cells = pd.read_csv(out / "crisp-tabular.csv")
+    cell = cells[cells["metric"] == "example_ap"].iloc[0]
+    chosen = runs[(runs["lr"] == cell["lr"]) & (runs["weight_decay"] == cell["weight_decay"])
+                  & (runs["batch_size"] == cell["batch_size"])].iloc[0]
+    at = chosen["history"][chosen["best_epoch"] - 1]
+    assert cell["prior_error"] == pytest.approx(at["class_prior_error"]) and cell["selected_epoch"] == chosen["best_epoch"]
+    assert cell["prior_mean"] == pytest.approx(at["labeling_prior_mean"]) and 0 < cell["true_prior"] < 1
+    markdown = (out / "crisp-tabular.md").read_text()
+    assert "**Class priors at the selected epoch" in markdown
+    assert f"| CRISP | fair grid | {cell['prior_error']:.3f} | " in markdown
+    assert main(["report", "--store", str(out / "results.db"), "--no-figures", "--out", str(tmp_path / "rep2")]) == 0
+    priors = pd.read_csv(tmp_path / "rep2" / "class_priors.csv")
+    assert priors["method"].tolist() == ["crisp"] and priors["prior_error"].iloc[0] > 0
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_crisp_run_keeps_every_classs_estimated_prior():
+    from spmlkit.training import RunConfig, train
+
+    result = train(RunConfig(dataset="yeast", method="crisp", epochs=2, subset=300, partition="random", head="mlp",
+                             hidden="classes", standardize=False, lr=1e-2, device="cpu"))
+    for entry in result.history:
+        assert len(entry["class_prior"]) == 14 and all(0 <= p <= 1 for p in entry["class_prior"])
+        assert np.mean(entry["class_prior"]) == pytest.approx(entry["labeling_prior_mean"])

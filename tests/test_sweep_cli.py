@@ -59,3 +59,20 @@ def test_a_sweep_where_every_run_fails_exits_non_zero_with_a_summary(tmp_path: P
     assert main(["sweep", str(tmp_path / "s.yaml"), "--quiet"]) == 0
     assert "ran 0 run(s) (0 failed), skipped 2 finished" in capsys.readouterr().out
     assert main(["sweep", str(tmp_path / "s.yaml"), "--quiet", "--retry-failed"]) == 2
+
+
+@pytest.mark.parametrize("settings, words", [
+    ("{epochs: 2}", "method 'em_apl' cannot run in 2 epoch(s): APL needs warmup_epochs < num_epochs"),
+    ("{epochs: 1, subset: 100000}", "subset 100000 is larger than the 1500 training rows of yeast"),
+    ("{epochs: 1, subset: 5, partition: random}", "subset 5 of yeast: a partition of 5 rows into 80 / 10 / 10 % leaves the validation and the test part empty"),
+])
+def test_a_grid_that_cannot_run_is_refused_once_before_any_run(tmp_path: Path, capsys, settings: str,
+                                                                words: str) -> None:
+    """A warm-up as long as the run, or a subset the data cannot give, failed every run of the grid one by
+    one after each had started; now the sweep says it once, before anything is written."""
+    (tmp_path / "s.yaml").write_text(f"methods: [an, em_apl]\nseeds: [0, 1]\nlrs: [0.01]\nsettings: {settings}\n"
+                                     "store: s.db\n")
+    assert main(["sweep", str(tmp_path / "s.yaml"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "s.db").exists()

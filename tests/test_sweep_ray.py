@@ -30,7 +30,7 @@ _TIMINGS = ("epoch_seconds", "train_seconds", "images_per_second")
 
 
 def _crash_hook(crash_dir: str) -> Callable[[], None]:
-    """A Ray worker setup hook: the task of a run whose file in ``crash_dir`` holds a count
+    """A Ray worker setup hook: a task holding a run whose file in ``crash_dir`` holds a count
     above zero lowers the count and SIGKILLs its own worker, as the OOM killer or an operator
     would. It wraps the backend's task (what a worker looks up by name), before torch is
     imported, so a killed worker is cheap to replace. A closure, so Ray ships it by value (the
@@ -43,14 +43,15 @@ def _crash_hook(crash_dir: str) -> Callable[[], None]:
 
         task = ray_backend._task
 
-        def crashing_task(run: dict[str, Any], *args: Any) -> dict[str, Any]:
-            marker = os.path.join(crash_dir, run["run_id"])
-            if os.path.exists(marker):
-                left = int(Path(marker).read_text())
-                if left > 0:
-                    Path(marker).write_text(str(left - 1))
-                    os.kill(os.getpid(), signal.SIGKILL)
-            return task(run, *args)
+        def crashing_task(runs: list[dict[str, Any]], *args: Any) -> list[dict[str, Any]]:
+            for run in runs:
+                marker = os.path.join(crash_dir, run["run_id"])
+                if os.path.exists(marker):
+                    left = int(Path(marker).read_text())
+                    if left > 0:
+                        Path(marker).write_text(str(left - 1))
+                        os.kill(os.getpid(), signal.SIGKILL)
+            return task(runs, *args)
 
         ray_backend._task = crashing_task
 
@@ -151,3 +152,27 @@ def test_a_ray_task_loads_the_sweeps_plugin_by_its_path(tmp_path: Path, crash_di
         assert [p["name"] for p in rec["plugins"]] == ["my_loss.py"]  # loaded in the Ray worker itself
     (mine,) = [rec for rec in ray_records.values() if rec["method"] == "my_loss"]
     assert mine["plugin_code"] == [f"my_loss.py sha256:{mine['plugins'][0]['sha256']}"]
+
+
+def test_runs_train_in_groups_and_a_group_whose_worker_keeps_dying_is_split_into_runs(
+        tmp_path: Path, crash_dir: Path) -> None:
+    """A task is a group, sized as the process backend sizes them (8 runs on 2 CPUs: groups of 2). A
+    group whose worker died on every try is tried again run by run: the run that kills its worker is
+    recorded failed, its partner trains alone and says why."""
+    (tmp_path / "g.yaml").write_text("name: grp\ndatasets: [yeast]\nmethods: [an]\nseeds: [0, 1, 2, 3, 4, 5, 6, 7]\n"
+                                     "lrs: [0.003]\nsettings: {epochs: 1, subset: 200, device: cpu}\nstore: g.db\n")
+    spec = load_sweep(tmp_path / "g.yaml")
+    runs = expand(spec)
+    (crash_dir / runs[0]["run_id"]).write_text("1")  # its group dies once, then trains
+    (crash_dir / runs[5]["run_id"]).write_text("9")  # dies on every try, in its group and alone
+    result = run_sweep(spec, backend="ray", ray_options=RayOptions(max_retries=1))
+    assert (result.ran, result.failed) == (8, 1)
+    records = _records(tmp_path / "g.db")
+    by_seed = {rec["seed"]: rec for rec in records.values()}
+    assert by_seed[0]["status"] == "ok" and by_seed[0]["group_size"] == 2
+    assert by_seed[5]["status"] == "failed" and "died 2 time(s)" in by_seed[5]["error"]
+    partner = by_seed[4]  # runs 4 and 5 were one task
+    assert partner["status"] == "ok" and partner["group_size"] == 1
+    assert partner["alone_reason"].startswith("the worker of its group of 2 runs died 2 time(s)")
+    assert sorted(rec["group_size"] for rec in records.values() if rec["status"] == "ok") == [1] + [2] * 6
+    assert (crash_dir / runs[5]["run_id"]).read_text() == "5"  # 2 tries in its group, 2 alone

@@ -122,6 +122,6 @@ def test_a_subset_that_leaves_a_part_empty_is_refused_before_training_and_leaves
     assert main(["train", "--config", str(tmp_path / "random.yaml"), "--dataset", "yeast", "--subset", "5",
                  "--epochs", "1", "--quiet"]) == 2
     assert capsys.readouterr().err == (
-        "spmlkit train: error: a partition of 5 rows into 80 / 10 / 10 % leaves the validation and the test part "
+        "spmlkit train: error: subset 5 of yeast: a partition of 5 rows into 80 / 10 / 10 % leaves the validation and the test part "
         "empty (5 / 0 / 0 rows); use at least 6 rows (subset) or larger shares\n")
     assert not Path("runs").exists()

@@ -82,7 +82,7 @@ def test_train_prints_its_settings_then_one_named_row_per_epoch(tmp_path, capsys
     assert printed[0].startswith("spmlkit train: an on yeast (single_positive), 3 epochs, batch 64, lr 0.003, on cpu ->")
     assert "  data: dataset=yeast subset=300 observation=single_positive val_frac=0.2 val_variant=clean " \
            "partition=official standardize=True" in printed
-    assert "  schedule: epochs=3 patience=none min_delta=0 stop_drop=none" in printed
+    assert "  schedule: epochs=3 patience=none min_delta=0 stop_drop=none epoch_metrics=False" in printed
     assert not any("backbone" in line for line in printed)  # a feature run's summary has no image settings
     start = printed.index(EpochLines().header())
     assert printed[start + 1 : start + 4] == [EpochLines().row(h) for h in history]

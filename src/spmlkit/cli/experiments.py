@@ -23,6 +23,30 @@ _RETRY_HELP = ("run the grid's runs recorded as failed again, once their cause i
                "printed again)")
 
 
+def add_ray_options(p: argparse.ArgumentParser) -> None:
+    """``--backend`` and the Ray options, one meaning for every command that runs a grid (sweep, reproduce)."""
+    p.add_argument("--backend", choices=("process", "ray"), default="process",
+                   help="process: worker processes on this machine (default); ray: Ray tasks (a run, or runs that "
+                        "train as one group), on this machine or a Ray cluster (pip install \"spmlkit[ray]\")")
+    p.add_argument("--address", help="--backend ray: the Ray cluster to use (HEAD:6379, or auto); default: start "
+                                     "Ray on this machine")
+    p.add_argument("--gpus-per-run", type=float, help="--backend ray: GPUs of an image run (default 1 when the "
+                                                      "cluster has GPUs, else 0; feature runs use none)")
+    p.add_argument("--cpus-per-run", type=float, help="--backend ray: CPUs of a task (default 1)")
+    p.add_argument("--max-retries", type=int, help="--backend ray: times a task whose worker died is run again "
+                                                   "(default 2)")
+
+
+def add_select_option(p: argparse.ArgumentParser, chooses: str, more: str = "") -> None:
+    """``--select``, one meaning for every command that tabulates runs (report, benchmark, sweep, reproduce)."""
+    from ..experiments.selection import RULES
+
+    p.add_argument("--select", choices=tuple(RULES), default="val_map",
+                   help=f"the rule that chooses {chooses}: val_map (best mean validation mAP) or smile_votes (SMILE's "
+                        f"Best.select: five validation measures vote{more}) (default val_map; "
+                        'docs/protocol.md, "Selection rules")')
+
+
 def add_parsers(sub: Any) -> None:
     from ..experiments.benchmark_defaults import DEFAULT_LRS, DEFAULT_SEEDS, MAX_EXTEND_LRS
     from ..experiments.suites import SUITES
@@ -77,6 +101,7 @@ def add_parsers(sub: Any) -> None:
                    help="add the methods of installed packages' plug-ins (spmlkit.plugins entry points) to the "
                         "default methods (default: off; spmlkit's methods and those of the plug-ins named with "
                         "--plugin, a --config file or $SPMLKIT_PLUGINS; docs/plugins.md)")
+    add_select_option(p, "each run's epoch and each method's lr", "; the runs then record every epoch's measures")
     p.add_argument("--rank-references", action="store_true",
                    help="rank bce (full labels) and iun (one positive and all negatives) with the other methods "
                         "(default: shown beside the ranks, not ranked, since they see more labels)")
@@ -116,16 +141,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--store", help="results database (default: the sweep file's `store`, results.db beside it)")
     p.add_argument("--max-runs", type=positive_int, help="stop after this many runs (resume later)")
     p.add_argument("--retry-failed", action="store_true", help=_RETRY_HELP)
-    p.add_argument("--backend", choices=("process", "ray"), default="process",
-                   help="process: worker processes on this machine (default); ray: one Ray task per run, on this "
-                        "machine or a Ray cluster (pip install \"spmlkit[ray]\")")
-    p.add_argument("--address", help="--backend ray: the Ray cluster to use (HEAD:6379, or auto); default: start "
-                                     "Ray on this machine")
-    p.add_argument("--gpus-per-run", type=float, help="--backend ray: GPUs of an image run (default 1 when the "
-                                                      "cluster has GPUs, else 0; feature runs use none)")
-    p.add_argument("--cpus-per-run", type=float, help="--backend ray: CPUs of a run (default 1)")
-    p.add_argument("--max-retries", type=int, help="--backend ray: times a run whose worker died is run again "
-                                                   "(default 2)")
+    add_ray_options(p)
+    add_select_option(p, "what the store's runs will be read with", "; each run then records every epoch's "
+                      "validation and test measures, epoch_metrics, which it reads")
     p.add_argument("--quiet", action="store_true", help="no progress bar (default: one)")
     p.set_defaults(func=run_sweep)
 
@@ -134,6 +152,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--out", default="report", help="output folder (default report)")
     p.add_argument("--reference", help="show published numbers beside ours: EM, OPML, GR or PU-MLC (default: none)")
     p.add_argument("--metric", default="test_map", help="metric column to tabulate (default test_map)")
+    add_select_option(p, "each run's epoch and each row's configuration", "; it needs runs that recorded every "
+                      "epoch, sweep --select smile_votes")
     p.add_argument("--formats", type=csv_list(str), default=_FORMATS, help="table formats (md,tex,csv)")
     p.add_argument("--no-figures", action="store_true", help="tables only (default: tables and figures)")
     p.add_argument("--overwrite", action="store_true",
@@ -293,14 +313,17 @@ def _benchmark_specs(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
         observation=chosen["observation"], epochs=chosen["epochs"], batch_size=chosen["batch_size"],
         head=chosen["head"], val_variant=chosen["val"], subset=chosen["subset"], settings=settings, plugins=plugins,
         hparams_from=args.hparams_from, weight_decays=None if args.weight_decays is None else tuple(args.weight_decays),
-        extend_lrs=args.extend_lrs) for d in datasets])
+        extend_lrs=args.extend_lrs, select=args.select) for d in datasets])
+    if not args.methods:  # every method: one whose warm-up the epochs cannot hold is left out and said
+        specs, left_out = _runnable_methods(specs)
+        notes += [f"left out {exc.left_out()}" for exc in left_out]
     return specs, notes + _other_kind_notes(specs[0].sweep("results.db"))
 
 
 def _references_left_out(per_dataset: dict[str, tuple[str, ...]], references: list[str], own: list[str]) -> list[str]:
-    """Take ``references`` (methods that train on full labels) out of the methods of the data sets in
-    ``own``, which hold observed labels only (nothing to train them on, nothing to compare them
-    with), in place; the note that says so names exactly those data sets, and where they still run."""
+    """Take ``references`` (methods that need full labels: to train on, or for their class priors) out
+    of the methods of the data sets in ``own``, which hold observed labels only (nothing to train
+    them on, nothing to compare them with), in place; the note that says so names exactly those data sets, and where they still run."""
     if not (own and references):
         return []
     for d in own:
@@ -308,10 +331,28 @@ def _references_left_out(per_dataset: dict[str, tuple[str, ...]], references: li
     others = [d for d in per_dataset if d not in own]
     words = ", ".join(references)
     if not others:
-        return [f"left out {words}: references that train on full labels, which {', '.join(own)} "
+        return [f"left out {words}: references that need full labels, which {', '.join(own)} "
                 f"{'does' if len(own) == 1 else 'do'} not have"]
-    return [f"left out {words} on {', '.join(own)} only: references that train on full labels, which "
+    return [f"left out {words} on {', '.join(own)} only: references that need full labels, which "
             f"{'it does' if len(own) == 1 else 'they do'} not have; they run on {', '.join(others)}"]
+
+
+def _runnable_methods(specs: list[Any]) -> tuple[list[Any], list[str]]:
+    """The benchmark's specs without the methods that cannot run in their epochs (EM+APL's warm-up in a
+    run of 2 epochs), and why each was left out; none left at all is refused."""
+    import dataclasses
+
+    from ..experiments.sweep.execute import methods_that_cannot_run
+
+    cannot: dict[str, Any] = {}
+    for spec in specs:
+        cannot.update(methods_that_cannot_run(spec.sweep("results.db")))
+    if not cannot:
+        return specs, []
+    kept = [tuple(m for m in spec.methods if m not in cannot) for spec in specs]  # a data set's own list each
+    if not all(kept):
+        raise ValueError("no method can run: " + "; ".join(str(exc) for exc in cannot.values()))
+    return [dataclasses.replace(spec, methods=methods) for spec, methods in zip(specs, kept)], list(cannot.values())
 
 
 def _other_kind_notes(spec: Any) -> list[str]:
@@ -382,7 +423,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         if runs.empty or not (runs["status"] == "ok").any():
             raise InputError(f"every run of the benchmark failed ({len(runs)} runs; their errors are above). Earlier "
                              f"tables in {out} are left as they were")
-        rows, agg = bm.summarize(runs, spec.methods)
+        rows, agg = bm.summarize(runs, spec.methods, spec.select)
         paths = bm.write_outputs(out, spec, runs, rows, agg)
         _print_benchmark_table(screen, spec, rows)
         print_whole_words(screen, bm.hyperparameter_source(spec), markup=False)
@@ -512,7 +553,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     from ..experiments.sweep.cores import default_jobs
 
     with user_input():
-        spec = load_sweep(args.config, plugins=plugin_refs(args))
+        spec = _recording_for(load_sweep(args.config, plugins=plugin_refs(args)), args.select)
         ray_options = _ray_options(args)
         notes = _other_kind_notes(spec)  # a setting no data set uses: refused here
     screen = console()
@@ -536,13 +577,31 @@ def run_sweep(args: argparse.Namespace) -> int:
     held = f", {result.held} left to the other sweep(s) holding them" if result.held else ""
     before = (f" ({result.failed_before} of them recorded as failed: --retry-failed runs them again)"
               if result.failed_before else "")
+    select = "" if args.select == "val_map" else f" --select {args.select}"
     print_whole_words(screen, f"ran {result.ran} run(s) ({result.failed} failed), skipped {result.skipped} "
                               f"finished{before}{held}; store: {result.store}. Next: `spmlkit report --store "
-                              f"{result.store}`")
+                              f"{result.store}{select}`")
     if result.ran and result.failed == result.ran:
         raise InputError(f"every one of the {result.ran} runs failed (the errors are listed above); fix the "
                          f"settings in {args.config}, then run again with --retry-failed")
     return 1 if result.failed else 0
+
+
+def _recording_for(spec: Any, rule: str) -> Any:
+    """``spec`` whose runs record what selection rule ``rule`` reads: every epoch's measures
+    (``epoch_metrics``) for a rule other than ``val_map``. A sweep file that sets it itself is left as it is."""
+    import dataclasses
+
+    from ..experiments.selection import needs_epoch_metrics
+    from ..training.config import flat_settings
+
+    if not needs_epoch_metrics(rule) or flat_settings(dict(spec.settings), where="sweep settings").get("epoch_metrics"):
+        return spec
+    if "schedule" in spec.settings:  # settings in sections: it goes into its own
+        settings = {**spec.settings, "schedule": {**spec.settings["schedule"], "epoch_metrics": True}}
+    else:
+        settings = {**spec.settings, "epoch_metrics": True}
+    return dataclasses.replace(spec, settings=settings)
 
 
 def stoppable_sweep(command: str, tracker: _SweepProgress, where: Any, start: Any) -> tuple[Any, int | None]:
@@ -643,6 +702,10 @@ def run_report(args: argparse.Namespace) -> int:
         if bad:
             raise ValueError(f"--formats: unknown format(s) {', '.join(bad)}; choose from {', '.join(_FORMATS)}")
         ok = _finished_runs(store)
+        if args.select != "val_map":  # runs that did not record what the rule reads: one line, nothing written
+            from ..experiments.selection import read_at
+
+            ok = read_at(ok, args.select)
         folder = open_report_folder(args.out, overwrite=args.overwrite,
                                     inputs={"--store": store, **{f"the store's {p.name}": p for p in kept[1:]}})
         out = folder.path
@@ -650,7 +713,8 @@ def run_report(args: argparse.Namespace) -> int:
     for line in plugin_version_notes(ok):
         screen.print(f"note: {line}", markup=False, soft_wrap=True)
     with inputs_kept(kept, "the results store this report reads"):
-        written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats)
+        written, tables = write_tables(ok, out, metric=args.metric, reference=args.reference, formats=args.formats,
+                                       rule=args.select)
         for title, markdown in tables:
             screen.print(f"[bold]{title}[/bold]")
             screen.print(markdown)

@@ -12,6 +12,11 @@ not once per process; that cache is used only when its arrays hash to the digest
 ``yeast`` is also in MULAN; the bare name stays the copy that ships with ``river`` (no download,
 :mod:`spmlkit.data.yeast`), and ``mulan/yeast`` is MULAN's own files through this module (the same
 numbers: a test compares them). Every set is also reachable as ``mulan/<set>``.
+
+``cal500`` comes as one file: MULAN publishes no official split of it, so its train list is every
+row and it has no test list. The tabular protocol (``partition: random``, docs/protocol.md), under
+which SMILE's README runs it, partitions it as any set; a run of the reference protocol on it has
+no test numbers, as a user's data without a test list.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ class MulanSet:
 
     name: str
     train: str
-    test: str
+    test: str | None  # None: one file, no official split (every row is the train list)
     xml: str
     train_rows: int
     test_rows: int
@@ -58,8 +63,8 @@ class MulanSet:
     features: int = 0  # feature columns of the parsed arrays (one-hot nominal attributes counted per value)
 
     @property
-    def files(self) -> tuple[str, str, str]:
-        return (self.train, self.test, self.xml)
+    def files(self) -> tuple[str, ...]:
+        return tuple(f for f in (self.train, self.test, self.xml) if f is not None)
 
 
 def _set(name, train_rows, test_rows, labels, domain, *, features, stem=None, suffix="", drop=()):
@@ -71,6 +76,7 @@ def _set(name, train_rows, test_rows, labels, domain, *, features, stem=None, su
 MULAN_SETS: dict[str, MulanSet] = {s.name: s for s in (
     _set("bibtex", 4880, 2515, 159, "text", features=1836),
     _set("birds", 322, 323, 19, "audio", features=271),
+    MulanSet("cal500", "cal500.arff", None, "cal500.xml", 502, 0, 174, "music", features=68),
     _set("corel5k", 4500, 500, 374, "image", stem="Corel5k", suffix="-sparse", features=499),
     _set("delicious", 12920, 3185, 983, "text", features=500),
     _set("emotions", 391, 202, 6, "music", features=72),
@@ -89,6 +95,7 @@ MULAN_SHA256: dict[str, str] = {
     "bibtex/bibtex-train.arff": "8dcc9de6e0b2cebaec8c1f4fac78431adeeb73cfd3ab879b530a66d366e59174",
     "birds/birds-test.arff": "51ba6326d65ccdd7c755b6461280eb6d2769c7f59d8e12fd4250f91e6ca28326",
     "birds/birds-train.arff": "8f215db6ee163149901e753977f631ba8bea0e0e8e1abc42b234414822f8ae36",
+    "cal500/cal500.arff": "cfe6097ba5fd6e8584e54911ab9783dcab34e898446b7c9370c71d477eae56d3",
     "corel5k/Corel5k-test-sparse.arff": "e8f8e9cd052c43ba7bdfdf99d242f461fc8c2a03163466d921e576887b51d8a7",
     "corel5k/Corel5k-train-sparse.arff": "19eb253c447144bea74ffa86b4731a56022addae2ba7d0aab72ad07fdc02e9b3",
     "delicious/delicious-test.arff": "2dfb01723a819914b0ca83361177ed413ce3f2169851d9f228d4692915d63944",
@@ -111,6 +118,7 @@ MULAN_SHA256: dict[str, str] = {
     "yeast/yeast-train.arff": "e759dc991ff54694a4ff9c4314f3be0d6fd2b1994a4b563f57e416394c6aebbd",
     "bibtex/bibtex.xml": "08fe20013c1e75dcf1888c185f5187c95e76495b8518ce289b4d3afce38d1232",
     "birds/birds.xml": "0f4ea547b2b3d538c8402662daf689e0d4520cc8b4f5ba113c2e7c01700f010f",
+    "cal500/cal500.xml": "877e128531268d7661faa3e44f7bb43cbcda829c0895e49879168775b192728c",
     "corel5k/Corel5k.xml": "54ef6a6ccb7ca9b77524052b34b306d5d501661a5609b9d1cc7085b2b597679d",
     "delicious/delicious.xml": "4e0c0f93c7d86a39b9fca4aaefaa00e9428f2c80277732dfbf03ca48e2c14da2",
     "emotions/emotions.xml": "dbce8e6ccbbb2fcbfd9e9edbb230d7ed12692c6e13f59fdbc0161fa9b6cf2dc0",
@@ -129,6 +137,7 @@ MULAN_SIZES: dict[str, int] = {
     "bibtex/bibtex-train.arff": 2292961,
     "birds/birds-test.arff": 540883,
     "birds/birds-train.arff": 539367,
+    "cal500/cal500.arff": 492857,
     "corel5k/Corel5k-test-sparse.arff": 60876,
     "corel5k/Corel5k-train-sparse.arff": 339535,
     "delicious/delicious-test.arff": 757565,
@@ -151,6 +160,7 @@ MULAN_SIZES: dict[str, int] = {
     "yeast/yeast-train.arff": 1501117,
     "bibtex/bibtex.xml": 5880,
     "birds/birds.xml": 889,
+    "cal500/cal500.xml": 7901,
     "corel5k/Corel5k.xml": 11222,
     "delicious/delicious.xml": 34303,
     "emotions/emotions.xml": 323,
@@ -168,6 +178,7 @@ that checksum has that size, whatever the server says)."""
 MULAN_PARSED_SHA256: dict[str, str] = {
     "bibtex": "2d160b07c5061847d77cb986ed835c02f9a51c785b9380b83727f44a9bcf398c",
     "birds": "9b4fd4997a898113892034d9b1295f7739fce6d249309b86b6f08c05d5501df8",
+    "cal500": "5d99e1d464901708aeadb92ce628dfa41fa8b1d477df52acd789fb73a4854c39",
     "corel5k": "cb42daac2f94bdfc4693ff37e565678184623d52afbafe1bcaacfcac6bafd432",
     "delicious": "1f42f87a2a80ca54de00f65d9981358edf9021d992fb7500808163d6d38b8406",
     "emotions": "aa9cb8baf51d477d4abf53268a38f9802ccfc77357034195e2649ab7f70c24be",
@@ -251,11 +262,13 @@ def load_mulan(name: str) -> TabularDataset:
             _keep_parsed(spec, folder / _PARSED, arrays)
     return TabularDataset(
         name=name if name != "yeast" else "mulan/yeast",
-        X_train=arrays["X_train"], Y_train=arrays["Y_train"], X_test=arrays["X_test"], Y_test=arrays["Y_test"],
+        X_train=arrays["X_train"], Y_train=arrays["Y_train"],
+        X_test=arrays["X_test"] if spec.test else None, Y_test=arrays["Y_test"] if spec.test else None,
         class_names=tuple(str(c) for c in arrays["class_names"]),
         feature_names=tuple(str(c) for c in arrays["feature_names"]),
         source=str(folder),
-        notes={"split": f"MULAN {spec.train} / {spec.test}", "empty_train_rows": "drop"},
+        notes={"split": f"MULAN {spec.train} / {spec.test}" if spec.test else f"MULAN {spec.train} (one file, no "
+                        "official split)", "empty_train_rows": "drop"},
     )
 
 
@@ -277,19 +290,24 @@ def _parse(spec: MulanSet, folder: Path, changed: list[str]) -> dict[str, np.nda
         names = read_label_names(folder / spec.xml)
         current = spec.train
         train = read_multilabel_arff(folder / spec.train, names, drop=spec.drop)
-        current = spec.test
-        test = read_multilabel_arff(folder / spec.test, names, drop=spec.drop)
+        if spec.test is not None:
+            current = spec.test
+            test = read_multilabel_arff(folder / spec.test, names, drop=spec.drop)
     except ValueError as exc:
         raise ValueError(f"{exc}{way_out(current)}") from None
-    if (train.label_names, train.feature_names) != (test.label_names, test.feature_names):
+    if spec.test is None:  # one file: the cache keeps an empty test list beside it, read back as none
+        X_test, Y_test = train.X[:0], train.Y[:0]
+    elif (train.label_names, train.feature_names) != (test.label_names, test.feature_names):
         raise ValueError(f"{folder}: {spec.train} and {spec.test} declare different attributes; they are not one "
                          f"set's train and test files{way_out((changed or [spec.test])[0])}")
-    if not len(test.Y):
+    elif not len(test.Y):
         raise ValueError(f"{folder / spec.test}: holds no rows, so there is nothing to test on{way_out(spec.test)}")
+    else:
+        X_test, Y_test = test.X, test.Y
     if not train.Y.any():
         raise ValueError(f"{folder / spec.train}: none of its {len(train.Y):,} rows has a positive label, so there is "
                          f"nothing to train on (rows without one are left out of training){way_out(spec.train)}")
-    return {"X_train": train.X, "Y_train": train.Y, "X_test": test.X, "Y_test": test.Y,
+    return {"X_train": train.X, "Y_train": train.Y, "X_test": X_test, "Y_test": Y_test,
             "class_names": np.asarray(train.label_names), "feature_names": np.asarray(train.feature_names)}
 
 

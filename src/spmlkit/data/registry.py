@@ -4,8 +4,9 @@ A run, a sweep, ``extract`` and the command line's choices all ask two questions
 argument: *what kind is it* (features for a head, or images for a backbone) and *how is it
 read*. :func:`resolve_dataset` answers both once per process and argument (the answer is kept,
 so deciding touches the file system once): a registered name (:data:`DATASETS`: Yeast, the
-MULAN sets, the image benchmarks, the digits mosaic), a folder written by ``spmlkit extract``, or
-a folder written by ``spmlkit prepare`` (a benchmark's or a user's own images).
+MULAN sets, the image benchmarks, the digits mosaic), a folder written by ``spmlkit extract``, a
+folder written by ``spmlkit prepare`` (a benchmark's or a user's own images), or a paper's ``.mat``
+data file with its own partition and observed positives (:mod:`spmlkit.data.mat_file`).
 :func:`load_features` then reads a feature dataset, a named one once per process (a sweep runs
 hundreds of runs on it). ``spmlkit datasets`` lists the registry.
 
@@ -123,7 +124,8 @@ def _register_builtins() -> None:
         aliases = [(f"mulan/{name}", True)] if name == "yeast" else [(name, True), (f"mulan/{name}", False)]
         for alias, listed in aliases:
             DATASETS.register(alias, DatasetEntry(alias, "features", f"MULAN ({spec.domain}), fetched once",
-                                                  _mulan_loader(name), spec.train_rows, spec.test_rows, spec.labels,
+                                                  _mulan_loader(name), spec.train_rows, spec.test_rows or None,
+                                                  spec.labels,
                                                   _mulan_cached(name), listed))
             FEATURE_DATASETS[alias] = DATASETS[alias].load
     for name, rows in _IMAGE_SIZES.items():
@@ -152,6 +154,8 @@ class DatasetRef:
     simulated from them) or ``"observed"`` ones (a user's own: observation "given"); ``test``:
     whether there is a labelled test list. Both come from the folder's ``meta.json``, so a sweep
     checks them before any run without reading the data (docs/protocol.md, "Your own data").
+    ``observed``: full labels come with observed ones too (``form`` ``"mat-file"``, a paper's data
+    file: observation "given" trains on its authors' observed positives).
     """
 
     argument: str
@@ -161,6 +165,7 @@ class DatasetRef:
     path: Path | None = None
     labels: str = "full"
     test: bool = True
+    observed: bool = False
 
 
 def resolve_dataset(argument: str) -> DatasetRef:
@@ -174,6 +179,11 @@ def resolve_dataset(argument: str) -> DatasetRef:
     if argument in (*USER_DATASETS, "prepared"):
         return DatasetRef(argument, "images", "user-form", argument, labels="observed" if argument != "prepared"
                           else "full")
+    from .mat_file import is_mat_file
+
+    if is_mat_file(argument):  # read when loaded: a missing or bad file is said then, in one line
+        path = Path(argument).expanduser().absolute()
+        return DatasetRef(argument, "features", "mat-file", path.stem, path, observed=True)
     # a folder is decided once per process and absolute path (a relative one means another folder elsewhere)
     return _resolve_folder(argument, str(Path(argument).expanduser().absolute()))
 
@@ -251,7 +261,7 @@ def same_data(first: str, second: str) -> str | None:
         return None
     kind, name = identity(first)
     if kind == "folder":
-        return f"both are the folder {name}"
+        return f"both are the {'file' if Path(name).is_file() else 'folder'} {name}"
     if name == "yeast":
         return "river's copy of yeast and MULAN's own files hold the same arrays"
     return f"mulan/{name} is another name for {name}"
@@ -278,6 +288,10 @@ def load_features(name: str) -> TabularDataset:
     if ref.kind != "features":
         raise ValueError(f"{name!r} is an image dataset, not a feature dataset; train on it with "
                          f"`spmlkit train --dataset {name}` or extract its features first (`spmlkit extract`)")
+    if ref.form == "mat-file":
+        from .mat_file import load_mat_file
+
+        return load_mat_file(ref.path)
     if ref.form == "named":
         # a set read from the data folder is kept per folder: $SPMLKIT_DATA may name another one later
         if DATASETS[ref.name].cached is not None:
@@ -300,5 +314,6 @@ def _load_named(name: str, folder: str) -> TabularDataset:
         raise ValueError(f"dataset {name!r} ({DATASETS.origin(name)}): its loader returned a {type(ds).__name__}, "
                          "not a spmlkit.data.TabularDataset")
     for array in (ds.X_train, ds.Y_train, ds.X_test, ds.Y_test):
-        array.setflags(write=False)  # shared between runs: nobody may change them
+        if array is not None:  # a set without a test list (cal500) has none
+            array.setflags(write=False)  # shared between runs: nobody may change them
     return ds

@@ -52,6 +52,7 @@ from .benchmark_hold import WAIT_SECONDS, grid_digest, sweep_until_none_held
 from .lr_grid import EDGES, edge_note, lr_position, step_beyond
 from .leaderboard import Leaderboard, build_leaderboard, scores_from_tables, spread_from_tables, write_leaderboard
 from .presets import PRESETS, RECIPE_DEFAULTS, check_hparams_from
+from .selection import RULES, check_rule, needs_epoch_metrics, read_at
 from .store import ResultsStore
 from .sweep import SweepResult, SweepSpec, expand, run_sweep
 from .sweep.run import finished_ids
@@ -114,6 +115,9 @@ class BenchmarkSpec:
     extend_lrs: bool = False
     #: the lrs beyond ``lrs`` that :func:`widen_lr_grids` added, per method (filled by it, not by hand)
     extra_lrs: dict[str, tuple[float, ...]] | None = None
+    #: the selection rule of the table (experiments/selection.py): ``val_map``, or ``smile_votes``, whose
+    #: runs then record every epoch's measures (``epoch_metrics``)
+    select: str = "val_map"
 
     def __post_init__(self) -> None:
         from ..plugins import is_file_reference, load_plugins
@@ -135,6 +139,7 @@ class BenchmarkSpec:
         if self.observation is not None:
             Observation.parse(self.observation)
         check_hparams_from(self.hparams_from)
+        check_rule(self.select)
         if self.extend_lrs and len(self.lrs) < 2:
             raise ValueError(f"--extend-lrs widens the lr grid by the ratio of its lrs; give at least two --lrs "
                              f"(got {', '.join(f'{lr:g}' for lr in self.lrs)})")
@@ -163,6 +168,8 @@ class BenchmarkSpec:
         settings: dict[str, Any] = {"epochs": self.epochs, "head": self.head, **(self.settings or {})}
         if self.subset is not None:
             settings["subset"] = self.subset
+        if needs_epoch_metrics(self.select):
+            settings["epoch_metrics"] = True
         return SweepSpec(name=f"benchmark-{file_stem(self.dataset)}", datasets=[self.dataset], methods=list(self.methods),
                          seeds=list(self.seeds), lrs=list(self.lrs),
                          batch_sizes=None if self.batch_size is None else [self.batch_size],
@@ -343,8 +350,10 @@ def benchmark_runs(spec: BenchmarkSpec, store: str | Path) -> pd.DataFrame:
     return df[df["run_id"].isin(ids)] if not df.empty else df
 
 
-def summarize(runs: pd.DataFrame, methods: tuple[str, ...] | None = None) -> tuple[list[dict[str, Any]], pd.DataFrame]:
-    """Select each method's configuration on mean val mAP (:func:`report.select_and_aggregate`).
+def summarize(runs: pd.DataFrame, methods: tuple[str, ...] | None = None, rule: str = "val_map"
+              ) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+    """Select each method's configuration on mean val mAP (:func:`report.select_and_aggregate`), or by
+    selection rule ``rule`` (:mod:`~spmlkit.experiments.selection`), each run read at the epoch it selects.
 
     Returns the table rows (one per method, in ``methods`` order, mAP in percent, with
     ``gap_closed`` where both references bce and an are present and BCE − AN is larger than
@@ -355,8 +364,9 @@ def summarize(runs: pd.DataFrame, methods: tuple[str, ...] | None = None) -> tup
     ok = runs[runs["status"] == "ok"] if not runs.empty else runs
     if ok.empty:
         raise ValueError("no run of the benchmark finished; nothing to report (see the failures above)")
-    agg = report.select_and_aggregate(ok, by=("dataset", "observation", "method"))
-    epochs = dict(zip(ok["run_id"], ok["best_epoch"]))
+    ok = read_at(ok, rule)
+    agg = report.select_and_aggregate(ok, by=("dataset", "observation", "method"), rule=rule)
+    epochs = dict(zip(ok["run_id"], ok["selected_epoch"]))
     tried = runs.groupby("method")["lr"].agg(lambda lrs: tuple(lrs)).to_dict()
     by_method = {r["method"]: r for r in agg.to_dict("records")}
     order = [m for m in (methods or by_method) if m in by_method]
@@ -453,7 +463,8 @@ def table_title(spec: BenchmarkSpec) -> str:
     """A data set's table title: what the numbers are, on which labels, and over how many seeds."""
     n = len(spec.seeds)
     spread = f"mean ± std over {n} seeds" if n > 1 else "one seed (no standard deviation)"
-    return f"{spec.dataset} ({spec.observation_used}): {measured_on(spec)}, {spread}"
+    rule = "" if spec.select == "val_map" else f"; epoch and lr selected by {spec.select} ({RULES[spec.select]})"
+    return f"{spec.dataset} ({spec.observation_used}): {measured_on(spec)}, {spread}{rule}"
 
 
 # --------------------------------------------------------------------------- several data sets
@@ -614,7 +625,7 @@ def write_suite_outputs(out_dir: str | Path, specs: Sequence[BenchmarkSpec], sto
         if runs.empty or not (runs["status"] == "ok").any():
             failed[spec.dataset] = f"data set where none of its {len(runs)} runs finished"
             continue
-        rows, agg = summarize(runs, spec.methods)
+        rows, agg = summarize(runs, spec.methods, spec.select)
         folders[spec.dataset].mkdir(parents=True, exist_ok=True)
         write_outputs(folders[spec.dataset], spec, runs, rows, agg, datasets=datasets)
         tables[spec.dataset] = rows

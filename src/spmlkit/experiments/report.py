@@ -80,8 +80,18 @@ def select_and_aggregate(
     select_on: str = "val_map",
     scale: float = 100.0,
     status: str | None = "ok",
+    rule: str = "val_map",
 ) -> pd.DataFrame:
     """Choose one configuration per group on mean validation score; aggregate over seeds.
+
+    ``rule`` names the selection rule (:mod:`~spmlkit.experiments.selection`, docs/protocol.md,
+    "Selection rules"): ``val_map`` is what this docstring describes; under ``smile_votes`` each
+    run is read at the epoch SMILE's vote selects (:func:`~spmlkit.experiments.selection.read_at`),
+    and the configuration is the one the same vote chooses across the grid
+    (:func:`~spmlkit.experiments.selection.choose_by_votes`); ``select_mean`` is then the mean
+    validation mAP at the voted epochs, for the reader, not what chose. A frame that
+    :func:`~spmlkit.experiments.selection.read_at` has read already (it has ``selected_epoch``) is
+    used as it is.
 
     Within each group of ``by``, runs are split into configurations (distinct values of the
     ``config_keys`` present in ``df``; a dict such as ``hparams`` is compared by content). The
@@ -117,10 +127,14 @@ def select_and_aggregate(
         ``n_configs``, ``n_seeds``, ``seeds``, ``mean``, ``std``, ``select_mean``,
         ``select_std``, ``metric`` and ``run_ids`` (of the chosen runs).
     """
+    from .selection import choose_by_votes, check_rule, read_at
+
     by = list(by)
-    _require_columns(df, by + [metric, select_on], "select_and_aggregate")
     if status is not None and "status" in df.columns:
         df = df[df["status"] == status]
+    if check_rule(rule) != "val_map" and "selected_epoch" not in df.columns:  # a frame read_at read is used as it is
+        df = read_at(df, rule)
+    _require_columns(df, by + [metric, select_on], "select_and_aggregate")
     keys = [k for k in config_keys if k in df.columns]
     groups: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
     for rec in df.to_dict("records"):
@@ -137,7 +151,11 @@ def select_and_aggregate(
             mean = -math.inf if np.isnan(vals).any() else float(vals.mean())
             return (-mean, -len(runs), ckey)
 
-        ckey, runs = min(configs.items(), key=score)
+        if rule == "val_map":
+            ckey, runs = min(configs.items(), key=score)
+        else:
+            ckey = choose_by_votes(configs)
+            runs = configs[ckey]
         x = np.array([_number(r[metric]) for r in runs]) * scale
         v = np.array([_number(r[select_on]) for r in runs]) * scale
         row: dict[str, Any] = dict(zip(by, gkey))

@@ -19,7 +19,9 @@ What a method declares (class attributes, read from the class before any run is 
   read this one declaration);
 * :attr:`Method.batch_statistics`: under ``torch.distributed``, whose batch its statistics see;
 * :meth:`Method.model_parts`: the model settings it brings (LAC's label-query head, MIME's
-  bottleneck width, BoostLU's boosted maps), which a run's own settings may override.
+  bottleneck width, BoostLU's boosted maps), which a run's own settings may override;
+* :meth:`Method.check_run`: what it needs of a run's length (a warm-up that ends before the last
+  epoch), checked for every run of a sweep before the first trains.
 
 What it does (hooks with defaults; the arguments a hook takes beyond its first ones are those
 its signature names, see :data:`STEP_ARGUMENTS` and :data:`EPOCH_ARGUMENTS`):
@@ -187,6 +189,14 @@ class Method(nn.Module):
         settings override (``image_head``, ``bottleneck``), or parts only it sets (``cam_boost``).
         None by default: the run's network as configured."""
         return {}
+
+    @classmethod
+    def check_run(cls, hparams: Mapping[str, Any], epochs: int) -> None:
+        """ValueError, with the reason, where the method cannot train a run of ``epochs`` epochs with
+        ``hparams`` (the user's, over its defaults): e.g. a warm-up as long as the run, whose every
+        epoch would train something else. A sweep asks before its first run, so that such a grid is
+        refused once (or the method left out of a grid of every method, and said) rather than failing
+        every run; the method's constructor refuses the same. Nothing by default."""
 
     @classmethod
     def parts(cls) -> tuple[tuple[str, str], ...]:

@@ -11,7 +11,7 @@ the paper's Figure 4); the estimate never sees them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -25,6 +25,15 @@ from .loss_method import LossMethod, Parts
 __all__ = ["CRISP", "CRISPTruePrior"]
 
 
+def _check_warmup(warmup: int, epochs: int) -> None:
+    """A warm-up as long as the run: every epoch would train AN, and the run be recorded as CRISP's."""
+    if warmup >= epochs:
+        raise ValueError(f"method 'crisp': warmup_epochs={warmup} is not below the {epochs} "
+                         f"epoch{'s' if epochs != 1 else ''} it trains, so every epoch would train AN and "
+                         "none CRISP's risk; set warmup_epochs below the epochs (--hparam warmup_epochs=N) or "
+                         "train longer (--epochs)")
+
+
 class CRISP(LossMethod):
     """The ``crisp`` loss with priors re-estimated after every epoch (``delta``, ``tau``: the
     estimator's confidence bound, the paper's 0.01 each)."""
@@ -33,13 +42,13 @@ class CRISP(LossMethod):
 
     def __init__(self, run: RunInfo, *, delta: float = 0.01, tau: float = 0.01, **hparams: Any) -> None:
         super().__init__(run, **hparams)
-        warmup = self.criterion.warmup_epochs
-        if warmup >= run.epochs:  # every epoch would train AN, and the run would be recorded as CRISP's
-            raise ValueError(f"method 'crisp': warmup_epochs={warmup} is not below the {run.epochs} "
-                             f"epoch{'s' if run.epochs != 1 else ''} it trains, so every epoch would train AN and "
-                             "none CRISP's risk; set warmup_epochs below the epochs (--hparam warmup_epochs=N) or "
-                             "train longer (--epochs)")
+        _check_warmup(self.criterion.warmup_epochs, run.epochs)
         self.estimator = ClassPriorEstimation(delta, tau)
+
+    @classmethod
+    def check_run(cls, hparams: Mapping[str, Any], epochs: int) -> None:
+        """Its warm-up must end before the run does."""
+        _check_warmup(hparams.get("warmup_epochs", cls.hyperparameters()["warmup_epochs"]), epochs)
 
     def after_epoch(self, epoch: int, *, probs: Tensor, state: LabelState, truth: np.ndarray | None
                     ) -> dict[str, float]:
@@ -47,6 +56,7 @@ class CRISP(LossMethod):
         record = {f"labeling_{k}": float(v) for k, v in stats.items() if np.isscalar(v)}
         prior = self.estimator.class_prior()
         self.criterion.set_class_prior(prior)
+        record["class_prior"] = [float(p) for p in prior.tolist()]  # every class's, kept in the history
         if truth is not None:
             true_prior = np.asarray(truth, dtype=np.float64).mean(axis=0)
             record["class_prior_error"] = float(np.abs(prior.detach().cpu().numpy() - true_prior).mean())
@@ -77,4 +87,5 @@ class CRISPTruePrior(CRISP):
             raise RuntimeError("method 'crisp_true_prior' needs the training rows' full labels")
         prior = torch.as_tensor(np.asarray(truth, dtype=np.float64).mean(axis=0))
         self.criterion.set_class_prior(prior)
-        return {"labeling_prior_mean": float(prior.mean()), "class_prior_error": 0.0}
+        return {"labeling_prior_mean": float(prior.mean()), "class_prior_error": 0.0,
+                "class_prior": [float(p) for p in prior.tolist()]}

@@ -108,11 +108,7 @@ class LossMethod(Method):
         self.regularizers = nn.ModuleList(
             losses.create(name, **filled(name, self.regularizer_kwargs(name, dict(kwargs))), validate_args=False)
             for name, kwargs in parts.regularizers)
-        self.algorithm: labeling.LabelingAlgorithm | None = None
-        if parts.labeling is not None:
-            run_args = {"num_epochs": run.epochs}
-            needed = {k: run_args[k] for k in labeling.ALGORITHMS[parts.labeling].run_arguments}
-            self.algorithm = labeling.create(parts.labeling, **lab_kwargs, **needed)
+        self.algorithm = None if parts.labeling is None else _algorithm(parts.labeling, lab_kwargs, run.epochs)
         # what each loss reads, looked up once rather than on every step
         self._reads = [type(loss).reads for loss in (self.criterion, *self.regularizers)]
         self._corrects = type(self.criterion).corrects_labels
@@ -131,6 +127,17 @@ class LossMethod(Method):
     @classmethod
     def model_parts(cls, hparams: Mapping[str, Any]) -> dict[str, Any]:
         return dict(cls.model_settings)
+
+    @classmethod
+    def check_run(cls, hparams: Mapping[str, Any], epochs: int) -> None:
+        """Its label algorithm built for ``epochs`` epochs, as a run builds it (APL's warm-up must
+        end before the last epoch: EM+APL's 5 epochs cannot run in 2)."""
+        parts = cls.made_of
+        if parts is None or parts.labeling is None:
+            return
+        valid = labeling.hyperparameters(parts.labeling)
+        _algorithm(parts.labeling, {**parts.labeling_kwargs, **{k: v for k, v in hparams.items() if k in valid}},
+                   epochs)
 
     @classmethod
     def parts(cls) -> tuple[tuple[str, str], ...]:
@@ -198,6 +205,12 @@ class LossMethod(Method):
         """The loss's tensors under ``criterion``; its extra state and the label algorithm's as they were."""
         extra = {"loss_extra": components.get("loss_extra", {}), "labeling": components.get("labeling")}
         return {**{f"criterion.{k}": v for k, v in components["loss"].items()}, "_extra_state": extra}
+
+
+def _algorithm(name: str, kwargs: Mapping[str, Any], epochs: int) -> labeling.LabelingAlgorithm:
+    """Label algorithm ``name`` with ``kwargs`` and the run arguments it asks for (its epochs)."""
+    run_args = {"num_epochs": epochs}
+    return labeling.create(name, **kwargs, **{k: run_args[k] for k in labeling.ALGORITHMS[name].run_arguments})
 
 
 def loss_method(loss: str, *, loss_kwargs: Mapping[str, Any] | None = None,

@@ -52,7 +52,7 @@ class BatchedSteps:
 
     On entry every parameter of the runs is copied once into a ``[R, ...]`` leaf and each run's
     parameter becomes a view of its row (``Parameter.data``: the same parameter object, so the
-    optimiser's state and groups stay the run's own); buffers (soft OPML's class AP) are stacked
+    optimiser's state and groups stay the run's own); buffers (a loss's per-class statistics) are stacked
     once, as a method replaces them only between epochs -- but for the buffers a module declares as
     data (its ``data_buffers``: a method's training features and their graph), which are a function of
     the data the group shares, so the template's own serve every run (checked equal on entry).

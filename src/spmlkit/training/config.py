@@ -195,9 +195,15 @@ class ScheduleConfig:
     patience: int | None = None
     min_delta: float = 0.0
     stop_drop: float | None = None  # stop when val mAP < best - stop_drop (LL: 0.03, GR: 0.02)
+    #: record every epoch's measures (the papers' five on the validation rows, the test metrics) in the run's
+    #: history, so that the run can be reported at the epoch any selection rule chooses, not only at its
+    #: best validation mAP (docs/protocol.md, "Selection rules"); costs one pass over the test rows per epoch
+    epoch_metrics: bool = False
 
     def __post_init__(self) -> None:
         _positive_int("epochs", self.epochs)
+        if not isinstance(self.epoch_metrics, bool):
+            raise ValueError(f"epoch_metrics must be true or false, got {self.epoch_metrics!r}")
         if not isinstance(self.linear_init_epochs, int) or isinstance(self.linear_init_epochs, bool) \
                 or self.linear_init_epochs < 0:
             raise ValueError(f"linear_init_epochs must be an integer >= 0, got {self.linear_init_epochs!r}")

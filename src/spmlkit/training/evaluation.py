@@ -15,7 +15,12 @@
   whose F1 says nothing about the model and is named as such where it is printed;
 * the analysis of the training split's *unobserved* entries that the papers plot: per-class
   histograms of predicted probabilities for unobserved true positives and negatives and the
-  Wasserstein distance between them (EM Fig. 2c/4a/4b, GR Fig. 3).
+  Wasserstein distance between them (EM Fig. 2c/4a/4b, GR Fig. 3);
+* every epoch's measures, when a run records them (``epoch_metrics``): the five measures of the
+  papers' tables on the validation rows, which a selection rule by their votes reads, and the test
+  values of the same epoch, so that a run can be reported at whichever epoch a selection rule
+  chooses (docs/protocol.md, "Selection rules"). The loop keeps only the epoch with the best
+  validation mAP; these records keep the rest.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import numpy as np
 from .. import metrics
 from ..metrics import threshold_selection as thresholds
 
-__all__ = ["evaluate_test", "unobserved_analysis", "ANALYSIS_BINS"]
+__all__ = ["evaluate_test", "unobserved_analysis", "epoch_measures", "split_measures", "ANALYSIS_BINS"]
 
 ANALYSIS_BINS = 50
 #: the two fixed conventions of the papers (docs/protocol.md, "Metrics"): 0.5, and 0.75 for EM models
@@ -91,6 +96,43 @@ def unobserved_analysis(probs: np.ndarray, truth: np.ndarray, observed: np.ndarr
         "wasserstein": float(pooled),
         "wasserstein_per_class": [float(v) for v in np.asarray(per_class)],
     }
+
+
+def split_measures(probs: np.ndarray, targets: np.ndarray, split: str) -> dict[str, float]:
+    """The measures of one epoch on one split (``"val"`` or ``"test"``), keyed as a run's history
+    keeps them: ``<split>.`` before each of :func:`spmlkit.metrics.convention_columns` (the five
+    measures of the papers' tables on MULAN's sets, in their code's conventions) and, on the test split, what the final evaluation
+    reports in spmlkit's conventions (``test.map``, ``test.ranking_loss``, ``test.example_ap``,
+    ``test.coverage``, ``test.one_error``, ``test.hamming_loss@0.5``), computed by the same functions
+    as :func:`evaluate_test`, so that a run's selected epoch reads the same numbers either way."""
+    out = {f"{split}.{k}": v for k, v in metrics.convention_columns(probs, targets).items()}
+    if split == "test":
+        out["test.map"] = float(metrics.average_precision(probs, targets).mean())
+        out.update({f"test.{k}": v for k, v in metrics.ranking_metrics(probs, targets).items()})
+        out["test.hamming_loss@0.5"] = metrics.decision_metrics(probs, targets, 0.5)["hamming_loss"]
+    return out
+
+
+def epoch_measures(group: Any, runs: list[Any], val_targets: np.ndarray, test_targets: np.ndarray | None
+                   ) -> list[dict[str, float]]:
+    """Each run's :func:`split_measures` on the validation rows and, given ``test_targets``, the test
+    rows, after an epoch: what a run records every epoch when its configuration asks for it
+    (``epoch_metrics``), for the loop to add to the epoch's record. ``group`` is the runs'
+    :class:`~spmlkit.training.loop.Group` (its ``probabilities``); a run marked diverged gets an
+    empty record (its predictions are not finite, and its epoch is not recorded anyway)."""
+    out: list[dict[str, float]] = [{} for _ in runs]
+    live = [i for i, run in enumerate(runs) if run.loop.diverged is None]
+    if not live:
+        return out
+    chosen = [runs[i] for i in live]
+    splits = [("val", val_targets)] if len(val_targets) else []
+    if test_targets is not None and len(test_targets):
+        splits.append(("test", test_targets))
+    for split, targets in splits:
+        probs = group.probabilities(chosen, split).cpu().numpy()
+        for i, run_probs in zip(live, probs):
+            out[i].update(split_measures(run_probs, targets, split))
+    return out
 
 
 def _bin_index(p: np.ndarray, edges: np.ndarray) -> np.ndarray:

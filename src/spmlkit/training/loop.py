@@ -56,6 +56,7 @@ from ..methods import Method
 from .batched import BatchedSteps
 from .batched import probabilities as batched_probabilities
 from .distributed import Distributed
+from .evaluation import epoch_measures
 from .sources import DataSource
 from .step import RunStep
 
@@ -318,10 +319,12 @@ def _clear_grads(optimizer: torch.optim.Optimizer) -> None:
 
 
 def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndarray,
-                 truth_train: np.ndarray | None) -> list[dict[str, float]]:
+                 truth_train: np.ndarray | None, test_targets: np.ndarray | None = None,
+                 measures: bool = False) -> list[dict[str, Any]]:
     """Each run's method's step between epochs (:meth:`~spmlkit.methods.Method.after_epoch`, given
     what it asks for: the whole training split's predictions, the label state, the truth), then
-    validation mAP."""
+    validation mAP; with ``measures``, every measure on the validation and test rows too (what a
+    selection rule other than validation mAP reads, docs/protocol.md, "Selection rules")."""
     records: list[dict[str, float]] = [{} for _ in runs]
     probs: torch.Tensor | None = None
     if group.source.track_train or any("probs" in run.method.epoch_arguments for run in runs):
@@ -337,6 +340,9 @@ def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndar
             record.update(run.method.after_epoch(epoch, **{name: given[name] for name in run.method.epoch_arguments}))
     for record, val_map in zip(records, _val_maps(group, runs, val_targets, epoch)):
         record["val_map"] = val_map
+    if measures:
+        for record, extra in zip(records, epoch_measures(group, runs, val_targets, test_targets)):
+            record.update(extra)
     # counted with or without the training rows' full labels (a user's data has none): the
     # console's pseudo-label column and metrics.csv read these; only the accuracies need a truth
     for record, stats in zip(records, pseudo_label_stats([run.state for run in runs], truth_train)):
@@ -431,7 +437,8 @@ def _observed_positive_losses(probs: torch.Tensor, states: list[LabelState]) -> 
 
 # --------------------------------------------------------------------------- the loop
 def run_loop(group: Group, *, epochs: int, val_targets: np.ndarray, truth_train: np.ndarray | None = None,
-             hooks: LoopHooks = LoopHooks()) -> None:
+             hooks: LoopHooks = LoopHooks(), test_targets: np.ndarray | None = None,
+             epoch_metrics: bool = False) -> None:
     """Train every run of ``group`` for ``epochs`` epochs (each continuing from its loop state when
     resumed), then restore each run's best epoch. A run that stops early leaves the group.
 
@@ -452,7 +459,7 @@ def run_loop(group: Group, *, epochs: int, val_targets: np.ndarray, truth_train:
         _mark_diverged(runs, trained, epoch, by_loss=not group.dist.enabled)
         kept = [i for i, run in enumerate(runs) if run.loop.diverged is None]
         runs, losses = [runs[i] for i in kept], [trained["losses"][i] for i in kept]
-        ends = end_of_epoch(group, runs, epoch, val_targets, truth_train) if runs else []
+        ends = end_of_epoch(group, runs, epoch, val_targets, truth_train, test_targets, epoch_metrics) if runs else []
         kept = [i for i, run in enumerate(runs) if run.loop.diverged is None]  # predictions not finite
         runs, losses, ends = [runs[i] for i in kept], [losses[i] for i in kept], [ends[i] for i in kept]
         for run, end in zip(runs, ends):

@@ -185,7 +185,7 @@ class RunPlan:
                        observed=self.train_labels, expected_num_pos=self.expected_num_pos,
                        epochs=self.config.schedule.epochs if epochs is None else epochs,
                        seed=self.config.optimisation.seed, features=training_features)
-        with user_input():  # hyperparameter values out of range, APL's warm-up beyond the epochs
+        with user_input():  # hyperparameter values out of range, a warm-up beyond the epochs
             method = self.method(info, **self.hparams)
         return method.to(self.device if device is None else device)
 

@@ -23,10 +23,15 @@ from torch import nn
 from ..data.image_sets import ImageData, load_image_set
 from .config import RunConfig
 
-__all__ = ["RunData", "RunSplit", "ImageData", "check_dataset", "check_labels", "load_run_data", "load_image_data",
-           "is_feature_run", "split_and_observe", "standardize"]
+__all__ = ["RunData", "RunSplit", "ImageData", "SubsetMismatch", "check_dataset", "check_labels", "load_run_data",
+           "load_image_data", "is_feature_run", "split_and_observe", "standardize"]
 
 log = logging.getLogger(__name__)
+
+
+class SubsetMismatch(ValueError):
+    """A ``subset`` the data cannot give: more rows than the set has, or too few to partition. A sweep
+    refuses it once, before any run (:func:`~spmlkit.training.run_check.check_subset`)."""
 
 
 @dataclass
@@ -115,14 +120,18 @@ def load_run_data(config: RunConfig) -> RunData:
         ds = registry.load_features(config.data.dataset)
         if config.data.partition == "random":
             return _randomly_partitioned(ds, config)
-        if ds.Y_train is None:  # a user's own table or extracted folder: its observed labels, a test list or none
+        if getattr(ds, "X_val", None) is not None:  # a paper's data file: its own partition, its authors' positives
+            data = RunData("features", ds.name, tuple(ds.class_names), np.asarray(ds.Y_train), np.asarray(ds.Y_test),
+                           X_train=ds.X_train, X_test=ds.X_test, X_val=ds.X_val, Y_val=np.asarray(ds.Y_val),
+                           observed=None if ds.observed is None else np.asarray(ds.observed))
+        elif ds.Y_train is None:  # a user's own table or extracted folder: its observed labels, a test list or none
             data = RunData("features", ds.name, tuple(ds.class_names), None,
                            None if ds.Y_test is None else np.asarray(ds.Y_test), X_train=ds.X_train,
                            X_test=ds.X_test, observed=np.asarray(ds.observed))
         else:
             X_train, Y_train = _train_rows_with_a_positive(ds)
-            data = RunData("features", ds.name, tuple(ds.class_names), Y_train, np.asarray(ds.Y_test),
-                           X_train=X_train, X_test=ds.X_test)
+            data = RunData("features", ds.name, tuple(ds.class_names), Y_train,
+                           None if ds.Y_test is None else np.asarray(ds.Y_test), X_train=X_train, X_test=ds.X_test)
     else:
         config.check_source("images")
         images = load_image_data(config)
@@ -130,7 +139,8 @@ def load_run_data(config: RunConfig) -> RunData:
                        observed=images.observed)
     if config.data.subset is not None:
         if config.data.subset > data.num_train:
-            raise ValueError(f"subset {config.data.subset} is larger than the {data.num_train} training rows of {data.name}")
+            raise SubsetMismatch(f"subset {config.data.subset} is larger than the {data.num_train} training rows of "
+                                 f"{data.name}")
         for name in ("Y_train", "X_train", "observed"):
             if getattr(data, name) is not None:
                 setattr(data, name, getattr(data, name)[: config.data.subset])
@@ -139,26 +149,34 @@ def load_run_data(config: RunConfig) -> RunData:
 
 def _randomly_partitioned(ds: Any, config: RunConfig) -> RunData:
     """The tabular protocol's data (docs/protocol.md, "The tabular protocol"): every row of the set
-    (the official train list, then the test list), less the rows without a positive label, cut to
+    (the official train list, then the test list, if any), less the rows without a positive label, cut to
     ``subset`` rows when asked, then partitioned 80 / 10 / 10 by the run's seed. The validation and
     test rows keep their full labels; the observation is drawn on the training rows alone."""
     from ..protocol import random_partition
 
-    if ds.Y_train is None or ds.X_test is None or ds.Y_test is None:
-        raise ValueError(f"{ds.name} has no fully labelled train and test lists to pool; partition 'random' draws "
-                         "the papers' partitions and single positives from a whole labelled set (use partition "
-                         "'official')")
-    X = np.concatenate([np.asarray(ds.X_train), np.asarray(ds.X_test)])
-    Y = np.concatenate([np.asarray(ds.Y_train), np.asarray(ds.Y_test)])
+    if ds.Y_train is None:
+        raise ValueError(f"{ds.name} has no full labels to pool; partition 'random' draws the papers' partitions and "
+                         "single positives from a whole labelled set (use partition 'official')")
+    # every fully labelled row: a set of one file (cal500) has no test list, a paper's data file its own validation rows
+    own_val = getattr(ds, "X_val", None)  # a data set of the TabularDataset's shape; the field is newer
+    parts = [(ds.X_train, ds.Y_train), *([] if own_val is None else [(own_val, ds.Y_val)]),
+             *([] if ds.X_test is None else [(ds.X_test, ds.Y_test)])]
+    X = np.concatenate([np.asarray(x) for x, _ in parts])
+    Y = np.concatenate([np.asarray(y) for _, y in parts])
     keep = Y.any(axis=1)
     if not keep.all():
         _log_dropped_whole(ds.name, int((~keep).sum()), len(Y))
         X, Y = X[keep], Y[keep]
     if config.data.subset is not None:
         if config.data.subset > len(Y):
-            raise ValueError(f"subset {config.data.subset} is larger than the {len(Y)} rows of {ds.name}")
+            raise SubsetMismatch(f"subset {config.data.subset} is larger than the {len(Y)} rows of {ds.name}")
         X, Y = X[: config.data.subset], Y[: config.data.subset]
-    tr, va, te = random_partition(len(Y), config.optimisation.seed)
+    try:  # a part left empty is refused by the partition itself, with the fewest rows that fill every part
+        tr, va, te = random_partition(len(Y), config.optimisation.seed)
+    except ValueError as exc:
+        if config.data.subset is None:
+            raise
+        raise SubsetMismatch(f"subset {config.data.subset} of {ds.name}: {exc}") from None
     return RunData("features", ds.name, tuple(ds.class_names), Y[tr], Y[te], X_train=X[tr], X_test=X[te],
                    X_val=X[va], Y_val=Y[va])
 
@@ -267,7 +285,7 @@ def check_labels(config: RunConfig) -> None:
     name = config.data.prepared or config.data.dataset
     given = Observation.parse(config.data.observation).kind == "given"
     if held.labels == "full":
-        if given:
+        if given and not held.observed:  # a paper's data file brings its authors' observed positives
             raise ValueError(_no_own_labels(name))
         return
     if not given:

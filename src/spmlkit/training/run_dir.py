@@ -278,7 +278,9 @@ class RunDirectory:
         import pandas as pd
 
         atomic_write_text(self.path / "metrics.json", json.dumps(history, indent=1))
-        atomic_write_text(self.path / "metrics.csv", pd.DataFrame(history).to_csv(index=False))
+        # one number per cell: a per-class vector (a method's estimate per class) stays in metrics.json
+        scalars = [{k: v for k, v in epoch.items() if not isinstance(v, (list, tuple, dict))} for epoch in history]
+        atomic_write_text(self.path / "metrics.csv", pd.DataFrame(scalars).to_csv(index=False))
 
     def write_result(self, record: dict[str, Any]) -> None:
         atomic_write_json(self.path / "result.json", record)

@@ -6,7 +6,7 @@ the number of loader workers or of processes, and a resumed run continues it exa
 torch.distributed every process draws the same global batches and loads only its slice
 (:mod:`spmlkit.training.distributed`); predictions are sharded and gathered in index order. Predictions for
 label algorithms and selection are made in eval mode, without augmentation, in index
-order (docs/protocol.md, "Quirks of the official code", on APL's pass).
+order (docs/protocol.md, "Quirks of the official code", on the pass between epochs).
 """
 
 from __future__ import annotations

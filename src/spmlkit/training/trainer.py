@@ -135,7 +135,8 @@ def train_group(configs: list[RunConfig], *, data: RunData | None = None) -> lis
     machine = first.config.machine  # one for the group: the machine settings are part of batch_key
     with num_threads(machine.num_threads), deterministic_cuda(machine.deterministic):
         run_loop(group, epochs=first.config.schedule.epochs, val_targets=first.split.val_targets,
-                 truth_train=first.split.truth_train)
+                 truth_train=first.split.truth_train, test_targets=first.data.Y_test,
+                 epoch_metrics=first.config.schedule.epoch_metrics)
         results = _evaluate(plans, group, resumed_from=0, run_dir=None)
     seconds = (time.perf_counter() - t0) / len(configs)
     peaks = peak_memory(first.device)  # the group's: its runs share one model stack and one process
@@ -232,7 +233,7 @@ def _train_one(plan: RunPlan, run_dir: RunDirectory | None, ckpt: dict | None, s
                       on_epoch_start=hooks.on_epoch_start)
     try:
         run_loop(group, epochs=config.schedule.epochs, val_targets=plan.split.val_targets, truth_train=plan.split.truth_train,
-                 hooks=hooks)
+                 hooks=hooks, test_targets=plan.data.Y_test, epoch_metrics=config.schedule.epoch_metrics)
         if run.loop.diverged is not None:
             message = divergence_message(config, run.loop.diverged, _lr_now(run))
             if run_dir is not None and dist.is_main:

@@ -28,7 +28,7 @@ from ..store import package_version
 from .spec import SweepSpec
 
 __all__ = ["run_config", "execute_run", "execute_runs", "failed_record", "now", "settings_for_other_kinds",
-           "GROUP_FALLBACK"]
+           "methods_that_cannot_run", "GROUP_FALLBACK"]
 
 
 #: how many frames of a failed run's traceback its record keeps (the innermost ones)
@@ -49,6 +49,7 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     from ...data.registry import resolve_dataset
     from ...training.network import check_network
     from ...training.recipe import check_parts
+    from ...training.run_check import check_run_length, check_subset
     from ...training.run_data import check_labels
 
     values = {k: run[k] for k in ("dataset", "method", "observation", "seed", "lr", "batch_size", "hparams",
@@ -66,9 +67,30 @@ def run_config(run: dict[str, Any], runs_dir: str | None = None) -> RunConfig:
     check_labels(config)
     check_network(config, kind)  # a method with no meaning on the data; its model parts (training/network.py)
     check_parts(config, kind)  # train_only names the model's parts: said before any run, dry run included
+    check_run_length(config)  # a warm-up as long as the run (EM+APL in 2 epochs)
+    check_subset(config)  # more rows than the set has, or too few to partition
     if kind == "images":
         config.output.out = str(Path(runs_dir or "runs") / run["run_id"])
     return config
+
+
+def methods_that_cannot_run(spec: SweepSpec) -> dict[str, Any]:
+    """The methods of ``spec`` that cannot run in its epochs (EM+APL's warm-up of 5
+    epochs in a run of 2), each with its :class:`~spmlkit.training.run_check.TooFewEpochs`: a grid of
+    every method (a reproduction, a benchmark that names none) leaves them out and says why, where a
+    sweep that names them is refused. Any other refusal is raised."""
+    from ...training.run_check import TooFewEpochs
+    from .spec import settings_to_check
+
+    found: dict[str, Any] = {}
+    for run in settings_to_check(spec):
+        if run["method"] in found:
+            continue
+        try:
+            run_config(run)
+        except TooFewEpochs as exc:
+            found[run["method"]] = exc
+    return found
 
 
 def settings_for_other_kinds(spec: SweepSpec) -> dict[str, list[str]]:

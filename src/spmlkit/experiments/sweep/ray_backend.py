@@ -1,4 +1,4 @@
-"""Sweeps on Ray: each run of a sweep as one Ray task, on this machine or on a Ray cluster.
+"""Sweeps on Ray: the runs of a sweep as Ray tasks, on this machine or on a Ray cluster.
 
 ``spmlkit sweep grid.yaml --backend ray`` exists because the process backend stops at one
 machine: Ray schedules the runs over every node of a cluster (``--address``), giving image
@@ -13,15 +13,18 @@ What does not change, and why it holds:
   the store never has to be reachable from the workers, and concurrent sweeps on one store
   split the grid as before. This module is an :class:`~spmlkit.experiments.sweep.executor.Executor`
   and knows nothing else of the sweep.
-* **Same numbers.** A task calls the same :func:`~spmlkit.experiments.sweep.execute.execute_run`
-  in the driver's working directory, with as many torch threads as it has CPUs
-  (``cpus_per_run``, whole; ``SPMLKIT_RUN_THREADS`` when set), so a run gives what the
-  process backend gives (threads do not change the numbers:
+* **Same numbers.** A task is what a worker process of the process backend gets: a run, or runs
+  that differ only in seed, lr and weight decay, trained as one group
+  (:func:`~spmlkit.experiments.sweep.execute.execute_runs`; groups of the same size, claimed in
+  the same order, so a reproduction on a cluster gives the tables it gives here), in the driver's
+  working directory, with as many torch threads as it has CPUs (``cpus_per_run``, whole;
+  ``SPMLKIT_RUN_THREADS`` when set; threads do not change the numbers:
   :mod:`~spmlkit.experiments.sweep.cores`).
-* **Failures.** ``execute_run`` never raises: a run that fails is a record with its error.
+* **Failures.** ``execute_runs`` never raises: a run that fails is a record with its error.
   A worker process that dies (killed, out of memory, its node lost) is a system failure, and
-  Ray runs the task again, at most ``max_retries`` times; past that the run is recorded as
-  failed with the reason and the sweep goes on (``--retry-failed`` runs it again).
+  Ray runs the task again, at most ``max_retries`` times; past that a group's runs are tried once
+  more, each as a task of its own (a group holds R models: alone, a run may fit), and a run alone
+  is recorded as failed with the reason; the sweep goes on (``--retry-failed`` runs it again).
 * **Resume.** A killed driver leaves finished runs in the store and its leases to be taken
   over, as with processes. Image runs checkpoint into the sweep's runs folder and continue
   from ``last.pt``; on a cluster that folder must be on storage every node sees, otherwise a
@@ -34,6 +37,7 @@ optional dependency (``pip install "spmlkit[ray]"``), imported only inside funct
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -43,8 +47,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import InputError
-from .execute import execute_run, failed_record, now, run_config
+from .execute import execute_run, execute_runs, failed_record, now, run_config
 from .executor import Executor, Keep, Run
+from .processes import STACK_MAX
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -103,13 +108,17 @@ def import_ray() -> ModuleType:
     return ray
 
 
-def _task(run: dict[str, Any], runs_dir: str, threads: int, cwd: str) -> dict[str, Any]:
-    """What a Ray worker does for one run: the process backend's ``execute_run``, in the
-    driver's working directory, so both backends compute the same thing (and relative dataset
-    paths mean the same folder on every node that has it)."""
+def _task(runs: list[dict[str, Any]], runs_dir: str, threads: int, cwd: str,
+          alone_reason: str | None = None) -> list[dict[str, Any]]:
+    """What a Ray worker does for one task: the process backend's ``execute_runs`` (one run, or a
+    group), in the driver's working directory, so both backends compute the same thing (and relative
+    dataset paths mean the same folder on every node that has it). ``alone_reason``: why a run that
+    came in a group trains alone now (its group's worker died)."""
     if os.path.isdir(cwd):
         os.chdir(cwd)
-    return execute_run(run, runs_dir, threads)
+    if alone_reason is not None:
+        return [execute_run(run, runs_dir, threads, alone_reason=alone_reason) for run in runs]
+    return execute_runs(runs, runs_dir, threads)
 
 
 def _connect(ray: ModuleType, options: RayOptions) -> bool:
@@ -201,30 +210,37 @@ class _Placement:
                          f"(nodes: {have}); lower --cpus-per-run / --gpus-per-run, or add such a node")
 
 
+def _worker_died(ray: ModuleType, exc: BaseException) -> bool:
+    """Whether a task failed because its worker process or its node died (not because it raised)."""
+    return isinstance(exc, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                            ray.exceptions.OutOfMemoryError))
+
+
 def _lost_record(ray: ModuleType, run: Run, exc: BaseException, started: str, t0: float,
                  max_retries: int) -> dict[str, Any]:
     """The record of a run Ray could not bring back: the worker died on every attempt, or the
     task itself raised (spmlkit missing on a node, a result that could not be sent back); the
     shape of every failed record (:func:`~spmlkit.experiments.sweep.execute.failed_record`)."""
     text = str(exc)
-    if isinstance(exc, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
-                        ray.exceptions.OutOfMemoryError)):
+    if _worker_died(ray, exc):
         text = (f"the worker process running this run died {max_retries + 1} time(s) (killed, out of memory, or "
                 f"its node lost); raise --max-retries or give runs more memory. Ray said: {text}")
     return failed_record(run, f"{type(exc).__name__}: {text}"[:_ERROR_CHARS], started, t0)
 
 
 class RayExecutor(Executor):
-    """Each run of a sweep as one Ray task (never a group: Ray places runs one by one).
+    """The runs of a sweep as Ray tasks: one run, or a group of runs that train together, per task,
+    groups as large as the process backend's for the same number of workers
+    (:meth:`task_size`: about two tasks per CPU the cluster holds).
 
     :meth:`start` connects to the cluster (or starts a local instance, shut down again by
-    :meth:`close`); :meth:`room` is the cluster's capacity, asked again before each claim, so
-    nodes that join (or leave) count. On a stop the tasks in flight are cancelled (their
+    :meth:`close`); :meth:`room` is the cluster's capacity in tasks, asked again before each claim,
+    so nodes that join (or leave) count. On a stop the tasks in flight are cancelled (their
     workers killed) and results that had arrived are kept, so the sweep stops within seconds
     and the same command resumes.
     """
 
-    alone_reason = "the Ray backend places each run as a task of its own"
+    alone_reason = "few runs were left for the cluster's workers (two tasks each at most), so each task got one run"
 
     def __init__(self, options: RayOptions, threads: int) -> None:
         self.ray = import_ray()  # before any run is claimed: a missing Ray is one line
@@ -234,7 +250,7 @@ class RayExecutor(Executor):
         self._cwd = os.getcwd()
         self._remote: Any = None
         self._placement: _Placement | None = None
-        self._in_flight: dict[Any, tuple[Run, str, float]] = {}  # ObjectRef -> (run, started_at, t0)
+        self._in_flight: dict[Any, tuple[list[Run], str, float]] = {}  # ObjectRef -> (runs, started_at, t0)
 
     def start(self, runs_dir: str) -> None:
         """Connect, and make the runs folder absolute: a worker does not start in the driver's
@@ -244,17 +260,24 @@ class RayExecutor(Executor):
         self._remote = self.ray.remote(_task)
         self._placement = _Placement(self.ray, self.options)
 
+    def task_size(self, candidates: int) -> int:
+        """As many runs a task as the process backend gives a worker: the runs left shared among about
+        two tasks per slot of the cluster, at most :data:`~spmlkit.experiments.sweep.processes.STACK_MAX`."""
+        return max(1, min(STACK_MAX, math.ceil(candidates / (2 * _capacity(self.ray, self.options)))))
+
     def room(self) -> int:
         return _capacity(self.ray, self.options) - len(self._in_flight)
 
-    def submit(self, runs: list[Run]) -> None:
+    def submit(self, runs: list[Run], alone_reason: str | None = None) -> None:
+        """One task for ``runs`` (a group trains in one process); with ``alone_reason``, one task per run."""
         assert self._placement is not None, "start() first"
-        for run in runs:
-            cpus, gpus = self._placement.resources(run, self._runs_dir)
+        tasks = [[run] for run in runs] if alone_reason is not None else [runs]
+        for task in tasks:
+            cpus, gpus = self._placement.resources(task[0], self._runs_dir)  # a group's runs are of one kind
             ref = self._remote.options(num_cpus=cpus, num_gpus=gpus, max_retries=self.options.max_retries,
-                                       retry_exceptions=False, name=f"spmlkit-run-{run['run_id']}"
-                                       ).remote(run, self._runs_dir, self.threads, self._cwd)
-            self._in_flight[ref] = (run, now(), time.perf_counter())
+                                       retry_exceptions=False, name=f"spmlkit-run-{task[0]['run_id']}"
+                                       ).remote(task, self._runs_dir, self.threads, self._cwd, alone_reason)
+            self._in_flight[ref] = (task, now(), time.perf_counter())
 
     def busy(self) -> bool:
         return bool(self._in_flight)
@@ -264,12 +287,19 @@ class RayExecutor(Executor):
         whose task raised, is kept as a failed record."""
         done, _ = self.ray.wait(list(self._in_flight), num_returns=1, timeout=_WAIT_SECONDS)
         for ref in done:
-            run, started, t0 = self._in_flight[ref]
+            runs, started, t0 = self._in_flight[ref]
             try:
-                rec = self.ray.get(ref)
+                records = self.ray.get(ref)
             except self.ray.exceptions.RayError as exc:
-                rec = _lost_record(self.ray, run, exc, started, t0, self.options.max_retries)
-            keep([rec])
+                if len(runs) > 1 and _worker_died(self.ray, exc):  # each run of the group gets a worker of its own
+                    first = (str(exc).strip().splitlines() or [""])[0][:300]
+                    self.submit(runs, alone_reason=f"the worker of its group of {len(runs)} runs died "
+                                                   f"{self.options.max_retries + 1} time(s) ({first}), so each run "
+                                                   "trained alone")
+                    del self._in_flight[ref]
+                    continue
+                records = [_lost_record(self.ray, run, exc, started, t0, self.options.max_retries) for run in runs]
+            keep(records)
             del self._in_flight[ref]  # only now: a stop before this line still finds it
 
     def stop(self, keep: Keep) -> None:
@@ -278,7 +308,7 @@ class RayExecutor(Executor):
             try:
                 ready, _ = self.ray.wait([ref], timeout=0)
                 if ready:
-                    keep([self.ray.get(ref, timeout=0)])
+                    keep(self.ray.get(ref, timeout=0))
                 else:
                     self.ray.cancel(ref, force=True)
             except Exception:  # noqa: BLE001 - a failed task or a failed cancel: the run is simply not recorded
