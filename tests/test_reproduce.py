@@ -60,8 +60,10 @@ def test_presets_shows_one_papers_targets(capsys):
 def test_the_rows_are_every_registered_method_of_the_tables_in_their_order():
     rep = get_reproduction("crisp-tabular")
     methods = reproduction_methods(rep)
-    assert methods == ("an", "an_ls", "wan", "epr", "role", "em", "em_apl", "smile", "ll_r", "ll_cp", "ll_ct", "crisp")
+    assert methods == ("an", "an_ls", "wan", "epr", "role", "em", "em_apl", "smile", "ll_r", "ll_cp", "ll_ct", "crisp",
+                       "crisp_true_prior")  # the paper's rows, then the reference that separates CRISP's parts
     assert set(methods) <= set(METHODS)
+    assert METHODS["crisp_true_prior"].sees_more_labels and rep.grid_hparams["crisp_true_prior"] == rep.grid_hparams["crisp"]
     # CRISP's other methods (its Table 1, on images) are registered too, and train on images only: named, not run
     assert images_only_methods(rep) == ("plc", "boostlu_ll_r", "boostlu_ll_cp", "boostlu_ll_ct")
     assert images_only_note(rep) == ("Not run: PLC, BoostLU+LL-R, BoostLU+LL-Cp, BoostLU+LL-Ct, which CRISP compares "
@@ -385,16 +387,21 @@ def test_z_is_printed_only_under_the_papers_protocol(tmp_path: Path):
 @pytest.mark.usefixtures("one_thread")
 def test_crisps_priors_are_shown_at_the_selected_epoch_in_the_tables_and_the_report(tmp_path: Path, capsys):
     """CRISP's rows come with the error of the priors it trained with at the selected epoch (its runs record
-    it every epoch), in the reproduction's tables and in `spmlkit report`; the run keeps every class's prior."""
+    it every epoch), in the reproduction's tables and in `spmlkit report`; the run keeps every class's prior.
+    The reference with the true priors has its row beside CRISP's (its error 0), named as a reference."""
     out = tmp_path / "rep"
-    assert main(["reproduce", "crisp-tabular", "--datasets", "yeast", "--methods", "crisp", "--trials", "1",
-                 "--epochs", "3", "--subset", "300", "--jobs", "2", "--out", str(out), "--quiet"]) == 0
+    assert main(["reproduce", "crisp-tabular", "--datasets", "yeast", "--methods", "crisp,crisp_true_prior",
+                 "--trials", "1", "--epochs", "3", "--subset", "300", "--jobs", "2", "--out", str(out), "--quiet"]) == 0
     capsys.readouterr()
     from spmlkit.experiments.store import ResultsStore
 
     runs = ResultsStore(out / "results.db").to_dataframe()
     assert sorted({h["warmup_epochs"] for h in runs["hparams"]}) == [1]  # 3 and 5 cannot end within 3 epochs
     cells = pd.read_csv(out / "crisp-tabular.csv")
+    reference = cells[(cells["metric"] == "example_ap") & (cells["method"] == "crisp_true_prior")].iloc[0]
+    assert reference["prior_error"] == 0.0 and pd.isna(reference["published"])
+    runs = runs[runs["method"] == "crisp"]
+    cells = cells[cells["method"] == "crisp"]
     cell = cells[cells["metric"] == "example_ap"].iloc[0]
     chosen = runs[(runs["lr"] == cell["lr"]) & (runs["weight_decay"] == cell["weight_decay"])
                   & (runs["batch_size"] == cell["batch_size"])].iloc[0]
@@ -404,9 +411,11 @@ def test_crisps_priors_are_shown_at_the_selected_epoch_in_the_tables_and_the_rep
     markdown = (out / "crisp-tabular.md").read_text()
     assert "**Class priors at the selected epoch" in markdown
     assert f"| CRISP | fair grid | {cell['prior_error']:.3f} | " in markdown
+    assert "| CRISP (true priors) | fair grid | 0.000 | " in markdown
+    assert "- Reference, not a method of the paper: CRISP (true priors), CRISP's risk and warm-up with each" in markdown
     assert main(["report", "--store", str(out / "results.db"), "--no-figures", "--out", str(tmp_path / "rep2")]) == 0
     priors = pd.read_csv(tmp_path / "rep2" / "class_priors.csv")
-    assert priors["method"].tolist() == ["crisp"] and priors["prior_error"].iloc[0] > 0
+    assert priors["method"].tolist() == ["crisp", "crisp_true_prior"] and priors["prior_error"].iloc[0] > 0
 
 
 @pytest.mark.usefixtures("one_thread")

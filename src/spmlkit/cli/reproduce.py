@@ -32,8 +32,9 @@ def add_parsers(sub: Any) -> None:
                         "yeast,scene,corel5k,delicious)")
     p.add_argument("--methods", type=csv_list(str),
                    help="comma-separated methods (default: every method of the tables that spmlkit has and that "
-                        "trains on features, less any that cannot run in --epochs, named; another feature method "
-                        "gets a row without published numbers)")
+                        "trains on features, and the experiment's references (crisp-tabular: crisp_true_prior), "
+                        "less any that cannot run in --epochs, named; another feature method gets a row without "
+                        "published numbers)")
     add_select_option(p, "each fair-grid row's configuration and epoch (the as-published rows use their code's "
                          "own)")
     p.add_argument("--trials", type=positive_int, help="trials, each its own random partition (default: the paper's, 5)")

@@ -119,6 +119,7 @@ METHOD_LABELS: dict[str, str] = {
     "gr": "GR",
     "pu_mlc": "PU-MLC",
     "crisp": "CRISP",
+    "crisp_true_prior": "CRISP (true priors)",
     "smile": "SMILE",
     "plc": "PLC",
     "lac": "LAC",

@@ -78,12 +78,13 @@ _CONFIG_KEYS = ("lr", "batch_size", "weight_decay", "hparams")
 
 
 def reproduction_methods(rep: Reproduction) -> tuple[str, ...]:
-    """Every method of the published tables that spmlkit has registered, in the tables' row order."""
+    """Every method of the published tables that spmlkit has registered, in the tables' row order, then
+    the reproduction's references (:attr:`Reproduction.references`) that spmlkit has."""
     from ..methods import METHODS
 
     published = {r.method for table in rep.tables for r in published_rows(source=table)}
-    return tuple(m for m in dict.fromkeys(rep.method_labels.values())
-                 if m in published and m in METHODS and METHODS[m].on_features.trains)
+    papers = [m for m in dict.fromkeys(rep.method_labels.values()) if m in published]
+    return tuple(m for m in [*papers, *rep.references] if m in METHODS and METHODS[m].on_features.trains)
 
 
 def images_only_methods(rep: Reproduction) -> tuple[str, ...]:

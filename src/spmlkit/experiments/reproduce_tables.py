@@ -148,6 +148,8 @@ def heading(plan: ReproductionPlan) -> str:
     others = [row_label(rep, m) for m in plan.methods if m not in {r.method for r, _ in plan.published}]
     if plan.published and others:
         lines.append(f"No code or README fixes the setting of {', '.join(others)}: their rows have the fair grid only.")
+    lines += [f"Reference, not a method of the paper: {row_label(rep, m)}, {why}; no published number."
+              for m, why in rep.references.items() if m in plan.methods]
     lines.append("Values in the papers' metric convention (SMILE's code: coverage divided by the number of labels, "
                  "Hamming loss at p > 0.5; docs/protocol.md, \"Metric conventions\").")
     lines += [f"Not run: {why}." for why in plan.left_out.values()] + [f"{note}." for note in plan.notes]
