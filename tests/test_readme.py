@@ -61,10 +61,10 @@ NOT_RUN = {
     "spmlkit export --checkpoint runs/photos/em_apl/seed0 --format torchscript":
         (None, "needs the image run of docs/your-data.md (a download)"),
     "spmlkit reproduce crisp-tabular --datasets yeast,scene":
-        ("download", "trains 4,490 runs (a quarter of an hour on 2 cores) on yeast and MULAN's scene, which it "
+        ("download", "trains 5,450 runs (20 minutes on 2 cores) on yeast and MULAN's scene, which it "
                      "downloads when $SPMLKIT_DATA lacks it; test_reproduce runs the command on 300 rows of yeast"),
     "spmlkit reproduce crisp-tabular --datasets yeast --trials 2 --epochs 2":
-        ("minutes", "1,434 runs of every method on the whole of yeast; test_reproduce runs the same quick check on "
+        ("minutes", "770 runs of every method on the whole of yeast; test_reproduce runs the same quick check on "
                     "300 rows and two methods"),
     "spmlkit reproduce crisp-tabular --datasets yeast=data/yeast.mat,scene=data/scene.mat":
         ("authors' files", "needs the authors' .mat files; test_mat_file reproduces on a file written in their "

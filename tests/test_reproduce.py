@@ -297,7 +297,8 @@ def test_the_quick_check_leaves_out_what_cannot_run_in_its_epochs_and_says_why(t
     assert "em_apl" not in plan.methods and set(plan.left_out) == {"em_apl"}
     assert plan.left_out["em_apl"].startswith("EM-APL, which cannot run in 2 epoch(s): APL needs warmup_epochs < "
                                               "num_epochs")
-    assert plan.notes == ["CRISP: warmup_epochs 3, 5 left out of its grid, as long as the run (2 epochs) or longer"]
+    assert plan.notes == [f"{label}: warmup_epochs 3, 5 left out of its grid, as long as the run (2 epochs) or longer"
+                          for label in ("CRISP", "CRISP (true priors)")]
     (yeast,) = plan.fair
     assert yeast.hparams["crisp"] == {"warmup_epochs": [1]} and "em_apl" not in yeast.methods
     said = heading(plan)

@@ -44,6 +44,7 @@ METHOD_COLORS: dict[str, str] = {
     "gr": "#d62728",  # GR: red
     "pu_mlc": "#e377c2",
     "crisp": "#7b4173",  # CRISP: plum
+    "crisp_true_prior": "#ce6dbd",  # CRISP with the true priors (a reference): light plum
     "smile": "#637939",  # SMILE: olive
     "plc": "#3182bd",  # LAC's stages: steel blues
     "lac": "#6baed6",
