@@ -149,11 +149,17 @@ def test_a_method_checks_a_runs_length_as_its_constructor_would():
     with pytest.raises(ValueError, match="warmup_epochs=1 is not below the 1 epoch it trains"):
         get_method("crisp").check_run({}, 1)
     get_method("crisp").check_run({}, 2)
+    with pytest.raises(ValueError, match="^method 'crisp_true_prior': warmup_epochs=2 is not below"):  # its own name
+        get_method("crisp_true_prior").check_run({"warmup_epochs": 2}, 2)
     for name in ("an", "smile", "pu_mlc"):  # nothing to check: any length runs
         get_method(name).check_run({}, 1)
-    for name, hparams, epochs in (("em_apl", {}, 5), ("crisp", {"warmup_epochs": 3}, 3)):  # the same refusal
-        with pytest.raises(ValueError):
+    for name, hparams, epochs in (("em_apl", {}, 5), ("crisp", {"warmup_epochs": 3}, 3),
+                                  ("crisp_true_prior", {"warmup_epochs": 2}, 2)):  # the same refusal, word for word
+        with pytest.raises(ValueError) as checked:
+            get_method(name).check_run(hparams, epochs)
+        with pytest.raises(ValueError) as built:
             METHODS[name](run_info(epochs=epochs), **hparams)
+        assert str(built.value) == str(checked.value)
 
 
 def test_label_matrices_of_the_references():

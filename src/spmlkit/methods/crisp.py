@@ -25,10 +25,10 @@ from .loss_method import LossMethod, Parts
 __all__ = ["CRISP", "CRISPTruePrior"]
 
 
-def _check_warmup(warmup: int, epochs: int) -> None:
+def _check_warmup(method: str, warmup: int, epochs: int) -> None:
     """A warm-up as long as the run: every epoch would train AN, and the run be recorded as CRISP's."""
     if warmup >= epochs:
-        raise ValueError(f"method 'crisp': warmup_epochs={warmup} is not below the {epochs} "
+        raise ValueError(f"method {method!r}: warmup_epochs={warmup} is not below the {epochs} "
                          f"epoch{'s' if epochs != 1 else ''} it trains, so every epoch would train AN and "
                          "none CRISP's risk; set warmup_epochs below the epochs (--hparam warmup_epochs=N) or "
                          "train longer (--epochs)")
@@ -42,13 +42,13 @@ class CRISP(LossMethod):
 
     def __init__(self, run: RunInfo, *, delta: float = 0.01, tau: float = 0.01, **hparams: Any) -> None:
         super().__init__(run, **hparams)
-        _check_warmup(self.criterion.warmup_epochs, run.epochs)
+        _check_warmup(self.name, self.criterion.warmup_epochs, run.epochs)
         self.estimator = ClassPriorEstimation(delta, tau)
 
     @classmethod
     def check_run(cls, hparams: Mapping[str, Any], epochs: int) -> None:
         """Its warm-up must end before the run does."""
-        _check_warmup(hparams.get("warmup_epochs", cls.hyperparameters()["warmup_epochs"]), epochs)
+        _check_warmup(cls.name, hparams.get("warmup_epochs", cls.hyperparameters()["warmup_epochs"]), epochs)
 
     def after_epoch(self, epoch: int, *, probs: Tensor, state: LabelState, truth: np.ndarray | None
                     ) -> dict[str, float]:

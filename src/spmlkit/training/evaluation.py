@@ -101,8 +101,8 @@ def unobserved_analysis(probs: np.ndarray, truth: np.ndarray, observed: np.ndarr
 def split_measures(probs: np.ndarray, targets: np.ndarray, split: str) -> dict[str, float]:
     """The measures of one epoch on one split (``"val"`` or ``"test"``), keyed as a run's history
     keeps them: ``<split>.`` before each of :func:`spmlkit.metrics.convention_columns` (the five
-    measures of the papers' tables on MULAN's sets, in their code's conventions) and, on the test split, what the final evaluation
-    reports in spmlkit's conventions (``test.map``, ``test.ranking_loss``, ``test.example_ap``,
+    measures of the papers' tables on MULAN's sets, in their code's conventions) and, on the test
+    split, what the final evaluation reports in spmlkit's conventions (``test.map``, ``test.ranking_loss``, ``test.example_ap``,
     ``test.coverage``, ``test.one_error``, ``test.hamming_loss@0.5``), computed by the same functions
     as :func:`evaluate_test`, so that a run's selected epoch reads the same numbers either way."""
     out = {f"{split}.{k}": v for k, v in metrics.convention_columns(probs, targets).items()}
@@ -113,13 +113,15 @@ def split_measures(probs: np.ndarray, targets: np.ndarray, split: str) -> dict[s
     return out
 
 
-def epoch_measures(group: Any, runs: list[Any], val_targets: np.ndarray, test_targets: np.ndarray | None
-                   ) -> list[dict[str, float]]:
+def epoch_measures(group: Any, runs: list[Any], val_targets: np.ndarray, test_targets: np.ndarray | None,
+                   val_probs: Any = None) -> list[dict[str, float]]:
     """Each run's :func:`split_measures` on the validation rows and, given ``test_targets``, the test
     rows, after an epoch: what a run records every epoch when its configuration asks for it
     (``epoch_metrics``), for the loop to add to the epoch's record. ``group`` is the runs'
-    :class:`~spmlkit.training.loop.Group` (its ``probabilities``); a run marked diverged gets an
-    empty record (its predictions are not finite, and its epoch is not recorded anyway)."""
+    :class:`~spmlkit.training.loop.Group` (its ``probabilities``); ``val_probs`` the runs' validation
+    predictions where the loop has them already (a ``[R, rows, classes]`` CPU tensor); a run
+    marked diverged gets an empty record (its predictions are not finite, and its epoch is not
+    recorded anyway)."""
     out: list[dict[str, float]] = [{} for _ in runs]
     live = [i for i, run in enumerate(runs) if run.loop.diverged is None]
     if not live:
@@ -129,7 +131,10 @@ def epoch_measures(group: Any, runs: list[Any], val_targets: np.ndarray, test_ta
     if test_targets is not None and len(test_targets):
         splits.append(("test", test_targets))
     for split, targets in splits:
-        probs = group.probabilities(chosen, split).cpu().numpy()
+        if split == "val" and val_probs is not None:
+            probs = val_probs[live].numpy()
+        else:
+            probs = group.probabilities(chosen, split).cpu().numpy()
         for i, run_probs in zip(live, probs):
             out[i].update(split_measures(run_probs, targets, split))
     return out

@@ -338,10 +338,12 @@ def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndar
         if run.loop.diverged is None:
             given = {"probs": None if probs is None else probs[r], "state": run.state, "truth": truth_train}
             record.update(run.method.after_epoch(epoch, **{name: given[name] for name in run.method.epoch_arguments}))
-    for record, val_map in zip(records, _val_maps(group, runs, val_targets, epoch)):
+    # the validation predictions once, where the measures read them too
+    val_probs = group.probabilities(runs, "val").cpu() if measures and len(val_targets) else None
+    for record, val_map in zip(records, _val_maps(group, runs, val_targets, epoch, val_probs)):
         record["val_map"] = val_map
     if measures:
-        for record, extra in zip(records, epoch_measures(group, runs, val_targets, test_targets)):
+        for record, extra in zip(records, epoch_measures(group, runs, val_targets, test_targets, val_probs)):
             record.update(extra)
     # counted with or without the training rows' full labels (a user's data has none): the
     # console's pseudo-label column and metrics.csv read these; only the accuracies need a truth
@@ -350,14 +352,17 @@ def end_of_epoch(group: Group, runs: list[Run], epoch: int, val_targets: np.ndar
     return records
 
 
-def _val_maps(group: Group, runs: list[Run], val_targets: np.ndarray, epoch: int) -> list[float]:
+def _val_maps(group: Group, runs: list[Run], val_targets: np.ndarray, epoch: int,
+              probs: torch.Tensor | None = None) -> list[float]:
     """Each run's validation mAP, from one :func:`~spmlkit.metrics.average_precision` call over
     every run's classes side by side (a per-column computation, so each run's APs are its own),
     averaged per run as :func:`~spmlkit.metrics.mean_average_precision` does. A run whose
-    predictions are not finite is marked diverged (NaN)."""
+    predictions are not finite is marked diverged (NaN). ``probs``: the runs' validation
+    predictions (``[R, rows, classes]`` on the CPU), where the caller has them already."""
     if not len(val_targets):
         return [float("nan")] * len(runs)
-    probs = group.probabilities(runs, "val").cpu()
+    if probs is None:
+        probs = group.probabilities(runs, "val").cpu()
     _mark_non_finite(runs, probs, epoch, "validation rows")
     if any(run.loop.diverged is not None for run in runs):
         probs = torch.nan_to_num(probs, nan=0.5, posinf=1.0, neginf=0.0)  # their mAP is not used
